@@ -1,0 +1,80 @@
+/**
+ * The one seam between the bridge core and a sandbox technology. A backend starts one command in
+ * a fresh sandbox per sandbox id, streams its output, reports its exit, and destroys the sandbox.
+ * The bridge core owns deadlines, output caps, cancellation and the destroy-on-every-path rule.
+ */
+
+/** What the bridge asks a backend to run. */
+export interface ExecSpec {
+  /** Valid per the protocol's `sandboxIdSchema`; the bridge refuses a second concurrent call for it. */
+  sandboxId: string;
+  /** Run as `/bin/sh -c <command>` (or the platform's equivalent). */
+  command: string;
+  /** Absolute working directory inside the sandbox (default `/workspace`). */
+  cwd: string;
+  /** Extra environment for the command; never log or echo the values. */
+  env: Readonly<Record<string, string>>;
+  /** The bridge's deadline in ms; a backend may pass it on as a hint, the bridge enforces it. */
+  timeoutMs: number;
+  /**
+   * Aborted when the call ends early (timeout, cancel, client disconnect, bridge shutdown). The
+   * backend must then stop the command promptly; `destroy()` follows in every case.
+   */
+  signal: AbortSignal;
+}
+
+/** One piece of output, in the order the backend saw it. */
+export interface OutputChunk {
+  stream: "stdout" | "stderr";
+  /** Raw bytes, or text for backends that only see decoded text. */
+  data: Uint8Array | string;
+}
+
+/** A command that has started. */
+export interface RunningCommand {
+  /** Output of both streams; ends when the command's output is closed. Consumed exactly once. */
+  output: AsyncIterable<OutputChunk>;
+  /** Settles with the exit code once the command ended by itself; rejects on backend failure. */
+  exit: Promise<number>;
+}
+
+export interface SandboxBackend {
+  /** Reported by `/health` as `backend`, e.g. `local`, `cloudflare`. */
+  readonly name: string;
+  /** Isolation actually in force, reported by `/health`: `container`, `bwrap` or `none`. */
+  readonly isolation: string;
+  /** Creates a fresh sandbox for `spec.sandboxId` and starts the command in it. */
+  start(spec: ExecSpec): Promise<RunningCommand>;
+  /** Stops everything in the sandbox and removes it. Idempotent; safe for a never-started id. */
+  destroy(sandboxId: string): Promise<void>;
+}
+
+export type BackendErrorCode = "invalid_request" | "capacity_exceeded" | "sandbox_error";
+
+/**
+ * The only error a backend should throw on purpose. `message` must be safe to show to the
+ * caller (no env values, no secrets); anything else thrown becomes a generic `sandbox_error`.
+ */
+export class BackendError extends Error {
+  static readonly brand = Symbol.for("remote-task.BackendError");
+  readonly [BackendError.brand] = true;
+  override readonly name = "BackendError";
+
+  constructor(
+    readonly code: BackendErrorCode,
+    message: string,
+    readonly details: {
+      /** For `invalid_request`: the request field at fault, e.g. `["cwd"]`. */
+      path?: ReadonlyArray<string | number>;
+      /** For `capacity_exceeded`: when to try again. */
+      retryAfterSeconds?: number;
+      cause?: unknown;
+    } = {},
+  ) {
+    super(message, details.cause === undefined ? undefined : { cause: details.cause });
+  }
+
+  static isInstance(value: unknown): value is BackendError {
+    return typeof value === "object" && value !== null && BackendError.brand in value;
+  }
+}

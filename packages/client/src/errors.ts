@@ -1,0 +1,122 @@
+import type { ErrorCode, Issue } from "@remote-task/protocol";
+
+const BRAND = Symbol.for("remote-task.RemoteTaskError");
+
+export interface RemoteTaskErrorOptions {
+  cause?: unknown;
+  /** HTTP status of the bridge's answer, when there was one. */
+  status?: number;
+  /** The bridge's machine code, when it sent one. */
+  code?: ErrorCode;
+  /** The sandbox id of the call, when the error belongs to one. */
+  sandboxId?: string;
+}
+
+/**
+ * Base of every error the client throws. Use `RemoteTaskError.isInstance(e)` (or the subclass's
+ * own `isInstance`) rather than `instanceof`: it works across duplicate installs of the package.
+ */
+export class RemoteTaskError extends Error {
+  /** Stable name of the failure kind, also used for the brand. */
+  static readonly kind: string = "RemoteTaskError";
+  readonly [BRAND]: string;
+  readonly status: number | undefined;
+  readonly code: ErrorCode | undefined;
+  readonly sandboxId: string | undefined;
+
+  constructor(message: string, options: RemoteTaskErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    const kind = (new.target as typeof RemoteTaskError).kind;
+    this.name = kind;
+    this[BRAND] = kind;
+    this.status = options.status;
+    this.code = options.code;
+    this.sandboxId = options.sandboxId;
+  }
+
+  /** True for errors of this class or a subclass, from any copy of the package. */
+  static isInstance<T extends typeof RemoteTaskError>(
+    this: T,
+    value: unknown,
+  ): value is InstanceType<T> {
+    if (typeof value !== "object" || value === null || !(BRAND in value)) return false;
+    if (this.kind === RemoteTaskError.kind) return true;
+    // Walk the kinds of the value's class chain, so subclass checks work across copies.
+    for (let proto = Object.getPrototypeOf(value); proto; proto = Object.getPrototypeOf(proto)) {
+      if ((proto.constructor as { kind?: string } | undefined)?.kind === this.kind) return true;
+    }
+    return false;
+  }
+}
+
+/** The client was configured wrongly (missing or invalid URL, bad option). */
+export class ConfigurationError extends RemoteTaskError {
+  static override readonly kind = "ConfigurationError";
+}
+
+/** The bridge refused the token (HTTP 401). */
+export class AuthenticationError extends RemoteTaskError {
+  static override readonly kind = "AuthenticationError";
+}
+
+/** The bridge refused the request as invalid (HTTP 400/404/405/409/413). */
+export class InvalidRequestError extends RemoteTaskError {
+  static override readonly kind = "InvalidRequestError";
+  readonly issues: readonly Issue[];
+  constructor(
+    message: string,
+    options: RemoteTaskErrorOptions & { issues?: readonly Issue[] } = {},
+  ) {
+    super(message, options);
+    this.issues = options.issues ?? [];
+  }
+}
+
+/** The bridge had no capacity (HTTP 503 `capacity_exceeded` or 429), after the retry budget. */
+export class CapacityError extends RemoteTaskError {
+  static override readonly kind = "CapacityError";
+  readonly retryAfterSeconds: number | undefined;
+  constructor(
+    message: string,
+    options: RemoteTaskErrorOptions & { retryAfterSeconds?: number | undefined } = {},
+  ) {
+    super(message, options);
+    this.retryAfterSeconds = options.retryAfterSeconds;
+  }
+}
+
+/** The bridge failed (HTTP 5xx other than capacity), e.g. the sandbox could not be started. */
+export class BridgeError extends RemoteTaskError {
+  static override readonly kind = "BridgeError";
+}
+
+/** The bridge answered something that is not the protocol (wrong shape, not JSON, too large). */
+export class ProtocolError extends RemoteTaskError {
+  static override readonly kind = "ProtocolError";
+  /** Paths of the fields that did not match the protocol schema. */
+  readonly paths: ReadonlyArray<ReadonlyArray<string | number>>;
+  constructor(
+    message: string,
+    options: RemoteTaskErrorOptions & {
+      paths?: ReadonlyArray<ReadonlyArray<string | number>>;
+    } = {},
+  ) {
+    super(message, options);
+    this.paths = options.paths ?? [];
+  }
+}
+
+/** The bridge could not be reached, or the connection broke. */
+export class ConnectionError extends RemoteTaskError {
+  static override readonly kind = "ConnectionError";
+}
+
+/** The call's client-side deadline passed (the bridge stalled or was too slow). */
+export class TimeoutError extends RemoteTaskError {
+  static override readonly kind = "TimeoutError";
+}
+
+/** The caller aborted the call through its `AbortSignal`. */
+export class AbortError extends RemoteTaskError {
+  static override readonly kind = "AbortError";
+}

@@ -1,0 +1,107 @@
+import type { HealthResponse, Outcome, StreamEvent } from "@remote-task/protocol";
+import type { Dispatcher } from "undici";
+import type { RemoteTaskError } from "./errors.js";
+
+export interface RetryOptions {
+  /** Most attempts in all, the first included (default 4). */
+  maxAttempts?: number;
+  /** First backoff in ms before jitter (default 250). */
+  initialDelayMs?: number;
+  /** Longest single backoff in ms (default 10_000). */
+  maxDelayMs?: number;
+  /** Most time spent waiting between attempts, in ms (default 30_000). */
+  maxTotalMs?: number;
+}
+
+export interface ClientOptions {
+  /** Base URL of the bridge, e.g. `https://bridge.example.workers.dev`. */
+  url: string | URL;
+  /** Bearer token the bridge expects. */
+  token?: string | undefined;
+  /** Default working directory inside each sandbox (default `/workspace`). */
+  cwd?: string | undefined;
+  /** Prefix of generated sandbox ids (default `mikan-task`). */
+  idPrefix?: string | undefined;
+  /** Default per-task timeout in seconds (default 120). */
+  timeoutSeconds?: number | undefined;
+  /** Extra client-side time beyond the task timeout before a call is abandoned (default 30 s). */
+  graceSeconds?: number | undefined;
+  /** Retry policy for what provably did not run; `false` disables retries. */
+  retry?: RetryOptions | false | undefined;
+  /** undici dispatcher to send through (default: a keep-alive Agent owned by the client). */
+  dispatcher?: Dispatcher | undefined;
+  /** A Fetch API implementation to use instead of undici (runtimes without undici, msw tests). */
+  fetch?: typeof globalThis.fetch | undefined;
+  /** Most bytes of a response body the client reads (default 16 MiB). */
+  maxResponseBytes?: number | undefined;
+}
+
+export interface OutputEvent {
+  stream: "stdout" | "stderr";
+  data: string;
+}
+
+export interface RunOptions {
+  /** Server-side deadline in seconds (default: the client's `timeoutSeconds`). */
+  timeoutSeconds?: number | undefined;
+  /** Working directory inside the sandbox. */
+  cwd?: string | undefined;
+  /** Extra environment for the command. Values never appear in errors. */
+  env?: Readonly<Record<string, string>> | undefined;
+  /** Aborts the call and sends a best-effort cancel for its sandbox. */
+  signal?: AbortSignal | undefined;
+  /** Receive output as it arrives (uses the streaming mode). */
+  onOutput?: ((event: OutputEvent) => void) | undefined;
+  /** Ask the bridge to retain at most this many bytes per stream. */
+  maxOutputBytes?: number | undefined;
+  /** Use this sandbox id instead of a fresh one (it must follow the protocol's id rules). */
+  sandboxId?: string | undefined;
+}
+
+export interface TaskResult {
+  sandboxId: string;
+  /** The retained tail of stdout (the whole of it unless `stdoutTruncated`). */
+  stdout: string;
+  stderr: string;
+  /** Exit code; 124 when `outcome` is `timeout`. */
+  exitCode: number;
+  outcome: Outcome;
+  durationMs: number;
+  /** Total bytes the command wrote, even when the retained text is only the tail. */
+  stdoutBytes: number;
+  stderrBytes: number;
+  stdoutTruncated: boolean;
+  stderrTruncated: boolean;
+}
+
+export interface Task extends Omit<RunOptions, "signal" | "onOutput"> {
+  command: string;
+}
+
+export type SettledTask =
+  | { status: "fulfilled"; value: TaskResult; task: Task; index: number }
+  | { status: "rejected"; reason: RemoteTaskError; task: Task; index: number };
+
+export interface Progress {
+  done: number;
+  failed: number;
+  total: number;
+}
+
+export interface RunManyOptions {
+  /** Most tasks in flight at once (default 8). */
+  concurrency?: number | undefined;
+  signal?: AbortSignal | undefined;
+  onProgress?: ((progress: Progress, settled: SettledTask) => void) | undefined;
+}
+
+export interface RemoteTaskClient {
+  run(command: string, options?: RunOptions): Promise<TaskResult>;
+  /** The streamed protocol events of one call (`start`, `stdout`, `stderr`, `heartbeat`, `exit`). */
+  stream(command: string, options?: Omit<RunOptions, "onOutput">): AsyncIterable<StreamEvent>;
+  runMany(tasks: ReadonlyArray<string | Task>, options?: RunManyOptions): Promise<SettledTask[]>;
+  health(options?: { signal?: AbortSignal }): Promise<HealthResponse>;
+  cancel(sandboxId: string, options?: { signal?: AbortSignal }): Promise<boolean>;
+  /** Closes the client's own connection pool (not an injected dispatcher). */
+  close(): Promise<void>;
+}

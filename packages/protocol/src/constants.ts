@@ -1,0 +1,26 @@
+/** Version of the wire protocol spoken by this package. */
+export const PROTOCOL_VERSION = 1;
+
+/** Working directory of a command inside its sandbox when the caller names none. */
+export const DEFAULT_CWD = "/workspace";
+
+/** Seconds a command may run when the caller names no timeout. */
+export const DEFAULT_TIMEOUT_SECONDS = 120;
+
+/** Exit code reported for a command that hit its deadline (as `timeout(1)` does). */
+export const TIMEOUT_EXIT_CODE = 124;
+
+/** Most bytes of joined output shown to an agent (50 KiB); the tail is kept. */
+export const DISPLAY_MAX_BYTES = 51_200;
+
+/** Most lines of joined output shown to an agent; the tail is kept. */
+export const DISPLAY_MAX_LINES = 2_000;
+
+/** Prefix of generated sandbox ids: `mikan-task-<uuid>`. */
+export const DEFAULT_ID_PREFIX = "mikan-task";
+
+/** Longest sandbox id a bridge accepts. */
+export const SANDBOX_ID_MAX_LENGTH = 63;
+
+/** Longest interval between two SSE events of a running command. */
+export const MAX_HEARTBEAT_INTERVAL_MS = 15_000;

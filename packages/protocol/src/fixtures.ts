@@ -1,0 +1,245 @@
+import type { WireSchemaName } from "./openapi.js";
+
+/** An example wire message, labelled with the schema it is checked against. */
+export interface Fixture {
+  name: string;
+  schema: WireSchemaName;
+  value: unknown;
+}
+
+/** An example that must fail, with the path the failure must name. */
+export interface InvalidFixture extends Fixture {
+  failingPath: ReadonlyArray<string | number>;
+}
+
+/** The exact request the reference client sends. */
+export const referenceExecRequest = {
+  sandboxId: "mikan-task-3f2b8c1d-6a4e-4f7b-9c2d-1e5a7b9c0d3f",
+  command: "pwd",
+  timeoutSeconds: 30,
+  cwd: "/workspace",
+} as const;
+
+/** The exact response the reference bridge sends for {@link referenceExecRequest}. */
+export const referenceExecResponse = { stdout: "/workspace\n", stderr: "", code: 0 } as const;
+
+const limits = {
+  maxRequestBytes: 262_144,
+  maxCommandBytes: 65_536,
+  maxEnvEntries: 64,
+  maxEnvEntryBytes: 8_192,
+  maxTimeoutSeconds: 3_600,
+  maxOutputBytes: 1_048_576,
+};
+
+const fullResult = {
+  stdout: "hello\n",
+  stderr: "",
+  code: 0,
+  outcome: "exited",
+  durationMs: 12.5,
+  stdoutBytes: 6,
+  stderrBytes: 0,
+  stdoutTruncated: false,
+  stderrTruncated: false,
+};
+
+export const validFixtures: readonly Fixture[] = [
+  { name: "reference exec request", schema: "ExecRequest", value: referenceExecRequest },
+  {
+    name: "exec request with every field",
+    schema: "ExecRequest",
+    value: {
+      ...referenceExecRequest,
+      env: { GREETING: "hi", _X1: "" },
+      maxOutputBytes: 65_536,
+    },
+  },
+  {
+    name: "minimal exec request",
+    schema: "ExecRequest",
+    value: { sandboxId: "a", command: "true" },
+  },
+  { name: "reference exec response", schema: "ExecResult", value: referenceExecResponse },
+  { name: "exec result with extensions", schema: "ExecResult", value: fullResult },
+  {
+    name: "timed-out exec result",
+    schema: "ExecResult",
+    value: { ...fullResult, code: 124, outcome: "timeout", stdoutTruncated: true },
+  },
+  {
+    name: "exec result with unknown extra field",
+    schema: "ExecResult",
+    value: { ...referenceExecResponse, futureField: 1 },
+  },
+  { name: "reference health", schema: "HealthResponse", value: { ok: true } },
+  {
+    name: "full health",
+    schema: "HealthResponse",
+    value: {
+      ok: true,
+      protocol: 1,
+      backend: "local",
+      isolation: "bwrap",
+      limits,
+      version: "0.1.0",
+    },
+  },
+  { name: "limits", schema: "Limits", value: limits },
+  {
+    name: "error body",
+    schema: "ErrorBody",
+    value: {
+      error: "Request body is invalid",
+      code: "invalid_request",
+      issues: [{ path: ["command"], message: "command must not be empty" }],
+    },
+  },
+  {
+    name: "capacity error body",
+    schema: "ErrorBody",
+    value: { error: "No sandbox capacity", code: "capacity_exceeded", retryAfterSeconds: 5 },
+  },
+  { name: "cancel request", schema: "CancelRequest", value: { sandboxId: "mikan-task-1" } },
+  {
+    name: "cancel response",
+    schema: "CancelResponse",
+    value: { ok: true, sandboxId: "mikan-task-1", cancelled: false },
+  },
+  {
+    name: "start event",
+    schema: "StreamEvent",
+    value: { type: "start", sandboxId: referenceExecRequest.sandboxId, protocol: 1 },
+  },
+  { name: "stdout event", schema: "StreamEvent", value: { type: "stdout", data: "line\n" } },
+  { name: "stderr event", schema: "StreamEvent", value: { type: "stderr", data: "oops 💥\n" } },
+  {
+    name: "heartbeat event",
+    schema: "StreamEvent",
+    value: { type: "heartbeat", elapsedMs: 15000 },
+  },
+  { name: "exit event", schema: "StreamEvent", value: { type: "exit", result: fullResult } },
+  {
+    name: "error event",
+    schema: "StreamEvent",
+    value: { type: "error", error: { error: "Sandbox failed", code: "sandbox_error" } },
+  },
+];
+
+export const invalidFixtures: readonly InvalidFixture[] = [
+  {
+    name: "exec request without command",
+    schema: "ExecRequest",
+    value: { sandboxId: "mikan-task-1" },
+    failingPath: ["command"],
+  },
+  {
+    name: "exec request with empty command",
+    schema: "ExecRequest",
+    value: { sandboxId: "mikan-task-1", command: "" },
+    failingPath: ["command"],
+  },
+  {
+    name: "exec request with uppercase sandbox id",
+    schema: "ExecRequest",
+    value: { sandboxId: "Mikan-Task-1", command: "pwd" },
+    failingPath: ["sandboxId"],
+  },
+  {
+    name: "exec request with sandbox id ending in '-'",
+    schema: "ExecRequest",
+    value: { sandboxId: "mikan-task-", command: "pwd" },
+    failingPath: ["sandboxId"],
+  },
+  {
+    name: "exec request with 64-character sandbox id",
+    schema: "ExecRequest",
+    value: { sandboxId: "a".repeat(64), command: "pwd" },
+    failingPath: ["sandboxId"],
+  },
+  {
+    name: "exec request with string timeout",
+    schema: "ExecRequest",
+    value: { sandboxId: "a", command: "pwd", timeoutSeconds: "30" },
+    failingPath: ["timeoutSeconds"],
+  },
+  {
+    name: "exec request with negative timeout",
+    schema: "ExecRequest",
+    value: { sandboxId: "a", command: "pwd", timeoutSeconds: -1 },
+    failingPath: ["timeoutSeconds"],
+  },
+  {
+    name: "exec request with relative cwd",
+    schema: "ExecRequest",
+    value: { sandboxId: "a", command: "pwd", cwd: "workspace" },
+    failingPath: ["cwd"],
+  },
+  {
+    name: "exec request with non-string env value",
+    schema: "ExecRequest",
+    value: { sandboxId: "a", command: "pwd", env: { A: 1 } },
+    failingPath: ["env", "A"],
+  },
+  {
+    name: "exec request with invalid env name",
+    schema: "ExecRequest",
+    value: { sandboxId: "a", command: "pwd", env: { "BAD-NAME": "x" } },
+    failingPath: ["env", "BAD-NAME"],
+  },
+  {
+    name: "exec request with misspelt field",
+    schema: "ExecRequest",
+    value: { sandboxId: "a", command: "pwd", timeout: 30 },
+    failingPath: [],
+  },
+  {
+    name: "exec result without code",
+    schema: "ExecResult",
+    value: { stdout: "", stderr: "" },
+    failingPath: ["code"],
+  },
+  {
+    name: "exec result with fractional code",
+    schema: "ExecResult",
+    value: { stdout: "", stderr: "", code: 1.5 },
+    failingPath: ["code"],
+  },
+  {
+    name: "exec result with unknown outcome",
+    schema: "ExecResult",
+    value: { stdout: "", stderr: "", code: 0, outcome: "crashed" },
+    failingPath: ["outcome"],
+  },
+  { name: "health not ok", schema: "HealthResponse", value: { ok: false }, failingPath: ["ok"] },
+  {
+    name: "error body with unknown code",
+    schema: "ErrorBody",
+    value: { error: "x", code: "teapot" },
+    failingPath: ["code"],
+  },
+  {
+    name: "error body without message",
+    schema: "ErrorBody",
+    value: { code: "internal" },
+    failingPath: ["error"],
+  },
+  {
+    name: "cancel request with invalid id",
+    schema: "CancelRequest",
+    value: { sandboxId: "-x" },
+    failingPath: ["sandboxId"],
+  },
+  {
+    name: "stream event of unknown type",
+    schema: "StreamEvent",
+    value: { type: "progress", data: "x" },
+    failingPath: ["type"],
+  },
+  {
+    name: "exit event with invalid result",
+    schema: "StreamEvent",
+    value: { type: "exit", result: { stdout: "" } },
+    failingPath: ["result", "stderr"],
+  },
+];

@@ -1,0 +1,159 @@
+import { z } from "zod";
+import { PROTOCOL_VERSION } from "./constants.js";
+import { sandboxIdSchema } from "./ids.js";
+import {
+  cancelRequestSchema,
+  cancelResponseSchema,
+  ERROR_STATUS,
+  type ErrorCode,
+  errorBodySchema,
+  errorCodeSchema,
+  execRequestSchema,
+  execResultSchema,
+  healthResponseSchema,
+  issueSchema,
+  limitsSchema,
+  outcomeSchema,
+  streamEventSchema,
+} from "./schemas.js";
+
+/** Every named wire schema, keyed by the name used in JSON Schema and OpenAPI documents. */
+export const wireSchemas = {
+  SandboxId: sandboxIdSchema,
+  Limits: limitsSchema,
+  HealthResponse: healthResponseSchema,
+  ExecRequest: execRequestSchema,
+  Outcome: outcomeSchema,
+  ExecResult: execResultSchema,
+  ErrorCode: errorCodeSchema,
+  Issue: issueSchema,
+  ErrorBody: errorBodySchema,
+  CancelRequest: cancelRequestSchema,
+  CancelResponse: cancelResponseSchema,
+  StreamEvent: streamEventSchema,
+} as const;
+
+export type WireSchemaName = keyof typeof wireSchemas;
+type JsonSchema = Record<string, unknown>;
+
+function registry(uri: (id: string) => string): Record<string, JsonSchema> {
+  const reg = z.registry<{ id: string }>();
+  for (const [id, schema] of Object.entries(wireSchemas)) reg.add(schema, { id });
+  const { schemas } = z.toJSONSchema(reg, { io: "input", uri, unrepresentable: "throw" });
+  return schemas as Record<string, JsonSchema>;
+}
+
+/** A standalone JSON Schema (draft 2020-12) for each wire message, cross-referenced by file name. */
+export function jsonSchemas(): Record<WireSchemaName, JsonSchema> {
+  return registry((id) => `urn:remote-task:protocol:v1:${id}`) as Record<
+    WireSchemaName,
+    JsonSchema
+  >;
+}
+
+function errorResponses(codes: ErrorCode[]): Record<string, unknown> {
+  const byStatus = new Map<number, ErrorCode[]>();
+  for (const code of codes) {
+    const status = ERROR_STATUS[code];
+    byStatus.set(status, [...(byStatus.get(status) ?? []), code]);
+  }
+  return Object.fromEntries(
+    [...byStatus].map(([status, list]) => [
+      String(status),
+      {
+        description: `Error: ${list.map((c) => `\`${c}\``).join(", ")}`,
+        content: { "application/json": { schema: { $ref: "#/components/schemas/ErrorBody" } } },
+      },
+    ]),
+  );
+}
+
+const json = (name: WireSchemaName) => ({
+  "application/json": { schema: { $ref: `#/components/schemas/${name}` } },
+});
+
+/** The OpenAPI 3.1 document of the bridge HTTP API, generated from the wire schemas. */
+export function openApiDocument(): Record<string, unknown> {
+  const schemas = registry((id) => `#/components/schemas/${id}`);
+  for (const schema of Object.values(schemas)) delete schema.$schema;
+  return {
+    openapi: "3.1.0",
+    info: {
+      title: "remote-task bridge",
+      version: String(PROTOCOL_VERSION),
+      description:
+        "Run one shell command in a fresh, throwaway sandbox and get its output back. " +
+        "Every route but this document needs `Authorization: Bearer <token>`.",
+    },
+    security: [{ bearer: [] }],
+    paths: {
+      "/health": {
+        get: {
+          operationId: "health",
+          summary: "Bridge status, protocol version, backend, isolation and limits.",
+          responses: {
+            "200": { description: "The bridge is up.", content: json("HealthResponse") },
+            ...errorResponses(["unauthorized", "not_configured"]),
+          },
+        },
+      },
+      "/exec": {
+        post: {
+          operationId: "exec",
+          summary:
+            "Run a command in a fresh sandbox for `sandboxId`, destroyed when the call ends.",
+          description:
+            "Answers JSON by default. With `Accept: text/event-stream` it answers Server-Sent " +
+            "Events whose `event` name equals the `type` of the JSON `data`: `start`, `stdout`, " +
+            "`stderr`, `heartbeat` (at least every 15 s), then `exit` (the result) or `error`.",
+          requestBody: { required: true, content: json("ExecRequest") },
+          responses: {
+            "200": {
+              description: "The command ended (a non-zero exit or a timeout is still 200).",
+              content: {
+                ...json("ExecResult"),
+                "text/event-stream": { schema: { $ref: "#/components/schemas/StreamEvent" } },
+              },
+            },
+            ...errorResponses([
+              "invalid_request",
+              "unauthorized",
+              "conflict",
+              "payload_too_large",
+              "sandbox_error",
+              "capacity_exceeded",
+              "not_configured",
+              "internal",
+            ]),
+          },
+        },
+      },
+      "/cancel": {
+        post: {
+          operationId: "cancel",
+          summary: "Stop the command running for `sandboxId` and destroy its sandbox (idempotent).",
+          requestBody: { required: true, content: json("CancelRequest") },
+          responses: {
+            "200": {
+              description: "Cancelled, or nothing was running.",
+              content: json("CancelResponse"),
+            },
+            ...errorResponses(["invalid_request", "unauthorized", "not_configured"]),
+          },
+        },
+      },
+      "/openapi.json": {
+        get: {
+          operationId: "openapi",
+          summary: "This document.",
+          security: [],
+          responses: { "200": { description: "OpenAPI 3.1 document." } },
+        },
+      },
+    },
+    components: {
+      schemas,
+      securitySchemes: { bearer: { type: "http", scheme: "bearer" } },
+    },
+  };
+}

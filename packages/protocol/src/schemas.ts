@@ -1,0 +1,143 @@
+import { z } from "zod";
+import { PROTOCOL_VERSION } from "./constants.js";
+import { sandboxIdSchema } from "./ids.js";
+
+const nonNegativeInt = z.int().nonnegative();
+const positiveInt = z.int().positive();
+
+/** Limits a bridge enforces on requests and output; reported by `GET /health`. */
+export const limitsSchema = z.object({
+  maxRequestBytes: positiveInt.describe("Largest request body accepted, in bytes."),
+  maxCommandBytes: positiveInt.describe("Longest command accepted, in UTF-8 bytes."),
+  maxEnvEntries: nonNegativeInt.describe("Most `env` entries accepted."),
+  maxEnvEntryBytes: positiveInt.describe("Longest `env` name plus value, in UTF-8 bytes."),
+  maxTimeoutSeconds: z.number().positive().describe("Longest `timeoutSeconds` accepted."),
+  maxOutputBytes: positiveInt.describe(
+    "Bytes of each output stream the bridge retains (the tail); byte totals stay exact.",
+  ),
+});
+export type Limits = z.infer<typeof limitsSchema>;
+
+/** `GET /health`. The reference bridge answers only `{ok: true}`, so the rest is optional. */
+export const healthResponseSchema = z.object({
+  ok: z.literal(true),
+  protocol: z.int().positive().optional().describe(`Protocol version, ${PROTOCOL_VERSION} here.`),
+  backend: z.string().optional().describe("Sandbox backend in use, e.g. `local` or `cloudflare`."),
+  isolation: z
+    .string()
+    .optional()
+    .describe("Isolation actually in force: `container`, `bwrap` or `none`."),
+  limits: limitsSchema.optional(),
+  version: z.string().optional().describe("Version of the bridge software."),
+});
+export type HealthResponse = z.infer<typeof healthResponseSchema>;
+
+const ENV_NAME_PATTERN = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/** `POST /exec` body. Unknown fields are refused so a misspelt option is never silently ignored. */
+export const execRequestSchema = z.strictObject({
+  sandboxId: sandboxIdSchema,
+  command: z.string().min(1, "command must not be empty"),
+  timeoutSeconds: z
+    .number()
+    .positive("timeoutSeconds must be greater than 0")
+    .optional()
+    .describe("Server-side deadline in seconds (default 120)."),
+  cwd: z
+    .string()
+    .regex(/^\//, "cwd must be an absolute path")
+    .optional()
+    .describe("Working directory inside the sandbox (default /workspace)."),
+  env: z
+    .record(
+      z.string().regex(ENV_NAME_PATTERN, "env names must match [A-Za-z_][A-Za-z0-9_]*"),
+      z.string(),
+    )
+    .optional()
+    .describe("Extra environment variables for the command. Never echoed back."),
+  maxOutputBytes: positiveInt
+    .optional()
+    .describe("Retain at most this many bytes per stream (capped by the bridge's limit)."),
+});
+export type ExecRequest = z.infer<typeof execRequestSchema>;
+
+/** How a command ended. */
+export const outcomeSchema = z.enum(["exited", "timeout", "cancelled"]);
+export type Outcome = z.infer<typeof outcomeSchema>;
+
+/**
+ * `POST /exec` result. `stdout`, `stderr` and `code` are the reference shape; the rest are
+ * optional extensions. Output strings are the retained tail when `*Truncated` is true.
+ */
+export const execResultSchema = z.object({
+  stdout: z.string(),
+  stderr: z.string(),
+  code: z.int().describe("Exit code; 124 when the command timed out."),
+  outcome: outcomeSchema.optional(),
+  durationMs: z.number().nonnegative().optional(),
+  stdoutBytes: nonNegativeInt.optional().describe("Total bytes the command wrote to stdout."),
+  stderrBytes: nonNegativeInt.optional().describe("Total bytes the command wrote to stderr."),
+  stdoutTruncated: z.boolean().optional(),
+  stderrTruncated: z.boolean().optional(),
+});
+export type ExecResult = z.infer<typeof execResultSchema>;
+
+/** Machine-readable error codes and the HTTP status each one is sent with. */
+export const ERROR_STATUS = {
+  unauthorized: 401,
+  invalid_request: 400,
+  not_found: 404,
+  method_not_allowed: 405,
+  conflict: 409,
+  payload_too_large: 413,
+  capacity_exceeded: 503,
+  sandbox_error: 502,
+  not_configured: 503,
+  internal: 500,
+} as const satisfies Record<string, number>;
+
+export type ErrorCode = keyof typeof ERROR_STATUS;
+export const errorCodeSchema = z.enum(Object.keys(ERROR_STATUS) as [ErrorCode, ...ErrorCode[]]);
+
+/** One failing path of an invalid request. */
+export const issueSchema = z.object({
+  path: z.array(z.union([z.string(), z.int()])),
+  message: z.string(),
+});
+export type Issue = z.infer<typeof issueSchema>;
+
+/** Every error response body. */
+export const errorBodySchema = z.object({
+  error: z.string().describe("Human-readable message."),
+  code: errorCodeSchema,
+  issues: z.array(issueSchema).optional(),
+  retryAfterSeconds: z.number().nonnegative().optional(),
+});
+export type ErrorBody = z.infer<typeof errorBodySchema>;
+
+/** The reference bridge's error body, `{error}` only; readers accept it as a fallback. */
+export const referenceErrorBodySchema = z.object({ error: z.string() });
+
+/** `POST /cancel` body. */
+export const cancelRequestSchema = z.strictObject({ sandboxId: sandboxIdSchema });
+export type CancelRequest = z.infer<typeof cancelRequestSchema>;
+
+/** `POST /cancel` answer; `cancelled` says whether a running command was found and stopped. */
+export const cancelResponseSchema = z.object({
+  ok: z.literal(true),
+  sandboxId: sandboxIdSchema,
+  cancelled: z.boolean(),
+});
+export type CancelResponse = z.infer<typeof cancelResponseSchema>;
+
+/** SSE events of a streamed `POST /exec`; the SSE `event:` name equals `type`. */
+export const streamEventSchema = z.discriminatedUnion("type", [
+  z.object({ type: z.literal("start"), sandboxId: sandboxIdSchema, protocol: z.int().positive() }),
+  z.object({ type: z.literal("stdout"), data: z.string() }),
+  z.object({ type: z.literal("stderr"), data: z.string() }),
+  z.object({ type: z.literal("heartbeat"), elapsedMs: z.number().nonnegative() }),
+  z.object({ type: z.literal("exit"), result: execResultSchema }),
+  z.object({ type: z.literal("error"), error: errorBodySchema }),
+]);
+export type StreamEvent = z.infer<typeof streamEventSchema>;
+export type StreamEventType = StreamEvent["type"];

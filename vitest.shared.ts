@@ -1,0 +1,18 @@
+import { defaultServerConditions } from "vite";
+import type { ViteUserConfig } from "vitest/config";
+
+/**
+ * Shared by every package: resolve workspace packages to their TypeScript sources (the `source`
+ * export condition), and write machine-readable results that `.ci/run` totals.
+ */
+export const sharedTestConfig: ViteUserConfig = {
+  resolve: { conditions: ["source", ...defaultServerConditions] },
+  ssr: { resolve: { conditions: ["source", ...defaultServerConditions] } },
+  test: {
+    reporters: ["default", "json"],
+    outputFile: { json: ".vitest-results.json" },
+    testTimeout: 20_000,
+    hookTimeout: 20_000,
+    include: ["test/**/*.test.ts"],
+  },
+};
