@@ -1,0 +1,43 @@
+// Totals the vitest JSON results of every workspace package into the closing CI line.
+// A package with a test script but no results file counts as one failure: a crashed run must
+// never look like an empty, green one.
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+
+const root = new URL("..", import.meta.url).pathname;
+const rootPkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
+let passed = 0;
+let failed = 0;
+let skipped = 0;
+const rows = [];
+
+for (const pattern of rootPkg.workspaces) {
+  const dir = join(root, pattern.replace(/\/\*$/, ""));
+  for (const name of readdirSync(dir)) {
+    const pkgDir = join(dir, name);
+    const pkgFile = join(pkgDir, "package.json");
+    if (!existsSync(pkgFile)) continue;
+    const pkg = JSON.parse(readFileSync(pkgFile, "utf8"));
+    if (!pkg.scripts?.test) continue;
+    const resultsFile = join(pkgDir, ".vitest-results.json");
+    if (!existsSync(resultsFile)) {
+      failed += 1;
+      rows.push(`${pkg.name}: no test results (the run crashed or never started)`);
+      continue;
+    }
+    const r = JSON.parse(readFileSync(resultsFile, "utf8"));
+    const suiteErrors = r.testResults.filter(
+      (file) => file.status === "failed" && file.assertionResults.length === 0,
+    ).length;
+    passed += r.numPassedTests;
+    failed += r.numFailedTests + suiteErrors;
+    skipped += r.numPendingTests + r.numTodoTests;
+    rows.push(
+      `${pkg.name}: ${r.numPassedTests} passed, ${r.numFailedTests + suiteErrors} failed, ${r.numPendingTests + r.numTodoTests} skipped`,
+    );
+  }
+}
+
+for (const row of rows) console.log(row);
+console.log(`${passed} passed, ${failed} failed, ${skipped} skipped`);
+process.exit(failed > 0 || passed === 0 ? 1 : 0);
