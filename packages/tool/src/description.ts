@@ -1,0 +1,23 @@
+import { DEFAULT_TIMEOUT_SECONDS } from "@remote-task/protocol";
+
+/** The name every adapter advertises the tool under. */
+export const REMOTE_TASK_TOOL_NAME = "remote_task";
+
+/** Short human-readable title (MCP `title`, pi `label`). */
+export const REMOTE_TASK_TOOL_TITLE = "Remote task";
+
+/** What the model reads about `remote_task`. */
+export function remoteTaskDescription(
+  defaultTimeoutSeconds: number = DEFAULT_TIMEOUT_SECONDS,
+): string {
+  return [
+    "Run one shell command in a fresh, throwaway remote sandbox and get its output back.",
+    "Every call gets its own new sandbox, so calls never see or disturb each other and are safe to run in parallel: use it to fan work out.",
+    "It is not your computer: none of your files or workspace are there, and no credentials, tokens or environment variables are passed in.",
+    "Put all input in the command itself (inline data, a heredoc, or a public URL to fetch) and have the command print its results to stdout.",
+    "Nothing persists: the sandbox is discarded when the command ends, so anything written there is gone.",
+    "You see stdout followed by stderr. Only the last 50 KB (at most 2000 lines) is shown and there is nowhere to keep the rest, so have the command summarise or filter large output itself.",
+    "A non-zero exit code is reported as an error.",
+    `Set \`timeout\` (seconds, default ${defaultTimeoutSeconds}) for long-running commands.`,
+  ].join(" ");
+}

@@ -1,0 +1,152 @@
+/**
+ * `remote_task` for OpenAI function calling: the tool definitions for the Chat Completions and
+ * Responses APIs, and `handleToolCall()` turning a model's call into the message or input item to
+ * send back. Only types come from the `openai` package; nothing here imports it at runtime.
+ * Failures (invalid JSON arguments included) become output text, never a throw.
+ */
+import type {
+  ChatCompletionFunctionTool,
+  ChatCompletionMessageToolCall,
+  ChatCompletionToolMessageParam,
+} from "openai/resources/chat/completions";
+import type {
+  FunctionTool,
+  ResponseFunctionToolCall,
+  ResponseInputItem,
+} from "openai/resources/responses/responses";
+import { errorResult, type RemoteTaskToolResult } from "./result.js";
+import type { JsonSchemaObject } from "./schema.js";
+import {
+  type ExecuteOptions,
+  type RemoteTaskTool,
+  type RemoteTaskToolSource,
+  toRemoteTaskTool,
+} from "./tool.js";
+
+export type OpenAIToolOptions = {
+  /**
+   * Use OpenAI strict mode (default true): every property required, `timeout` nullable (null
+   * means the default), no extra properties, so the model always produces valid arguments.
+   */
+  strict?: boolean | undefined;
+};
+
+export interface RemoteTaskOpenAI {
+  /** The core tool the calls run through. */
+  readonly tool: RemoteTaskTool;
+  /** For `chat.completions.create({ tools: [chatCompletionsTool] })`. */
+  readonly chatCompletionsTool: ChatCompletionFunctionTool;
+  /** For `responses.create({ tools: [responsesTool] })`. */
+  readonly responsesTool: FunctionTool;
+  /** True when `call` is a call of `remote_task` (either API shape). */
+  isRemoteTaskCall(call: ChatCompletionMessageToolCall | ResponseFunctionToolCall): boolean;
+  /** Runs a Chat Completions tool call; answer with the returned `tool` message. */
+  handleToolCall(
+    call: ChatCompletionMessageToolCall,
+    options?: ExecuteOptions,
+  ): Promise<ChatCompletionToolMessageParam>;
+  /** Runs a Responses `function_call` item; answer with the returned `function_call_output`. */
+  handleToolCall(
+    call: ResponseFunctionToolCall,
+    options?: ExecuteOptions,
+  ): Promise<ResponseInputItem.FunctionCallOutput>;
+}
+
+function strictSchema(schema: JsonSchemaObject): JsonSchemaObject {
+  const properties = schema.properties as Record<string, { description?: string }>;
+  return {
+    type: "object",
+    properties: {
+      command: { type: "string", description: properties.command?.description },
+      timeout: { type: ["number", "null"], description: properties.timeout?.description },
+    },
+    required: ["command", "timeout"],
+    additionalProperties: false,
+  };
+}
+
+function parseArguments(text: string): { ok: true; value: unknown } | { ok: false } {
+  try {
+    const value: unknown = JSON.parse(text === "" ? "{}" : text);
+    // Strict mode sends `timeout: null` for "use the default".
+    if (value && typeof value === "object" && "timeout" in value && value.timeout === null) {
+      const { timeout: _null, ...rest } = value;
+      return { ok: true, value: rest };
+    }
+    return { ok: true, value };
+  } catch {
+    return { ok: false };
+  }
+}
+
+/** Creates the OpenAI tool definitions and the call handler for one `remote_task` tool. */
+export function createRemoteTaskOpenAI(
+  source: RemoteTaskToolSource = {},
+  options: OpenAIToolOptions = {},
+): RemoteTaskOpenAI {
+  const tool = toRemoteTaskTool(source);
+  const strict = options.strict ?? true;
+  const parameters = strict ? strictSchema(tool.jsonSchema) : tool.jsonSchema;
+
+  const run = async (
+    name: string,
+    args: string,
+    execOptions: ExecuteOptions | undefined,
+  ): Promise<RemoteTaskToolResult> => {
+    if (name !== tool.name) {
+      return errorResult(`Unknown tool "${name}": this handler only runs ${tool.name}.`);
+    }
+    const parsed = parseArguments(args);
+    if (!parsed.ok) {
+      return errorResult(
+        `Invalid ${tool.name} arguments: not valid JSON. Pass {"command": "<shell command>", "timeout": <seconds, optional>}.`,
+      );
+    }
+    return tool.execute(parsed.value, execOptions);
+  };
+
+  function isRemoteTaskCall(call: ChatCompletionMessageToolCall | ResponseFunctionToolCall) {
+    if (call.type === "function_call") return call.name === tool.name;
+    return call.type === "function" && call.function.name === tool.name;
+  }
+
+  async function handleToolCall(
+    call: ChatCompletionMessageToolCall,
+    execOptions?: ExecuteOptions,
+  ): Promise<ChatCompletionToolMessageParam>;
+  async function handleToolCall(
+    call: ResponseFunctionToolCall,
+    execOptions?: ExecuteOptions,
+  ): Promise<ResponseInputItem.FunctionCallOutput>;
+  async function handleToolCall(
+    call: ChatCompletionMessageToolCall | ResponseFunctionToolCall,
+    execOptions?: ExecuteOptions,
+  ): Promise<ChatCompletionToolMessageParam | ResponseInputItem.FunctionCallOutput> {
+    if (call.type === "function_call") {
+      const result = await run(call.name, call.arguments, execOptions);
+      return { type: "function_call_output", call_id: call.call_id, output: result.text };
+    }
+    const result =
+      call.type === "function"
+        ? await run(call.function.name, call.function.arguments, execOptions)
+        : errorResult(`${tool.name} is a function tool; custom tool calls are not supported.`);
+    return { role: "tool", tool_call_id: call.id, content: result.text };
+  }
+
+  return {
+    tool,
+    chatCompletionsTool: {
+      type: "function",
+      function: { name: tool.name, description: tool.description, parameters, strict },
+    },
+    responsesTool: {
+      type: "function",
+      name: tool.name,
+      description: tool.description,
+      parameters,
+      strict,
+    },
+    isRemoteTaskCall,
+    handleToolCall,
+  };
+}

@@ -1,0 +1,162 @@
+import {
+  AbortError,
+  clientFromEnv,
+  isConfigured,
+  type RemoteTaskClient,
+  RemoteTaskError,
+} from "@remote-task/client";
+import { DEFAULT_TIMEOUT_SECONDS } from "@remote-task/protocol";
+import {
+  REMOTE_TASK_TOOL_NAME,
+  REMOTE_TASK_TOOL_TITLE,
+  remoteTaskDescription,
+} from "./description.js";
+import { abortedResult, errorResult, type RemoteTaskToolResult, resultFromTask } from "./result.js";
+import {
+  type JsonSchemaObject,
+  type RemoteTaskParametersSchema,
+  remoteTaskJsonSchema,
+  remoteTaskParameters,
+} from "./schema.js";
+
+/** Environment variables as `process.env` holds them. */
+export type EnvLike = Readonly<Record<string, string | undefined>>;
+
+/** The part of a client the tool uses; any `RemoteTaskClient` fits. */
+export type RemoteTaskToolClient = Pick<RemoteTaskClient, "run"> &
+  Partial<Pick<RemoteTaskClient, "close">>;
+
+interface CommonToolOptions {
+  /** Timeout in seconds when the model names none (default 120). */
+  defaultTimeoutSeconds?: number | undefined;
+  /** Replaces the description the model reads. */
+  description?: string | undefined;
+}
+
+/**
+ * Where the tool gets its client: an injected `client` (the caller owns and closes it), or `env`
+ * (`CLOUDFLARE_SANDBOX_URL`, `CLOUDFLARE_SANDBOX_TOKEN`, `CLOUDFLARE_SANDBOX_CWD`, or their `MIKAN_`
+ * forms; default `process.env`), from which the tool creates and owns one on first use.
+ */
+export type RemoteTaskToolOptions = CommonToolOptions &
+  (
+    | { client: RemoteTaskToolClient; env?: undefined }
+    | { client?: undefined; env?: EnvLike | undefined }
+  );
+
+export interface ExecuteOptions {
+  /** Aborting stops the remote command and ends the call with an `aborted` result. */
+  signal?: AbortSignal | undefined;
+}
+
+/** The framework-neutral `remote_task` tool. Adapters wrap exactly this. */
+export interface RemoteTaskTool {
+  readonly name: typeof REMOTE_TASK_TOOL_NAME;
+  readonly title: string;
+  readonly description: string;
+  /** zod schema of the arguments: `{command: string, timeout?: number}`. */
+  readonly parameters: RemoteTaskParametersSchema;
+  /** The same schema as JSON Schema (what a model is shown). */
+  readonly jsonSchema: JsonSchemaObject;
+  readonly defaultTimeoutSeconds: number;
+  /**
+   * Runs one call. Never throws: invalid arguments, configuration and bridge failures, timeouts,
+   * non-zero exits and aborts all come back as results with `isError: true`.
+   */
+  execute(args: unknown, options?: ExecuteOptions): Promise<RemoteTaskToolResult>;
+  /** Closes the client the tool created from `env` (an injected client is left open). */
+  close(): Promise<void>;
+}
+
+function defaultEnv(): EnvLike {
+  return typeof process === "undefined" ? {} : process.env;
+}
+
+function describeIssues(error: {
+  issues: ReadonlyArray<{ path: ReadonlyArray<PropertyKey>; message: string }>;
+}): string {
+  const lines = error.issues.map((issue) => {
+    const path = issue.path.map(String).join(".");
+    return path ? `${path}: ${issue.message}` : issue.message;
+  });
+  return `Invalid ${REMOTE_TASK_TOOL_NAME} arguments: ${lines.join("; ")}. Pass {"command": "<shell command>", "timeout": <seconds, optional>}.`;
+}
+
+function messageOf(error: unknown): string {
+  if (RemoteTaskError.isInstance(error)) return error.message;
+  const detail = error instanceof Error ? error.message : String(error);
+  return `${REMOTE_TASK_TOOL_NAME} failed unexpectedly: ${detail}`;
+}
+
+/** Creates the framework-neutral `remote_task` tool. */
+export function createRemoteTaskTool(options: RemoteTaskToolOptions = {}): RemoteTaskTool {
+  const defaultTimeoutSeconds = options.defaultTimeoutSeconds ?? DEFAULT_TIMEOUT_SECONDS;
+  if (!(defaultTimeoutSeconds > 0) || !Number.isFinite(defaultTimeoutSeconds)) {
+    throw new RangeError("defaultTimeoutSeconds must be a positive number of seconds");
+  }
+  const parameters = remoteTaskParameters(defaultTimeoutSeconds);
+  const injected = options.client;
+  const env = options.env ?? defaultEnv();
+  let owned: RemoteTaskClient | undefined;
+
+  const clientFor = (): RemoteTaskToolClient => {
+    if (injected) return injected;
+    owned ??= clientFromEnv(env);
+    return owned;
+  };
+
+  return {
+    name: REMOTE_TASK_TOOL_NAME,
+    title: REMOTE_TASK_TOOL_TITLE,
+    description: options.description ?? remoteTaskDescription(defaultTimeoutSeconds),
+    parameters,
+    jsonSchema: remoteTaskJsonSchema(parameters),
+    defaultTimeoutSeconds,
+    async execute(args, { signal } = {}) {
+      const parsed = parameters.safeParse(args);
+      if (!parsed.success) return errorResult(describeIssues(parsed.error));
+      const { command, timeout } = parsed.data;
+      if (signal?.aborted) return abortedResult();
+      try {
+        // Only the command and its deadline leave the host: never `env`, never a cwd from the model.
+        const result = await clientFor().run(command, { timeoutSeconds: timeout, signal });
+        return resultFromTask(result, timeout);
+      } catch (error) {
+        if (signal?.aborted || AbortError.isInstance(error)) return abortedResult();
+        return errorResult(messageOf(error));
+      }
+    },
+    async close() {
+      const client = owned;
+      owned = undefined;
+      await client?.close();
+    },
+  };
+}
+
+/** True when `env` configures a bridge with a valid URL, i.e. when the tool can actually run. */
+export function isRemoteTaskAvailable(env: EnvLike = defaultEnv()): boolean {
+  return isConfigured(env);
+}
+
+/**
+ * The tools to offer an agent: `[remote_task]` when `env` configures a bridge, otherwise `[]`, so
+ * a host without a bridge never advertises what it cannot run.
+ */
+export function remoteTaskTools(
+  env: EnvLike = defaultEnv(),
+  options: CommonToolOptions = {},
+): RemoteTaskTool[] {
+  return isRemoteTaskAvailable(env) ? [createRemoteTaskTool({ ...options, env })] : [];
+}
+
+/** Accepts a ready tool or the options to create one (what every adapter takes). */
+export type RemoteTaskToolSource = RemoteTaskTool | RemoteTaskToolOptions;
+
+export function toRemoteTaskTool(source: RemoteTaskToolSource = {}): RemoteTaskTool {
+  return isRemoteTaskTool(source) ? source : createRemoteTaskTool(source);
+}
+
+function isRemoteTaskTool(value: RemoteTaskToolSource): value is RemoteTaskTool {
+  return "execute" in value && typeof value.execute === "function";
+}

@@ -1,0 +1,104 @@
+import { readFileSync } from "node:fs";
+import type { TaskResult } from "@remote-task/client";
+import { describe, expect, it } from "vitest";
+import { createRemoteTaskTool } from "../src/index.js";
+import { fakeClient, taskResult } from "./helpers/fake-client.js";
+
+// The inputs follow the recipes in test/golden/generate.py, an independent implementation of
+// the reference rules that wrote the expected bytes.
+function cjkLines(): string {
+  let text = "";
+  for (let i = 1; i <= 1500; i++) text += `行${i}：${"漢字かな交じり文".repeat(4)}\n`;
+  return text;
+}
+function numbered(prefix: string, count: number): string {
+  let text = "";
+  for (let i = 1; i <= count; i++) text += `${prefix} ${i}\n`;
+  return text;
+}
+
+interface Case {
+  name: string;
+  result: Partial<TaskResult>;
+  timeout?: number;
+  isError: boolean;
+}
+
+const cases: Case[] = [
+  { name: "stdout-only", result: { stdout: "hello\n" }, isError: false },
+  {
+    name: "stdout-and-stderr",
+    result: { stdout: "out\n", stderr: "warn: careful\n" },
+    isError: false,
+  },
+  { name: "stderr-only", result: { stderr: "only stderr" }, isError: false },
+  { name: "no-output", result: {}, isError: false },
+  { name: "exit-code", result: { stdout: "boom\n", exitCode: 2 }, isError: true },
+  { name: "exit-code-no-output", result: { exitCode: 1 }, isError: true },
+  {
+    name: "timeout-partial",
+    result: { stdout: "tick 1\ntick 2\n", exitCode: 124, outcome: "timeout" },
+    timeout: 5,
+    isError: true,
+  },
+  {
+    name: "timeout-no-output",
+    result: { exitCode: 124, outcome: "timeout" },
+    timeout: 0.5,
+    isError: true,
+  },
+  {
+    name: "cancelled",
+    result: { stdout: "started\n", exitCode: 130, outcome: "cancelled" },
+    isError: true,
+  },
+  { name: "cjk-single-line", result: { stdout: `頭${"界".repeat(20000)}` }, isError: false },
+  {
+    name: "cjk-lines",
+    result: { stdout: cjkLines(), stderr: "エラー：最後の行\n" },
+    isError: false,
+  },
+  { name: "emoji-at-cut", result: { stdout: `${"😀".repeat(13000)}x` }, isError: false },
+  { name: "line-limit", result: { stdout: numbered("line", 3000) }, isError: false },
+  {
+    name: "bridge-truncated",
+    result: { stdout: "tail line\n", stdoutBytes: 4_400_000, stdoutTruncated: true },
+    isError: false,
+  },
+  {
+    name: "truncated-exit-code",
+    result: { stdout: numbered("row", 2500), stderr: "failed at the end", exitCode: 3 },
+    isError: true,
+  },
+];
+
+function golden(name: string): string {
+  return readFileSync(new URL(`./golden/${name}.txt`, import.meta.url), "utf8");
+}
+
+describe("result text (golden, byte for byte)", () => {
+  for (const c of cases) {
+    it(c.name, async () => {
+      const tool = createRemoteTaskTool({ client: fakeClient(() => taskResult(c.result)) });
+      const args =
+        c.timeout === undefined ? { command: "x" } : { command: "x", timeout: c.timeout };
+      const result = await tool.execute(args);
+      expect(Buffer.from(result.text)).toEqual(Buffer.from(golden(c.name)));
+      expect(result.isError).toBe(c.isError);
+    });
+  }
+
+  it("never splits a character at the cut and stays within 50 KiB", async () => {
+    for (const name of ["cjk-single-line", "cjk-lines", "emoji-at-cut"]) {
+      const c = cases.find((x) => x.name === name)!;
+      const tool = createRemoteTaskTool({ client: fakeClient(() => taskResult(c.result)) });
+      const { text } = await tool.execute({ command: "x" });
+      const kept = text.slice(0, text.lastIndexOf("\n\n[Showing the last "));
+      // In `u` mode a character class matches only lone surrogates, never a valid pair.
+      expect(kept).not.toMatch(/[\uD800-\uDFFF]|\uFFFD/u);
+      expect(Buffer.byteLength(kept)).toBeLessThanOrEqual(51_200);
+      const joined = c.result.stderr ? `${c.result.stdout}\n${c.result.stderr}` : c.result.stdout!;
+      expect(joined.endsWith(kept)).toBe(true);
+    }
+  });
+});
