@@ -1,0 +1,292 @@
+/**
+ * The only module that imports `@cloudflare/sandbox`: a move to another SDK version touches
+ * this file alone.
+ */
+import {
+  ContainerUnavailableError,
+  type ExecEvent,
+  getSandbox,
+  parseSSEStream,
+  type Sandbox,
+  type SandboxOptions,
+} from "@cloudflare/sandbox";
+import {
+  BackendError,
+  type BridgeLogger,
+  type ExecSpec,
+  jsonLineLogger,
+  type OutputChunk,
+  type RunningCommand,
+  type SandboxBackend,
+} from "@remote-task/bridge";
+
+export { Sandbox } from "@cloudflare/sandbox";
+
+/** The part of the SDK's sandbox stub this backend uses (typed against the real SDK). */
+export type SandboxHandle = Pick<Sandbox, "execStream" | "destroy">;
+
+export interface CloudflareSandboxBackendOptions {
+  /** The `Sandbox` Durable Object namespace binding (`env.Sandbox`). */
+  namespace: DurableObjectNamespace<Sandbox>;
+  /** Passed to `getSandbox` as `sleepAfter`; a backstop, since every sandbox is destroyed. */
+  sleepAfter?: string | number;
+  /** Longest wait for one `destroy()` before it is logged as failed (default 30 s). */
+  destroyTimeoutMs?: number;
+  /** Receives a `destroy_failed` entry when a sandbox could not be destroyed. */
+  logger?: BridgeLogger;
+}
+
+/** Extra time given to the SDK's own command timeout so the bridge's deadline always fires first. */
+const SDK_TIMEOUT_GRACE_MS = 5_000;
+/** What the SDK's container path sends as `Retry-After` when no instance is free. */
+const DEFAULT_RETRY_AFTER_SECONDS = 10;
+const DEFAULT_DESTROY_TIMEOUT_MS = 30_000;
+const MAX_SDK_MESSAGE_LENGTH = 300;
+
+/** Lower-case fragments of the platform's messages when no container can be placed. */
+const CAPACITY_SIGNATURES = [
+  "there is no container instance that can be provided to this durable object",
+  "there is no container instance available at this time",
+  "maximum number of running container instances exceeded",
+];
+const CONTAINERS_DISABLED_SIGNATURE = "containers have not been enabled";
+
+export const CONTAINERS_DISABLED_MESSAGE =
+  "Containers are not available to this Worker: it runs without them (for example `wrangler dev` " +
+  "with containers disabled, which needs Docker to enable). Deploy it with " +
+  "`npm run deploy -w apps/worker`, or run `wrangler dev --enable-containers` with Docker running.";
+
+/**
+ * Runs each command in a fresh Cloudflare container (one `Sandbox` Durable Object per
+ * sandbox id) and streams its output, so the Worker holds only what the bridge retains.
+ */
+export class CloudflareSandboxBackend implements SandboxBackend {
+  readonly name = "cloudflare";
+  readonly isolation = "container";
+  readonly #options: CloudflareSandboxBackendOptions;
+  readonly #logger: BridgeLogger;
+
+  constructor(options: CloudflareSandboxBackendOptions) {
+    this.#options = options;
+    this.#logger = options.logger ?? jsonLineLogger;
+  }
+
+  async start(spec: ExecSpec): Promise<RunningCommand> {
+    spec.signal.throwIfAborted();
+    let stream: ReadableStream<Uint8Array>;
+    try {
+      const sandbox = this.#sandbox(spec.sandboxId);
+      // The signal is not passed over RPC (an AbortSignal cannot cross it); aborting while
+      // the container starts is handled by racing it, and `destroy()` follows in every case.
+      stream = await untilAborted(
+        sandbox.execStream(spec.command, {
+          timeout: spec.timeoutMs + SDK_TIMEOUT_GRACE_MS,
+          cwd: spec.cwd,
+          env: { ...spec.env },
+        }),
+        spec.signal,
+      );
+    } catch (error) {
+      throw toBackendError(error, spec.env);
+    }
+    return readCommand(stream, spec);
+  }
+
+  async destroy(sandboxId: string): Promise<void> {
+    const timeoutMs = this.#options.destroyTimeoutMs ?? DEFAULT_DESTROY_TIMEOUT_MS;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    try {
+      const destroyed = this.#sandbox(sandboxId).destroy();
+      // The SDK coalesces destroys but never bounds them; a stuck control plane must not keep
+      // the Worker's `waitUntil` alive forever.
+      const timedOut = new Promise<never>((_, reject) => {
+        timer = setTimeout(
+          () => reject(new Error(`destroy() did not finish within ${timeoutMs} ms`)),
+          timeoutMs,
+        );
+      });
+      await Promise.race([destroyed, timedOut]);
+    } catch (error) {
+      // Logged and swallowed: the call's result is already decided, and the container stops by
+      // itself once its `sleepAfter` expires.
+      this.#logger({
+        event: "destroy_failed",
+        level: "error",
+        sandboxId,
+        detail: describeError(error),
+      });
+    } finally {
+      if (timer !== undefined) clearTimeout(timer);
+    }
+  }
+
+  #sandbox(sandboxId: string): SandboxHandle {
+    const options: SandboxOptions = {
+      // Ids are already lowercase-valid (protocol schema), so no normalisation is needed and
+      // the Durable Object key is exactly the id the caller chose.
+      normalizeId: false,
+      // One command per sandbox: run it as a fresh process rather than in a shared shell
+      // session, so `exit 3` is an exit code and not a terminated session.
+      enableDefaultSession: false,
+    };
+    if (this.#options.sleepAfter !== undefined) options.sleepAfter = this.#options.sleepAfter;
+    return getSandbox(this.#options.namespace, sandboxId, options);
+  }
+}
+
+/** Turns the SDK's SSE stream into the bridge's output iterable and exit promise. */
+function readCommand(stream: ReadableStream<Uint8Array>, spec: ExecSpec): RunningCommand {
+  let settled = false;
+  let settle!: (outcome: { code: number } | { error: unknown }) => void;
+  const exit = new Promise<number>((resolve, reject) => {
+    settle = (outcome) => {
+      if (settled) return;
+      settled = true;
+      if ("code" in outcome) resolve(outcome.code);
+      else reject(outcome.error);
+    };
+  });
+  // The bridge may stop listening after an abort; a late rejection must not go unhandled.
+  exit.catch(() => {});
+
+  async function* output(): AsyncGenerator<OutputChunk> {
+    try {
+      for await (const event of parseSSEStream<ExecEvent>(stream, spec.signal)) {
+        if (event.type === "stdout" || event.type === "stderr") {
+          if (event.data) yield { stream: event.type, data: event.data };
+        } else if (event.type === "complete") {
+          const code = event.exitCode ?? event.result?.exitCode;
+          if (typeof code === "number" && Number.isInteger(code)) settle({ code });
+          else
+            settle({ error: sandboxError("The sandbox reported an exit without an exit code.") });
+          return;
+        } else if (event.type === "error") {
+          const reason = event.error ?? event.data ?? "the command could not be run";
+          settle({ error: sandboxError(`The sandbox failed: ${safeText(reason, spec.env)}`) });
+          return;
+        }
+      }
+      settle({
+        error: spec.signal.aborted
+          ? abortedError()
+          : sandboxError("The sandbox closed the output stream before the command exited."),
+      });
+    } catch (error) {
+      settle({ error: spec.signal.aborted ? abortedError() : toBackendError(error, spec.env) });
+    } finally {
+      // Reached early when the reader stops (abort or a consumer that breaks out).
+      if (!settled) settle({ error: abortedError() });
+      stream.cancel().catch(() => {});
+    }
+  }
+
+  return { output: output(), exit };
+}
+
+/** Rejects as soon as `signal` aborts; the underlying promise is left to settle unobserved. */
+function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(abortedError());
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(abortedError());
+    signal.addEventListener("abort", onAbort, { once: true });
+    promise.then(
+      (value) => {
+        signal.removeEventListener("abort", onAbort);
+        if (signal.aborted && isStream(value)) value.cancel().catch(() => {});
+        resolve(value);
+      },
+      (error: unknown) => {
+        signal.removeEventListener("abort", onAbort);
+        reject(error);
+      },
+    );
+  });
+}
+
+function isStream(value: unknown): value is ReadableStream {
+  return value instanceof ReadableStream;
+}
+
+function abortedError(): BackendError {
+  return sandboxError("The command was stopped before it finished.");
+}
+
+function sandboxError(message: string, cause?: unknown): BackendError {
+  return new BackendError("sandbox_error", message, cause === undefined ? {} : { cause });
+}
+
+/**
+ * Maps anything the SDK throws to a `BackendError` whose message is safe to show: capacity
+ * problems become `capacity_exceeded` (retryable), everything else `sandbox_error`.
+ * Errors cross the Durable Object RPC boundary as plain errors, so classes are matched by
+ * name, code and the platform's message as well as by `instanceof`.
+ */
+export function toBackendError(error: unknown, env: Readonly<Record<string, string>> = {}) {
+  if (BackendError.isInstance(error)) return error;
+  const message = messageOf(error);
+  const lower = message.toLowerCase();
+  if (isCapacityError(error, lower)) {
+    return new BackendError(
+      "capacity_exceeded",
+      "No sandbox container is free right now (the deployment's max_instances are busy or none " +
+        "could be placed). Try again shortly.",
+      { retryAfterSeconds: retryAfterSeconds(error), cause: error },
+    );
+  }
+  if (lower.includes(CONTAINERS_DISABLED_SIGNATURE)) {
+    return sandboxError(CONTAINERS_DISABLED_MESSAGE, error);
+  }
+  const code = sdkCode(error);
+  const detail = message ? `: ${safeText(message, env)}` : "";
+  return sandboxError(`The sandbox failed${code ? ` (${code})` : ""}${detail}`, error);
+}
+
+function isCapacityError(error: unknown, lowerMessage: string): boolean {
+  if (error instanceof ContainerUnavailableError) return true;
+  if (isRecord(error)) {
+    if (error.name === "ContainerUnavailableError") return true;
+    if (sdkCode(error) === "CONTAINER_UNAVAILABLE") return true;
+  }
+  return CAPACITY_SIGNATURES.some((signature) => lowerMessage.includes(signature));
+}
+
+function retryAfterSeconds(error: unknown): number {
+  const ms =
+    error instanceof ContainerUnavailableError
+      ? error.retryAfterMs
+      : isRecord(error) && isRecord(error.context)
+        ? error.context.retryAfterMs
+        : undefined;
+  return typeof ms === "number" && Number.isFinite(ms) && ms > 0
+    ? Math.ceil(ms / 1000)
+    : DEFAULT_RETRY_AFTER_SECONDS;
+}
+
+function sdkCode(error: unknown): string | undefined {
+  if (!isRecord(error)) return undefined;
+  const code = error.code;
+  return typeof code === "string" && /^[A-Z][A-Z0-9_]{1,63}$/.test(code) ? code : undefined;
+}
+
+function messageOf(error: unknown): string {
+  if (isRecord(error) && typeof error.message === "string") return error.message;
+  return typeof error === "string" ? error : "";
+}
+
+function describeError(error: unknown): string {
+  const name = isRecord(error) && typeof error.name === "string" ? error.name : "Error";
+  return `${name}: ${messageOf(error).slice(0, MAX_SDK_MESSAGE_LENGTH)}`;
+}
+
+/** Shortens an SDK message and removes any env value the caller sent. */
+function safeText(text: string, env: Readonly<Record<string, string>>): string {
+  let safe = text;
+  for (const value of Object.values(env)) {
+    if (value.length > 0) safe = safe.split(value).join("[redacted]");
+  }
+  return safe.length > MAX_SDK_MESSAGE_LENGTH ? `${safe.slice(0, MAX_SDK_MESSAGE_LENGTH)}…` : safe;
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null;
+}

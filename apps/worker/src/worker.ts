@@ -1,0 +1,72 @@
+import {
+  type BridgeHandler,
+  type BridgeLogger,
+  createBridge,
+  jsonLineLogger,
+} from "@remote-task/bridge";
+import { ERROR_STATUS, type ErrorBody } from "@remote-task/protocol";
+import { CloudflareSandboxBackend } from "./cloudflare-backend.js";
+import { ConfigError, readConfig, type WorkerEnv } from "./config.js";
+
+export interface WorkerHandlerOptions {
+  /** Receives the bridge's structured log entries (default: JSON lines on the console). */
+  logger?: BridgeLogger;
+}
+
+/**
+ * Builds the Worker's `fetch` handler. One bridge is kept per set of bindings, so calls in one
+ * isolate share it: a `POST /cancel` reaching the isolate that runs the call stops it there;
+ * anywhere else it destroys the sandbox, which ends the call too.
+ */
+export function createWorker(options: WorkerHandlerOptions = {}) {
+  const logger = options.logger ?? jsonLineLogger;
+  const bridges = new WeakMap<WorkerEnv, BridgeHandler | ConfigError>();
+
+  function bridgeFor(env: WorkerEnv): BridgeHandler | ConfigError {
+    const cached = bridges.get(env);
+    if (cached !== undefined) return cached;
+    let bridge: BridgeHandler | ConfigError;
+    try {
+      const config = readConfig(env);
+      const backend = new CloudflareSandboxBackend({
+        namespace: env.Sandbox,
+        logger,
+        ...(config.sleepAfter === undefined ? {} : { sleepAfter: config.sleepAfter }),
+      });
+      bridge = createBridge({
+        backend,
+        logger,
+        limits: config.limits,
+        allowUnauthenticated: config.allowUnauthenticated,
+        ...(config.token === undefined ? {} : { token: config.token }),
+        ...(config.defaultCwd === undefined ? {} : { defaultCwd: config.defaultCwd }),
+        ...(config.heartbeatIntervalMs === undefined
+          ? {}
+          : { heartbeatIntervalMs: config.heartbeatIntervalMs }),
+      });
+    } catch (error) {
+      if (!ConfigError.isInstance(error)) throw error;
+      bridge = error;
+    }
+    bridges.set(env, bridge);
+    return bridge;
+  }
+
+  return {
+    async fetch(request: Request, env: WorkerEnv, ctx: ExecutionContext): Promise<Response> {
+      const bridge = bridgeFor(env);
+      if (ConfigError.isInstance(bridge)) return notConfigured(bridge);
+      // Sandboxes are destroyed after the response is sent, without delaying it.
+      return bridge.fetch(request, { waitUntil: ctx.waitUntil.bind(ctx) });
+    },
+  } satisfies ExportedHandler<WorkerEnv>;
+}
+
+/** Every route answers 503 `not_configured` naming the variable, never a crash. */
+function notConfigured(error: ConfigError): Response {
+  const body: ErrorBody = { error: error.message, code: "not_configured" };
+  return new Response(JSON.stringify(body), {
+    status: ERROR_STATUS.not_configured,
+    headers: { "content-type": "application/json; charset=utf-8", "cache-control": "no-store" },
+  });
+}

@@ -1,0 +1,243 @@
+/**
+ * A stand-in for the SDK's `Sandbox` Durable Object, bound as `Sandbox` in the test Worker.
+ * It implements the SDK surface the backend uses, typed against the real SDK so that API drift
+ * breaks the typecheck. What a command does is driven by the command text: `fake <json>` runs
+ * a {@link FakeScenario}; `pwd` prints the cwd; `echo ...` prints its arguments; anything else
+ * prints nothing and exits 0. Everything the Worker did to it is recorded in its storage.
+ */
+
+import { DurableObject } from "cloudflare:workers";
+import { ContainerUnavailableError, type ExecEvent, type Sandbox } from "@cloudflare/sandbox";
+
+type SandboxSurface = Pick<
+  Sandbox,
+  "configure" | "execStream" | "execStreamWithSessionToken" | "destroy"
+>;
+type StreamOptions = NonNullable<Parameters<Sandbox["execStream"]>[1]>;
+type Configuration = Parameters<Sandbox["configure"]>[0];
+
+export interface FakeStep {
+  stream?: "stdout" | "stderr";
+  /** Text of each chunk. */
+  data: string;
+  /** How many times the chunk is sent (default 1). */
+  repeat?: number;
+  /** Wait before the step (ms). */
+  delayMs?: number;
+}
+
+export interface FakeScenario {
+  steps?: FakeStep[];
+  /** Exit code sent in the `complete` event (default 0). */
+  exitCode?: number;
+  /** After the steps: never complete (the stream stays open until cancelled). */
+  hang?: boolean;
+  /** After the steps: send `chunk` on stdout forever. */
+  endless?: string;
+  /** `execStream` rejects before any output. */
+  startError?: "capacity" | "sdk";
+  /** After the steps: an SSE `error` event, or the stream itself errors. */
+  failMidStream?: "event" | "throw";
+  /** After the steps: the stream closes without a `complete` event. */
+  closeWithoutExit?: boolean;
+  /** `destroy()` rejects. */
+  destroyFails?: boolean;
+}
+
+export interface FakeState {
+  configurations: Configuration[];
+  execs: Array<{
+    command: string;
+    sessionId: string | null;
+    cwd?: string;
+    envNames: string[];
+    timeout?: number;
+  }>;
+  destroyCalls: number;
+  destroyed: boolean;
+  streamCancelled: boolean;
+  bytesSent: number;
+}
+
+/** Builds the command text that makes the fake run `scenario`. */
+export function fakeCommand(scenario: FakeScenario): string {
+  return `fake ${JSON.stringify(scenario)}`;
+}
+
+const STATE_KEY = "state";
+const encoder = new TextEncoder();
+
+function frame(event: Omit<ExecEvent, "timestamp">): Uint8Array {
+  const full: ExecEvent = { ...event, timestamp: new Date().toISOString() };
+  return encoder.encode(`event: ${event.type}\ndata: ${JSON.stringify(full)}\n\n`);
+}
+
+/** Resolves after `ms`, or as soon as `signal` aborts (the stream was cancelled). */
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const timer = Number.isFinite(ms) ? setTimeout(resolve, ms) : undefined;
+    signal.addEventListener("abort", () => {
+      if (timer !== undefined) clearTimeout(timer);
+      resolve();
+    });
+  });
+}
+
+export class FakeSandbox extends DurableObject implements SandboxSurface {
+  #scenario: FakeScenario = {};
+
+  async fakeState(): Promise<FakeState> {
+    return (
+      (await this.ctx.storage.get<FakeState>(STATE_KEY)) ?? {
+        configurations: [],
+        execs: [],
+        destroyCalls: 0,
+        destroyed: false,
+        streamCancelled: false,
+        bytesSent: 0,
+      }
+    );
+  }
+
+  async #update(change: (state: FakeState) => void): Promise<void> {
+    const state = await this.fakeState();
+    change(state);
+    await this.ctx.storage.put(STATE_KEY, state);
+  }
+
+  async configure(configuration: Configuration): Promise<void> {
+    await this.#update((state) => {
+      state.configurations.push(configuration);
+    });
+  }
+
+  async destroy(): Promise<void> {
+    await this.#update((state) => {
+      state.destroyCalls++;
+      if (!this.#scenario.destroyFails) state.destroyed = true;
+    });
+    if (this.#scenario.destroyFails) throw new Error("fake destroy failed");
+  }
+
+  execStream(command: string, options?: StreamOptions): Promise<ReadableStream<Uint8Array>> {
+    return this.#start(command, null, options);
+  }
+
+  execStreamWithSessionToken(
+    command: string,
+    sessionId: string,
+    options?: StreamOptions,
+  ): Promise<ReadableStream<Uint8Array>> {
+    return this.#start(command, sessionId, options);
+  }
+
+  async #start(
+    command: string,
+    sessionId: string | null,
+    options: StreamOptions | undefined,
+  ): Promise<ReadableStream<Uint8Array>> {
+    this.#scenario = scenarioOf(command, options);
+    await this.#update((state) => {
+      state.execs.push({
+        command,
+        sessionId,
+        ...(options?.cwd === undefined ? {} : { cwd: options.cwd }),
+        envNames: Object.keys(options?.env ?? {}),
+        ...(options?.timeout === undefined ? {} : { timeout: options.timeout }),
+      });
+    });
+    const scenario = this.#scenario;
+    if (scenario.startError === "capacity") {
+      throw new ContainerUnavailableError({
+        code: "CONTAINER_UNAVAILABLE",
+        message: "Maximum number of running container instances exceeded",
+        context: {
+          reason: "max_container_instances_exceeded",
+          retryable: true,
+          retryAfterMs: 7_000,
+        },
+        httpStatus: 503,
+        timestamp: new Date().toISOString(),
+      });
+    }
+    if (scenario.startError === "sdk") throw new Error("fake sandbox could not start the command");
+    return this.#stream(scenario);
+  }
+
+  #stream(scenario: FakeScenario): ReadableStream<Uint8Array> {
+    const stop = new AbortController();
+    const frames = this.#frames(scenario, stop.signal);
+    let sent = 0;
+    const record = () =>
+      this.#update((state) => {
+        state.bytesSent += sent;
+        sent = 0;
+      });
+    return new ReadableStream<Uint8Array>({
+      pull: async (controller) => {
+        const next = await frames.next();
+        if (next.done) {
+          await record();
+          controller.close();
+          return;
+        }
+        if (next.value === "throw") {
+          await record();
+          controller.error(new Error("fake container connection lost"));
+          return;
+        }
+        sent += next.value.payloadBytes;
+        controller.enqueue(next.value.bytes);
+      },
+      cancel: async () => {
+        stop.abort();
+        await record();
+        await this.#update((state) => {
+          state.streamCancelled = true;
+        });
+      },
+    });
+  }
+
+  async *#frames(
+    scenario: FakeScenario,
+    signal: AbortSignal,
+  ): AsyncGenerator<{ bytes: Uint8Array; payloadBytes: number } | "throw"> {
+    yield { bytes: frame({ type: "start" }), payloadBytes: 0 };
+    for (const step of scenario.steps ?? []) {
+      if (step.delayMs) await sleep(step.delayMs, signal);
+      const payloadBytes = encoder.encode(step.data).byteLength;
+      const bytes = frame({ type: step.stream ?? "stdout", data: step.data });
+      for (let i = 0; i < (step.repeat ?? 1); i++) yield { bytes: bytes.slice(), payloadBytes };
+    }
+    if (scenario.endless !== undefined) {
+      const bytes = frame({ type: "stdout", data: scenario.endless });
+      const payloadBytes = encoder.encode(scenario.endless).byteLength;
+      while (!signal.aborted) {
+        await sleep(1, signal);
+        yield { bytes: bytes.slice(), payloadBytes };
+      }
+      return;
+    }
+    if (scenario.hang) await sleep(Number.POSITIVE_INFINITY, signal);
+    if (signal.aborted) return;
+    if (scenario.failMidStream === "event") {
+      yield { bytes: frame({ type: "error", error: "fake command crashed" }), payloadBytes: 0 };
+      return;
+    }
+    if (scenario.failMidStream === "throw") {
+      yield "throw";
+      return;
+    }
+    if (scenario.closeWithoutExit) return;
+    yield { bytes: frame({ type: "complete", exitCode: scenario.exitCode ?? 0 }), payloadBytes: 0 };
+  }
+}
+
+function scenarioOf(command: string, options: StreamOptions | undefined): FakeScenario {
+  if (command.startsWith("fake ")) return JSON.parse(command.slice(5)) as FakeScenario;
+  if (command === "pwd") return { steps: [{ data: `${options?.cwd ?? "/workspace"}\n` }] };
+  if (command.startsWith("echo ")) return { steps: [{ data: `${command.slice(5)}\n` }] };
+  return {};
+}
