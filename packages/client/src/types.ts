@@ -11,6 +11,18 @@ export interface RetryOptions {
   maxDelayMs?: number;
   /** Most time spent waiting between attempts, in ms (default 30_000). */
   maxTotalMs?: number;
+  /** Called before each wait for another attempt (logging, metrics). */
+  onRetry?: ((info: RetryInfo) => void) | undefined;
+}
+
+/** What {@link RetryOptions.onRetry} is told before the client waits and tries again. */
+export interface RetryInfo {
+  /** The attempt that just failed, 1 for the first. */
+  attempt: number;
+  /** How long the client waits before the next attempt. */
+  delayMs: number;
+  /** Why the attempt failed (a `ConnectionError` or `CapacityError`). */
+  error: RemoteTaskError;
 }
 
 export interface ClientOptions {
@@ -24,8 +36,18 @@ export interface ClientOptions {
   idPrefix?: string | undefined;
   /** Default per-task timeout in seconds (default 120). */
   timeoutSeconds?: number | undefined;
-  /** Extra client-side time beyond the task timeout before a call is abandoned (default 30 s). */
+  /**
+   * Extra client-side time beyond the task timeout before a call is abandoned (default 30 s);
+   * covers cold start and transfer. `health()` and `cancel()` are bounded by this alone.
+   */
   graceSeconds?: number | undefined;
+  /**
+   * In streaming mode, the longest silence (no event, heartbeats included) before the call is
+   * abandoned with a `TimeoutError` (default 45 s; bridges send a heartbeat at least every 15 s).
+   */
+  idleTimeoutSeconds?: number | undefined;
+  /** Most connections the client's own Agent opens per origin (default 128). */
+  maxConnections?: number | undefined;
   /** Retry policy for what provably did not run; `false` disables retries. */
   retry?: RetryOptions | false | undefined;
   /** undici dispatcher to send through (default: a keep-alive Agent owned by the client). */

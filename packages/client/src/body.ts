@@ -1,0 +1,76 @@
+import { formatSize } from "@remote-task/protocol";
+import { ProtocolError } from "./errors.js";
+import { raceAbort } from "./transport.js";
+
+/**
+ * The chunks of `body`, ending as soon as `signal` aborts (with its reason), even when the
+ * underlying stream ignores the abort and would wait for ever.
+ */
+export async function* abortableChunks(
+  body: AsyncIterable<Uint8Array>,
+  signal: AbortSignal,
+): AsyncGenerator<Uint8Array> {
+  const iterator = body[Symbol.asyncIterator]();
+  let finished = false;
+  try {
+    for (;;) {
+      const next = await raceAbort(iterator.next(), signal);
+      if (next.done) {
+        finished = true;
+        break;
+      }
+      yield next.value;
+    }
+  } finally {
+    if (!finished) iterator.return?.()?.catch(() => {});
+  }
+  // A stream cancelled because of the abort ends like a complete one; report the abort instead.
+  if (signal.aborted) throw signal.reason;
+}
+
+/** Reads the whole body, refusing (with a `ProtocolError`) to hold more than `maxBytes`. */
+export async function readBounded(
+  body: AsyncIterable<Uint8Array>,
+  maxBytes: number,
+  signal: AbortSignal,
+  context: { status: number; sandboxId?: string | undefined },
+): Promise<Uint8Array> {
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for await (const chunk of abortableChunks(body, signal)) {
+    size += chunk.byteLength;
+    if (size > maxBytes) {
+      throw new ProtocolError(
+        `The bridge's response is larger than the ${formatSize(maxBytes)} limit (maxResponseBytes); stopped reading it. Check that the URL points at a remote-task bridge, or raise maxResponseBytes.`,
+        withSandbox({ status: context.status }, context.sandboxId),
+      );
+    }
+    chunks.push(chunk);
+  }
+  if (chunks.length === 1) return chunks[0] as Uint8Array;
+  const all = new Uint8Array(size);
+  let offset = 0;
+  for (const chunk of chunks) {
+    all.set(chunk, offset);
+    offset += chunk.byteLength;
+  }
+  return all;
+}
+
+export function withSandbox<T extends object>(
+  options: T,
+  sandboxId: string | undefined,
+): T & { sandboxId?: string } {
+  return sandboxId === undefined ? options : { ...options, sandboxId };
+}
+
+const decoder = new TextDecoder();
+
+/** `{ok: true, value}` with the parsed JSON, or `{ok: false}` for bytes that are not JSON. */
+export function parseJson(bytes: Uint8Array): { ok: true; value: unknown } | { ok: false } {
+  try {
+    return { ok: true, value: JSON.parse(decoder.decode(bytes)) };
+  } catch {
+    return { ok: false };
+  }
+}

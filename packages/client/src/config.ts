@@ -1,0 +1,240 @@
+import {
+  assertSandboxIdPrefix,
+  DEFAULT_CWD,
+  DEFAULT_ID_PREFIX,
+  DEFAULT_TIMEOUT_SECONDS,
+} from "@remote-task/protocol";
+import type { Dispatcher } from "undici";
+import { ConfigurationError } from "./errors.js";
+import type { ClientOptions, RetryInfo } from "./types.js";
+
+export const DEFAULT_GRACE_SECONDS = 30;
+export const DEFAULT_IDLE_TIMEOUT_SECONDS = 45;
+export const DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024;
+export const DEFAULT_MAX_CONNECTIONS = 128;
+export const DEFAULT_CONCURRENCY = 8;
+
+export interface RetryPolicy {
+  maxAttempts: number;
+  initialDelayMs: number;
+  maxDelayMs: number;
+  maxTotalMs: number;
+  onRetry: ((info: RetryInfo) => void) | undefined;
+}
+
+/** Options after validation and defaults. */
+export interface ResolvedConfig {
+  /** Base URL without a trailing slash; routes are appended to it. */
+  baseUrl: string;
+  token: string | undefined;
+  cwd: string;
+  idPrefix: string;
+  timeoutSeconds: number;
+  graceSeconds: number;
+  idleTimeoutSeconds: number;
+  retry: RetryPolicy;
+  dispatcher: Dispatcher | undefined;
+  fetch: typeof globalThis.fetch | undefined;
+  maxResponseBytes: number;
+  maxConnections: number;
+}
+
+const NO_RETRY: RetryPolicy = {
+  maxAttempts: 1,
+  initialDelayMs: 0,
+  maxDelayMs: 0,
+  maxTotalMs: 0,
+  onRetry: undefined,
+};
+
+function positiveNumber(name: string, value: number | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== "number" || !Number.isFinite(value) || value <= 0) {
+    throw new ConfigurationError(`${name} must be a finite number greater than 0.`);
+  }
+  return value;
+}
+
+function nonNegativeNumber(name: string, value: number | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== "number" || !Number.isFinite(value) || value < 0) {
+    throw new ConfigurationError(`${name} must be a finite number of at least 0.`);
+  }
+  return value;
+}
+
+function positiveInteger(name: string, value: number | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (!Number.isSafeInteger(value) || value <= 0) {
+    throw new ConfigurationError(`${name} must be a positive integer.`);
+  }
+  return value;
+}
+
+/**
+ * Parses a bridge base URL. `source` names where it came from (an option or an environment
+ * variable); the value itself never appears in the message, it may carry a secret.
+ */
+export function parseBridgeUrl(value: string | URL, source: string): string {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new ConfigurationError(
+      `${source} is not a valid URL. Set it to the bridge's base URL, e.g. https://bridge.example.workers.dev.`,
+    );
+  }
+  if (url.protocol !== "https:" && url.protocol !== "http:") {
+    throw new ConfigurationError(
+      `${source} must be an http:// or https:// URL (it uses ${url.protocol.replace(":", "")}).`,
+    );
+  }
+  if (url.username || url.password) {
+    throw new ConfigurationError(
+      `${source} must not contain credentials; pass the bridge token as the token instead.`,
+    );
+  }
+  if (url.search || url.hash) {
+    throw new ConfigurationError(`${source} must not have a query string or fragment.`);
+  }
+  return `${url.origin}${url.pathname.replace(/\/+$/, "")}`;
+}
+
+function resolveRetry(retry: ClientOptions["retry"]): RetryPolicy {
+  if (retry === false) return NO_RETRY;
+  const options = retry ?? {};
+  const initialDelayMs = nonNegativeNumber("retry.initialDelayMs", options.initialDelayMs, 250);
+  const policy: RetryPolicy = {
+    maxAttempts: positiveInteger("retry.maxAttempts", options.maxAttempts, 4),
+    initialDelayMs,
+    maxDelayMs: nonNegativeNumber("retry.maxDelayMs", options.maxDelayMs, 10_000),
+    maxTotalMs: nonNegativeNumber("retry.maxTotalMs", options.maxTotalMs, 30_000),
+    onRetry: options.onRetry,
+  };
+  if (policy.onRetry !== undefined && typeof policy.onRetry !== "function") {
+    throw new ConfigurationError("retry.onRetry must be a function.");
+  }
+  return policy;
+}
+
+export function resolveConfig(options: ClientOptions): ResolvedConfig {
+  if (typeof options !== "object" || options === null) {
+    throw new ConfigurationError("createClient needs an options object with at least `url`.");
+  }
+  if (options.url === undefined || options.url === "") {
+    throw new ConfigurationError("url is required: the bridge's base URL.");
+  }
+  const baseUrl = parseBridgeUrl(options.url, "url");
+  const token = options.token === "" ? undefined : options.token;
+  if (token !== undefined && (typeof token !== "string" || /[\s]/.test(token))) {
+    throw new ConfigurationError("token must be a string without whitespace or line breaks.");
+  }
+  const cwd = options.cwd ?? DEFAULT_CWD;
+  if (typeof cwd !== "string" || !cwd.startsWith("/")) {
+    throw new ConfigurationError(
+      "cwd must be an absolute path inside the sandbox, e.g. /workspace.",
+    );
+  }
+  let idPrefix = options.idPrefix ?? DEFAULT_ID_PREFIX;
+  try {
+    idPrefix = assertSandboxIdPrefix(idPrefix);
+  } catch (error) {
+    throw new ConfigurationError(`idPrefix is invalid: ${(error as Error).message}`, {
+      cause: error,
+    });
+  }
+  if (options.dispatcher !== undefined && options.fetch !== undefined) {
+    throw new ConfigurationError("Pass either dispatcher (undici) or fetch, not both.");
+  }
+  if (options.fetch !== undefined && typeof options.fetch !== "function") {
+    throw new ConfigurationError("fetch must be a Fetch API function.");
+  }
+  return {
+    baseUrl,
+    token,
+    cwd,
+    idPrefix,
+    timeoutSeconds: positiveNumber(
+      "timeoutSeconds",
+      options.timeoutSeconds,
+      DEFAULT_TIMEOUT_SECONDS,
+    ),
+    graceSeconds: nonNegativeNumber("graceSeconds", options.graceSeconds, DEFAULT_GRACE_SECONDS),
+    idleTimeoutSeconds: positiveNumber(
+      "idleTimeoutSeconds",
+      options.idleTimeoutSeconds,
+      DEFAULT_IDLE_TIMEOUT_SECONDS,
+    ),
+    retry: resolveRetry(options.retry),
+    dispatcher: options.dispatcher,
+    fetch: options.fetch,
+    maxResponseBytes: positiveInteger(
+      "maxResponseBytes",
+      options.maxResponseBytes,
+      DEFAULT_MAX_RESPONSE_BYTES,
+    ),
+    maxConnections: positiveInteger(
+      "maxConnections",
+      options.maxConnections,
+      DEFAULT_MAX_CONNECTIONS,
+    ),
+  };
+}
+
+/** Environment variables the client reads; each is also accepted with a `MIKAN_` prefix. */
+export const ENV_URL = "CLOUDFLARE_SANDBOX_URL";
+export const ENV_TOKEN = "CLOUDFLARE_SANDBOX_TOKEN";
+export const ENV_CWD = "CLOUDFLARE_SANDBOX_CWD";
+
+export type Env = Readonly<Record<string, string | undefined>>;
+
+export function processEnv(): Env {
+  return (globalThis as { process?: { env?: Env } }).process?.env ?? {};
+}
+
+/** The trimmed value of `name` (unprefixed wins over `MIKAN_name`) and which variable held it. */
+export function readEnv(env: Env, name: string): { value: string; variable: string } | undefined {
+  for (const variable of [name, `MIKAN_${name}`]) {
+    const value = env[variable]?.trim();
+    if (value) return { value, variable };
+  }
+  return undefined;
+}
+
+/** Client options from the environment; throws a `ConfigurationError` naming the variable. */
+export function optionsFromEnv(env: Env, overrides: Partial<ClientOptions> = {}): ClientOptions {
+  const url = readEnv(env, ENV_URL);
+  const token = readEnv(env, ENV_TOKEN);
+  const cwd = readEnv(env, ENV_CWD);
+  let resolvedUrl: string | URL;
+  if (overrides.url !== undefined) resolvedUrl = overrides.url;
+  else if (url === undefined) {
+    throw new ConfigurationError(
+      `${ENV_URL} is not set. Set it (or MIKAN_${ENV_URL}) to the bridge's base URL.`,
+    );
+  } else resolvedUrl = parseBridgeUrl(url.value, url.variable);
+  if (cwd !== undefined && overrides.cwd === undefined && !cwd.value.startsWith("/")) {
+    throw new ConfigurationError(`${cwd.variable} must be an absolute path, e.g. /workspace.`);
+  }
+  if (token !== undefined && overrides.token === undefined && /\s/.test(token.value)) {
+    throw new ConfigurationError(`${token.variable} must not contain whitespace or line breaks.`);
+  }
+  return {
+    ...overrides,
+    url: resolvedUrl,
+    token: overrides.token ?? token?.value,
+    cwd: overrides.cwd ?? cwd?.value,
+  };
+}
+
+/** True when the environment names a valid bridge URL, so a client (or tool) can be offered. */
+export function isConfigured(env: Env = processEnv()): boolean {
+  const url = readEnv(env, ENV_URL);
+  if (url === undefined) return false;
+  try {
+    parseBridgeUrl(url.value, url.variable);
+    return true;
+  } catch {
+    return false;
+  }
+}

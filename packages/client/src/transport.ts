@@ -1,0 +1,140 @@
+import { Agent, type Dispatcher, request } from "undici";
+
+/** One HTTP exchange, as the rest of the client sees it: undici and fetch look the same here. */
+export interface TransportRequest {
+  method: "GET" | "POST";
+  url: string;
+  headers: Record<string, string>;
+  body?: string | undefined;
+  /** Aborting it must end the exchange, before or after the headers. */
+  signal: AbortSignal;
+}
+
+export interface TransportResponse {
+  status: number;
+  header(name: string): string | undefined;
+  /** The body, chunk by chunk; read at most once. */
+  body: AsyncIterable<Uint8Array>;
+  /** Stops reading and releases the connection; safe to call more than once. */
+  discard(): void;
+}
+
+export interface Transport {
+  send(request: TransportRequest): Promise<TransportResponse>;
+  /** Releases what the transport owns (not an injected dispatcher). */
+  close(): Promise<void>;
+}
+
+/** Rejects with the signal's reason as soon as it aborts, even if `promise` never settles. */
+export function raceAbort<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) {
+    promise.catch(() => {});
+    return Promise.reject(signal.reason);
+  }
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    promise.then(
+      (value) => {
+        signal.removeEventListener("abort", onAbort);
+        resolve(value);
+      },
+      (error: unknown) => {
+        signal.removeEventListener("abort", onAbort);
+        reject(error);
+      },
+    );
+  });
+}
+
+/**
+ * Keep-alive HTTP/1.1 through undici. Without an injected dispatcher the transport owns an Agent
+ * sized for fan-out; undici's own header/body timeouts are off because the client's deadlines
+ * (task timeout + grace, stream idle watchdog) bound every exchange instead.
+ */
+export function undiciTransport(
+  injected: Dispatcher | undefined,
+  maxConnections: number,
+): Transport {
+  const owned =
+    injected === undefined
+      ? new Agent({
+          connections: maxConnections,
+          pipelining: 1,
+          allowH2: false,
+          keepAliveTimeout: 4_000,
+          connect: { timeout: 10_000 },
+        })
+      : undefined;
+  const dispatcher = injected ?? (owned as Agent);
+  return {
+    async send(req) {
+      const response = await request(req.url, {
+        method: req.method,
+        headers: req.headers,
+        body: req.body ?? null,
+        signal: req.signal,
+        dispatcher,
+        headersTimeout: 0,
+        bodyTimeout: 0,
+      });
+      const body = response.body;
+      return {
+        status: response.statusCode,
+        header(name) {
+          const value = response.headers[name.toLowerCase()];
+          return Array.isArray(value) ? value[0] : value;
+        },
+        body,
+        discard() {
+          if (!body.destroyed) body.destroy();
+        },
+      };
+    },
+    async close() {
+      if (owned !== undefined && !owned.closed) await owned.close();
+    },
+  };
+}
+
+/** Any Fetch API implementation (msw in tests, runtimes without undici). Redirects are not followed. */
+export function fetchTransport(fetchImpl: typeof globalThis.fetch): Transport {
+  return {
+    async send(req) {
+      const init: RequestInit = {
+        method: req.method,
+        headers: req.headers,
+        signal: req.signal,
+        redirect: "manual",
+      };
+      if (req.body !== undefined) init.body = req.body;
+      const response = await raceAbort(fetchImpl(req.url, init), req.signal);
+      const stream = response.body;
+      let reader: ReadableStreamDefaultReader<Uint8Array> | undefined;
+      async function* chunks(): AsyncGenerator<Uint8Array> {
+        if (stream === null) return;
+        reader = stream.getReader();
+        try {
+          for (;;) {
+            const { done, value } = await reader.read();
+            if (done) return;
+            yield value;
+          }
+        } finally {
+          reader.cancel().catch(() => {});
+        }
+      }
+      return {
+        status: response.status,
+        header: (name) => response.headers.get(name) ?? undefined,
+        body: chunks(),
+        discard() {
+          // Cancelling the reader also ends a read that is waiting for a stalled body.
+          if (reader !== undefined) reader.cancel().catch(() => {});
+          else if (stream !== null && !stream.locked) stream.cancel().catch(() => {});
+        },
+      };
+    },
+    async close() {},
+  };
+}
