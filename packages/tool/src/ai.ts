@@ -1,10 +1,14 @@
 /**
  * `remote_task` for the Vercel AI SDK (`ai` ^7).
  *
- * Errors follow the AI SDK convention: `execute` throws, the SDK records a `tool-error` part and
- * sends the model an `error-text` output whose value is the error message, which is exactly the
- * reference result text (e.g. `...\n\nCommand exited with code 1`). Successful results reach the
- * model as plain text through `toModelOutput`; the full structured result stays in the tool output.
+ * Errors follow the AI SDK's split between a tool that worked and a tool that failed:
+ * - the command ran (any exit code, or a timeout): `execute` returns the result and
+ *   `toModelOutput` shows the model its exact text, as `text` on success and `error-text` for a
+ *   non-zero exit or a timeout. The structured result stays in the step's `tool-result` part and
+ *   in UI messages, so later turns see the same text.
+ * - the tool could not run the command (bad arguments, no bridge configured, bridge or network
+ *   failure, aborted): `execute` throws a `RemoteTaskToolError`, which the SDK records as a
+ *   `tool-error` part and shows the model as `error-text`.
  */
 import { type Tool, tool } from "ai";
 import { RemoteTaskToolError } from "./errors.js";
@@ -29,10 +33,13 @@ export function remoteTaskTool(source: RemoteTaskToolSource = {}): RemoteTaskAiT
     inputSchema: core.parameters,
     async execute(input, { abortSignal }) {
       const result = await core.execute(input, { signal: abortSignal });
-      if (result.isError) throw new RemoteTaskToolError(result);
+      if (result.result === undefined) throw new RemoteTaskToolError(result);
       return result;
     },
-    toModelOutput: ({ output }) => ({ type: "text", value: output.text }),
+    toModelOutput: ({ output }) => ({
+      type: output.isError ? "error-text" : "text",
+      value: output.text,
+    }),
   });
 }
 
