@@ -1,10 +1,16 @@
 import { defineConfig } from "tsup";
 
 export default defineConfig({
-  entry: ["src/index.ts"],
+  entry: {
+    index: "src/index.ts",
+    local: "src/local/index.ts",
+    node: "src/node.ts",
+    testing: "src/testing/index.ts",
+  },
   format: ["esm", "cjs"],
   dts: true,
   sourcemap: true,
   clean: true,
   target: "node20",
+  external: ["vitest"],
 });

@@ -55,9 +55,11 @@ export type BackendErrorCode = "invalid_request" | "capacity_exceeded" | "sandbo
  * The only error a backend should throw on purpose. `message` must be safe to show to the
  * caller (no env values, no secrets); anything else thrown becomes a generic `sandbox_error`.
  */
+const BACKEND_ERROR_BRAND: unique symbol = Symbol.for("remote-task.BackendError");
+
 export class BackendError extends Error {
-  static readonly brand = Symbol.for("remote-task.BackendError");
-  readonly [BackendError.brand] = true;
+  static readonly brand: typeof BACKEND_ERROR_BRAND = BACKEND_ERROR_BRAND;
+  readonly [BACKEND_ERROR_BRAND] = true;
   override readonly name = "BackendError";
 
   constructor(
@@ -75,6 +77,6 @@ export class BackendError extends Error {
   }
 
   static isInstance(value: unknown): value is BackendError {
-    return typeof value === "object" && value !== null && BackendError.brand in value;
+    return typeof value === "object" && value !== null && BACKEND_ERROR_BRAND in value;
   }
 }

@@ -1,0 +1,54 @@
+import type { ErrorCode, Outcome } from "@remote-task/protocol";
+
+/** Why a call ended before its command exited by itself. */
+export type EndReason = "timeout" | "cancel" | "disconnect" | "shutdown";
+
+/** One line per `/exec` call. Never carries `env` values or the token. */
+export interface ExecLogEntry {
+  event: "exec";
+  level: "info" | "error";
+  sandboxId: string;
+  /** `error` when the call failed before producing a result (see `errorCode`). */
+  outcome: Outcome | "error";
+  code?: number;
+  errorCode?: ErrorCode;
+  endedBy?: EndReason;
+  durationMs: number;
+  stdoutBytes: number;
+  stderrBytes: number;
+  streamed: boolean;
+  /** For unexpected backend failures: the failure's message, with env values and the token redacted. */
+  detail?: string;
+}
+
+/** Something went wrong outside a call (a bug, or a failed cleanup). */
+export interface ProblemLogEntry {
+  event: "internal_error" | "destroy_failed";
+  level: "error";
+  sandboxId?: string;
+  detail: string;
+}
+
+export type BridgeLogEntry = ExecLogEntry | ProblemLogEntry;
+
+/** Receives structured log entries; write them wherever you like (one JSON line each is typical). */
+export type BridgeLogger = (entry: BridgeLogEntry) => void;
+
+/** Writes each entry as one JSON line: info to `console.log`, errors to `console.error`. */
+export const jsonLineLogger: BridgeLogger = (entry) => {
+  const line = JSON.stringify({ time: new Date().toISOString(), ...entry });
+  if (entry.level === "error") console.error(line);
+  else console.log(line);
+};
+
+/** Drops every entry. */
+export const silentLogger: BridgeLogger = () => {};
+
+/** Replaces every occurrence of each secret in `text`; short secrets are replaced too. */
+export function redact(text: string, secrets: Iterable<string>): string {
+  let out = text;
+  for (const secret of secrets) {
+    if (secret.length > 0) out = out.split(secret).join("[redacted]");
+  }
+  return out;
+}

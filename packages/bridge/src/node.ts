@@ -1,0 +1,82 @@
+import { randomBytes } from "node:crypto";
+import type { AddressInfo } from "node:net";
+import { serve } from "@hono/node-server";
+import type { Limits } from "@remote-task/protocol";
+import type { SandboxBackend } from "./backend.js";
+import { createBridge } from "./bridge.js";
+import { createLocalBackend } from "./local/index.js";
+import type { BridgeLogger } from "./logger.js";
+
+export interface LocalBridgeOptions<B extends SandboxBackend = SandboxBackend> {
+  /** Port to listen on (default: a random free port). */
+  port?: number;
+  /** Interface to listen on (default `127.0.0.1`). */
+  host?: string;
+  /** Bearer token (default: 32 random bytes, base64url). */
+  token?: string;
+  /** Backend (default: `createLocalBackend({ isolation: "auto" })`). */
+  backend?: B;
+  /** Serve without a token; `token` is then ignored. */
+  allowUnauthenticated?: boolean;
+  limits?: Partial<Limits>;
+  heartbeatIntervalMs?: number;
+  logger?: BridgeLogger;
+}
+
+export interface LocalBridge<B extends SandboxBackend = SandboxBackend> {
+  /** Base URL, e.g. `http://127.0.0.1:41234`. */
+  url: string;
+  /** The bearer token clients must send (empty when unauthenticated). */
+  token: string;
+  backend: B;
+  /** Cancels calls in flight, destroys their sandboxes, and closes the server. */
+  close(): Promise<void>;
+}
+
+function urlHost(host: string): string {
+  return host.includes(":") ? `[${host}]` : host;
+}
+
+/** Serves a bridge over HTTP on loopback; the embedded default for development and tests. */
+export async function startLocalBridge<
+  B extends SandboxBackend = ReturnType<typeof createLocalBackend>,
+>(options: LocalBridgeOptions<B> = {}): Promise<LocalBridge<B>> {
+  const host = options.host ?? "127.0.0.1";
+  const unauthenticated = options.allowUnauthenticated === true;
+  const token = unauthenticated ? "" : (options.token ?? randomBytes(32).toString("base64url"));
+  const backend = (options.backend ?? createLocalBackend({ isolation: "auto" })) as B;
+  const bridge = createBridge({
+    backend,
+    ...(unauthenticated ? { allowUnauthenticated: true } : { token }),
+    ...(options.limits === undefined ? {} : { limits: options.limits }),
+    ...(options.heartbeatIntervalMs === undefined
+      ? {}
+      : { heartbeatIntervalMs: options.heartbeatIntervalMs }),
+    ...(options.logger === undefined ? {} : { logger: options.logger }),
+  });
+
+  const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
+    const s = serve(
+      { fetch: (request) => bridge(request), port: options.port ?? 0, hostname: host },
+      () => resolve(s),
+    );
+    s.once("error", reject);
+  });
+  const { port } = server.address() as AddressInfo;
+
+  let closing: Promise<void> | undefined;
+  return {
+    url: `http://${urlHost(host)}:${port}`,
+    token,
+    backend,
+    close() {
+      closing ??= (async () => {
+        const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+        await bridge.shutdown();
+        if ("closeAllConnections" in server) server.closeAllConnections();
+        await closed;
+      })();
+      return closing;
+    },
+  };
+}

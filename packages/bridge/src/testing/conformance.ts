@@ -1,0 +1,320 @@
+import {
+  type ExecResult,
+  errorBodySchema,
+  execResultSchema,
+  type StreamEvent,
+  streamEventSchema,
+  TIMEOUT_EXIT_CODE,
+} from "@remote-task/protocol";
+import { afterEach, describe, expect, it } from "vitest";
+import type { ExecSpec, SandboxBackend } from "../backend.js";
+import { type BridgeHandler, createBridge } from "../bridge.js";
+import { CANCELLED_EXIT_CODE } from "../call.js";
+import { silentLogger } from "../logger.js";
+
+export interface ConformanceOptions {
+  /** Live sandboxes according to the backend, checked to be 0 after every test when given. */
+  liveSandboxes?: (backend: SandboxBackend) => number | Promise<number>;
+  /** Output size of the large-output test in bytes (default 3 000 000). */
+  largeOutputBytes?: number;
+  /** Extra time allowed for sandbox startup per call, for slow backends (default 10 000 ms). */
+  startupAllowanceMs?: number;
+}
+
+/** Records the starts and destroys of any backend so destroy-on-every-path can be checked. */
+function recording(inner: SandboxBackend) {
+  const started: string[] = [];
+  const destroyed: string[] = [];
+  const backend: SandboxBackend = {
+    get name() {
+      return inner.name;
+    },
+    get isolation() {
+      return inner.isolation;
+    },
+    start(spec: ExecSpec) {
+      started.push(spec.sandboxId);
+      return inner.start(spec);
+    },
+    async destroy(id: string) {
+      await inner.destroy(id);
+      destroyed.push(id);
+    },
+  };
+  return { backend, started, destroyed };
+}
+
+const TOKEN = "conformance-token";
+let counter = 0;
+const freshId = () =>
+  `conformance-${Date.now().toString(36)}-${(counter++).toString(36)}-${Math.random().toString(36).slice(2, 8)}`;
+
+function post(path: string, body: unknown, init: { stream?: boolean; signal?: AbortSignal } = {}) {
+  return new Request(`http://bridge.test${path}`, {
+    method: "POST",
+    headers: {
+      authorization: `Bearer ${TOKEN}`,
+      "content-type": "application/json",
+      ...(init.stream ? { accept: "text/event-stream" } : {}),
+    },
+    body: JSON.stringify(body),
+    ...(init.signal ? { signal: init.signal } : {}),
+  });
+}
+
+/** Reads SSE frames of a response one by one. */
+function eventReader(response: Response) {
+  const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  return {
+    reader,
+    async next(): Promise<StreamEvent | undefined> {
+      for (;;) {
+        const end = buffer.indexOf("\n\n");
+        if (end >= 0) {
+          const frame = buffer.slice(0, end);
+          buffer = buffer.slice(end + 2);
+          const data = frame
+            .split("\n")
+            .filter((line) => line.startsWith("data: "))
+            .map((line) => line.slice(6))
+            .join("\n");
+          if (data === "") continue;
+          return streamEventSchema.parse(JSON.parse(data));
+        }
+        const { done, value } = await reader.read();
+        if (done) return undefined;
+        buffer += value;
+      }
+    },
+  };
+}
+
+async function eventually(
+  check: () => boolean | Promise<boolean>,
+  timeoutMs: number,
+  what: string,
+) {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+/**
+ * Registers vitest tests that drive `makeBackend()` through `createBridge` and check the
+ * behaviour every backend owes the bridge. Commands use a small vocabulary that a real shell and
+ * `createFakeBackend()` both understand: `echo WORDS`, `echo WORDS >&2`, `exit N`, `sleep N`,
+ * `yes | head -c N`, `pwd`, joined by `; `. No `node:` import, so it also runs inside workerd.
+ */
+export function backendConformanceSuite(
+  name: string,
+  makeBackend: () => SandboxBackend | Promise<SandboxBackend>,
+  options: ConformanceOptions = {},
+): void {
+  const startup = options.startupAllowanceMs ?? 10_000;
+  const largeBytes = options.largeOutputBytes ?? 3_000_000;
+
+  describe(`SandboxBackend conformance: ${name}`, () => {
+    let cleanup: Array<() => Promise<void>> = [];
+
+    async function setup(limits: { maxOutputBytes?: number } = {}, heartbeatIntervalMs?: number) {
+      const inner = await makeBackend();
+      const rec = recording(inner);
+      const bridge: BridgeHandler = createBridge({
+        backend: rec.backend,
+        token: TOKEN,
+        logger: silentLogger,
+        limits,
+        ...(heartbeatIntervalMs === undefined ? {} : { heartbeatIntervalMs }),
+      });
+      cleanup.push(async () => {
+        await bridge.shutdown();
+        if (options.liveSandboxes !== undefined) {
+          expect(await options.liveSandboxes(inner)).toBe(0);
+        }
+      });
+      const exec = async (body: Record<string, unknown>): Promise<ExecResult> => {
+        const response = await bridge(post("/exec", { sandboxId: freshId(), ...body }));
+        const json: unknown = await response.json();
+        expect(response.status, JSON.stringify(json)).toBe(200);
+        return execResultSchema.parse(json);
+      };
+      return { bridge, rec, exec, inner };
+    }
+
+    afterEach(async () => {
+      const steps = cleanup;
+      cleanup = [];
+      for (const step of steps) await step();
+    });
+
+    it("reports exit code 0 and stdout", async () => {
+      const { exec, rec } = await setup();
+      const result = await exec({ command: "echo hello" });
+      expect(result).toMatchObject({ stdout: "hello\n", stderr: "", code: 0, outcome: "exited" });
+      expect(result.stdoutBytes).toBe(6);
+      expect(rec.destroyed).toEqual(rec.started);
+    });
+
+    it("keeps stdout and stderr apart and reports a non-zero exit as a value", async () => {
+      const { exec, rec } = await setup();
+      const result = await exec({ command: "echo out; echo err >&2; exit 3" });
+      expect(result).toMatchObject({
+        stdout: "out\n",
+        stderr: "err\n",
+        code: 3,
+        outcome: "exited",
+      });
+      expect(result.stderrBytes).toBe(4);
+      expect(rec.destroyed).toEqual(rec.started);
+    });
+
+    it("runs in /workspace by default", async () => {
+      const { exec } = await setup();
+      const result = await exec({ command: "pwd" });
+      expect(result.stdout).toMatch(/\/workspace\n$/);
+    });
+
+    it("caps retained output per stream and keeps exact byte totals", async () => {
+      const cap = 100_000;
+      const { exec, rec } = await setup({ maxOutputBytes: cap });
+      const result = await exec({
+        command: `yes | head -c ${largeBytes}; yes | head -c 10 >&2`,
+        timeoutSeconds: 60,
+      });
+      expect(result.stdoutBytes).toBe(largeBytes);
+      expect(result.stdoutTruncated).toBe(true);
+      expect(new TextEncoder().encode(result.stdout).byteLength).toBe(cap);
+      expect(result.stdout.endsWith("y\ny\n")).toBe(true);
+      expect(result).toMatchObject({
+        stderr: "y\ny\ny\ny\ny\n",
+        stderrBytes: 10,
+        stderrTruncated: false,
+      });
+      expect(rec.destroyed).toEqual(rec.started);
+    });
+
+    it("stops forwarding streamed output at the cap but reports the totals", async () => {
+      const cap = 100_000;
+      const { bridge } = await setup({ maxOutputBytes: cap });
+      const response = await bridge(
+        post(
+          "/exec",
+          { sandboxId: freshId(), command: `yes | head -c ${largeBytes}` },
+          { stream: true },
+        ),
+      );
+      expect(response.headers.get("content-type")).toMatch(/^text\/event-stream/);
+      const events = eventReader(response);
+      let forwarded = 0;
+      let exit: ExecResult | undefined;
+      for (let event = await events.next(); event; event = await events.next()) {
+        if (event.type === "stdout") forwarded += new TextEncoder().encode(event.data).byteLength;
+        if (event.type === "exit") exit = event.result;
+      }
+      expect(forwarded).toBe(cap);
+      expect(exit).toMatchObject({ stdoutBytes: largeBytes, stdoutTruncated: true, code: 0 });
+    });
+
+    it("kills a command at its deadline: outcome timeout, code 124, sandbox destroyed", async () => {
+      const { exec, rec } = await setup();
+      const started = Date.now();
+      const result = await exec({ command: "echo before; sleep 30", timeoutSeconds: 0.5 });
+      expect(result).toMatchObject({
+        outcome: "timeout",
+        code: TIMEOUT_EXIT_CODE,
+        stdout: "before\n",
+      });
+      expect(Date.now() - started).toBeLessThan(startup + 10_000);
+      expect(rec.destroyed).toEqual(rec.started);
+    });
+
+    it("cancels a running command through /cancel, idempotently", async () => {
+      const { bridge, rec } = await setup();
+      const sandboxId = freshId();
+      const response = await bridge(
+        post("/exec", { sandboxId, command: "sleep 30" }, { stream: true }),
+      );
+      const events = eventReader(response);
+      expect((await events.next())?.type).toBe("start");
+      const cancel = await bridge(post("/cancel", { sandboxId }));
+      expect(await cancel.json()).toEqual({ ok: true, sandboxId, cancelled: true });
+      let exit: ExecResult | undefined;
+      for (let event = await events.next(); event; event = await events.next()) {
+        if (event.type === "exit") exit = event.result;
+      }
+      expect(exit).toMatchObject({ outcome: "cancelled", code: CANCELLED_EXIT_CODE });
+      expect(rec.destroyed).toContain(sandboxId);
+      const again = await bridge(post("/cancel", { sandboxId }));
+      expect(await again.json()).toEqual({ ok: true, sandboxId, cancelled: false });
+    });
+
+    it("refuses a second concurrent call for the same sandbox id with 409 conflict", async () => {
+      const { bridge } = await setup();
+      const sandboxId = freshId();
+      const first = await bridge(
+        post("/exec", { sandboxId, command: "sleep 30" }, { stream: true }),
+      );
+      const events = eventReader(first);
+      expect((await events.next())?.type).toBe("start");
+      const second = await bridge(post("/exec", { sandboxId, command: "echo no" }));
+      expect(second.status).toBe(409);
+      expect(errorBodySchema.parse(await second.json()).code).toBe("conflict");
+      await bridge(post("/cancel", { sandboxId }));
+      await events.reader.cancel();
+    });
+
+    it("destroys the sandbox when a streaming client goes away", async () => {
+      const { bridge, rec } = await setup();
+      const sandboxId = freshId();
+      const response = await bridge(
+        post("/exec", { sandboxId, command: "sleep 30" }, { stream: true }),
+      );
+      const events = eventReader(response);
+      expect((await events.next())?.type).toBe("start");
+      await events.reader.cancel();
+      await eventually(
+        () => rec.destroyed.includes(sandboxId),
+        startup,
+        "destroy after disconnect",
+      );
+      expect(bridge.activeCalls).toBe(0);
+    });
+
+    it("destroys the sandbox when the request is aborted during a JSON call", async () => {
+      const { bridge, rec } = await setup();
+      const sandboxId = freshId();
+      const controller = new AbortController();
+      const pending = bridge(
+        post("/exec", { sandboxId, command: "sleep 30" }, { signal: controller.signal }),
+      );
+      await eventually(() => rec.started.includes(sandboxId), startup, "start");
+      controller.abort();
+      await pending;
+      await eventually(() => rec.destroyed.includes(sandboxId), startup, "destroy after abort");
+    });
+
+    it("sends heartbeats during a quiet command and ends with the same result as JSON", async () => {
+      const { bridge } = await setup({}, 100);
+      const response = await bridge(
+        post(
+          "/exec",
+          { sandboxId: freshId(), command: "echo a; sleep 1; echo b" },
+          { stream: true },
+        ),
+      );
+      const events = eventReader(response);
+      const seen: StreamEvent[] = [];
+      for (let event = await events.next(); event; event = await events.next()) seen.push(event);
+      expect(seen[0]?.type).toBe("start");
+      expect(seen.filter((e) => e.type === "heartbeat").length).toBeGreaterThanOrEqual(2);
+      const last = seen.at(-1);
+      expect(last?.type).toBe("exit");
+      if (last?.type === "exit") {
+        expect(last.result).toMatchObject({ stdout: "a\nb\n", code: 0, outcome: "exited" });
+      }
+    });
+  });
+}

@@ -1,0 +1,10 @@
+export { backendConformanceSuite, type ConformanceOptions } from "./conformance.js";
+export {
+  createFakeBackend,
+  type FakeBackend,
+  type FakeBackendOptions,
+  type FakeChunk,
+  type FakeScript,
+  type FakeScriptFor,
+  interpretCommand,
+} from "./fake-backend.js";
