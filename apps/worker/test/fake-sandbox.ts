@@ -18,8 +18,9 @@ type Configuration = Parameters<Sandbox["configure"]>[0];
 
 export interface FakeStep {
   stream?: "stdout" | "stderr";
-  /** Text of each chunk. */
+  /** Text of each chunk (repeated `width` times). */
   data: string;
+  width?: number;
   /** How many times the chunk is sent (default 1). */
   repeat?: number;
   /** Wait before the step (ms). */
@@ -32,8 +33,8 @@ export interface FakeScenario {
   exitCode?: number;
   /** After the steps: never complete (the stream stays open until cancelled). */
   hang?: boolean;
-  /** After the steps: send `chunk` on stdout forever. */
-  endless?: string;
+  /** After the steps: send this chunk (`data` repeated `width` times) on stdout forever. */
+  endless?: { data: string; width?: number };
   /** `execStream` rejects before any output. */
   startError?: "capacity" | "sdk";
   /** After the steps: an SSE `error` event, or the stream itself errors. */
@@ -86,24 +87,33 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
 
 export class FakeSandbox extends DurableObject implements SandboxSurface {
   #scenario: FakeScenario = {};
+  /** Stops the running command's output, as destroying a real container does. */
+  #running = new AbortController();
 
-  async fakeState(): Promise<FakeState> {
-    return (
-      (await this.ctx.storage.get<FakeState>(STATE_KEY)) ?? {
-        configurations: [],
-        execs: [],
-        destroyCalls: 0,
-        destroyed: false,
-        streamCancelled: false,
-        bytesSent: 0,
-      }
-    );
+  #state: FakeState = {
+    configurations: [],
+    execs: [],
+    destroyCalls: 0,
+    destroyed: false,
+    streamCancelled: false,
+    bytesSent: 0,
+  };
+
+  constructor(ctx: DurableObjectState, env: unknown) {
+    super(ctx, env);
+    void ctx.blockConcurrencyWhile(async () => {
+      this.#state = (await ctx.storage.get<FakeState>(STATE_KEY)) ?? this.#state;
+    });
   }
 
+  async fakeState(): Promise<FakeState> {
+    return this.#state;
+  }
+
+  /** Changes the state in memory at once (no lost updates), then persists it. */
   async #update(change: (state: FakeState) => void): Promise<void> {
-    const state = await this.fakeState();
-    change(state);
-    await this.ctx.storage.put(STATE_KEY, state);
+    change(this.#state);
+    await this.ctx.storage.put(STATE_KEY, this.#state);
   }
 
   async configure(configuration: Configuration): Promise<void> {
@@ -113,6 +123,7 @@ export class FakeSandbox extends DurableObject implements SandboxSurface {
   }
 
   async destroy(): Promise<void> {
+    this.#running.abort();
     await this.#update((state) => {
       state.destroyCalls++;
       if (!this.#scenario.destroyFails) state.destroyed = true;
@@ -167,6 +178,7 @@ export class FakeSandbox extends DurableObject implements SandboxSurface {
 
   #stream(scenario: FakeScenario): ReadableStream<Uint8Array> {
     const stop = new AbortController();
+    this.#running = stop;
     const frames = this.#frames(scenario, stop.signal);
     let sent = 0;
     const record = () =>
@@ -207,13 +219,15 @@ export class FakeSandbox extends DurableObject implements SandboxSurface {
     yield { bytes: frame({ type: "start" }), payloadBytes: 0 };
     for (const step of scenario.steps ?? []) {
       if (step.delayMs) await sleep(step.delayMs, signal);
-      const payloadBytes = encoder.encode(step.data).byteLength;
-      const bytes = frame({ type: step.stream ?? "stdout", data: step.data });
+      const data = step.data.repeat(step.width ?? 1);
+      const payloadBytes = encoder.encode(data).byteLength;
+      const bytes = frame({ type: step.stream ?? "stdout", data });
       for (let i = 0; i < (step.repeat ?? 1); i++) yield { bytes: bytes.slice(), payloadBytes };
     }
     if (scenario.endless !== undefined) {
-      const bytes = frame({ type: "stdout", data: scenario.endless });
-      const payloadBytes = encoder.encode(scenario.endless).byteLength;
+      const data = scenario.endless.data.repeat(scenario.endless.width ?? 1);
+      const bytes = frame({ type: "stdout", data });
+      const payloadBytes = encoder.encode(data).byteLength;
       while (!signal.aborted) {
         await sleep(1, signal);
         yield { bytes: bytes.slice(), payloadBytes };

@@ -1,9 +1,7 @@
 /**
- * The Worker the tests run in workerd: the real entry, plus the fake `Sandbox` class that the
- * test config binds to `env.Sandbox`. The real SDK class stays exported (bound as
- * `RealSandbox`) to check how the Worker behaves without containers.
+ * The Worker the tests run in workerd: the real entry (default export and the SDK's `Sandbox`
+ * class, bound as `RealSandbox` to check the Worker without containers), plus the fake
+ * `Sandbox` class that the test config binds to `env.Sandbox`.
  */
-
-export { Sandbox } from "../src/cloudflare-backend.js";
+export { default, Sandbox } from "../src/index.js";
 export { FakeSandbox } from "./fake-sandbox.js";
-export default { fetch: () => new Response("placeholder") };
