@@ -422,6 +422,7 @@ class Client implements RemoteTaskClient {
     const sandboxId = scope.sandboxId;
     return withRetries(exchange.retry, scope.signal, async () => {
       let response: TransportResponse;
+      if (scope.reason) throw scope.reason;
       if (exchange.state) exchange.state.mayBeRunning = true;
       try {
         response = await this.#transport.send({

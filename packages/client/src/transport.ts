@@ -69,7 +69,7 @@ export function undiciTransport(
   const dispatcher = injected ?? (owned as Agent);
   return {
     async send(req) {
-      const response = await request(req.url, {
+      const pending = request(req.url, {
         method: req.method,
         headers: req.headers,
         body: req.body ?? null,
@@ -78,6 +78,15 @@ export function undiciTransport(
         headersTimeout: 0,
         bodyTimeout: 0,
       });
+      // A response that arrives after the abort is released at once.
+      pending.then(
+        (late) => {
+          if (req.signal.aborted) late.body.destroy();
+        },
+        () => {},
+      );
+      // raceAbort: end at once even if a custom dispatcher ignores the signal.
+      const response = await raceAbort(pending, req.signal);
       const body = response.body;
       return {
         status: response.statusCode,

@@ -1,0 +1,671 @@
+import {
+  ERROR_STATUS,
+  type ErrorCode,
+  execRequestSchema,
+  TIMEOUT_EXIT_CODE,
+  utf8ByteLength,
+} from "@remote-task/protocol";
+import { HttpResponse, http } from "msw";
+import { describe, expect, it } from "vitest";
+import {
+  AbortError,
+  AuthenticationError,
+  BridgeError,
+  CapacityError,
+  ConnectionError,
+  createClient,
+  InvalidRequestError,
+  ProtocolError,
+  type RemoteTaskError,
+  type RetryInfo,
+  TimeoutError,
+} from "../src/index.js";
+import {
+  capacityBody,
+  errorBody,
+  execResult,
+  fullHealth,
+  fullResult,
+  invalidRequestBody,
+  referenceHealth,
+  referenceResult,
+  timedOutResult,
+} from "./helpers/fixtures.js";
+import { hugeBody, mswFetch, stallingBody } from "./helpers/msw.js";
+
+const URL_BASE = "https://bridge.test/base";
+const TOKEN = "tok-Secret-123";
+
+function client(fetchImpl: typeof globalThis.fetch, options: Record<string, unknown> = {}) {
+  return createClient({
+    url: URL_BASE,
+    token: TOKEN,
+    fetch: fetchImpl,
+    retry: { initialDelayMs: 1, maxDelayMs: 5 },
+    ...options,
+  });
+}
+
+async function failure(promise: Promise<unknown>): Promise<RemoteTaskError> {
+  try {
+    await promise;
+  } catch (error) {
+    return error as RemoteTaskError;
+  }
+  throw new Error("expected the call to fail");
+}
+
+const execRequests = (f: { requests: Request[] }) =>
+  f.requests.filter((r) => new URL(r.url).pathname.endsWith("/exec"));
+const cancelRequests = (f: { requests: Request[] }) =>
+  f.requests.filter((r) => new URL(r.url).pathname.endsWith("/cancel"));
+
+/** Resolves once `predicate` holds, polling briefly (for fire-and-forget effects). */
+async function eventually(predicate: () => boolean, ms = 3000): Promise<void> {
+  const until = Date.now() + ms;
+  while (!predicate()) {
+    if (Date.now() > until) throw new Error("condition not met in time");
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+describe("run: successful answers", () => {
+  it("sends a valid request with a fresh id and maps the full result", async () => {
+    const f = mswFetch(http.post(`${URL_BASE}/exec`, () => HttpResponse.json(fullResult)));
+    const c = client(f);
+    const first = await c.run("echo hello", { env: { A: "1" }, maxOutputBytes: 1000 });
+    const second = await c.run("echo hello");
+    const [r1, r2] = execRequests(f);
+    const body1 = execRequestSchema.parse(await r1?.json());
+    const body2 = execRequestSchema.parse(await r2?.json());
+    expect(body1).toMatchObject({
+      command: "echo hello",
+      cwd: "/workspace",
+      timeoutSeconds: 120,
+      env: { A: "1" },
+      maxOutputBytes: 1000,
+    });
+    expect(body1.sandboxId).toMatch(/^mikan-task-[0-9a-f-]{36}$/);
+    expect(body1.sandboxId).not.toBe(body2.sandboxId);
+    expect(r1?.headers.get("authorization")).toBe(`Bearer ${TOKEN}`);
+    expect(r1?.headers.get("content-type")).toBe("application/json");
+    expect(first).toEqual({
+      sandboxId: body1.sandboxId,
+      stdout: fullResult.stdout,
+      stderr: fullResult.stderr,
+      exitCode: fullResult.code,
+      outcome: fullResult.outcome,
+      durationMs: fullResult.durationMs,
+      stdoutBytes: fullResult.stdoutBytes,
+      stderrBytes: fullResult.stderrBytes,
+      stdoutTruncated: false,
+      stderrTruncated: false,
+    });
+    expect(second.sandboxId).toBe(body2.sandboxId);
+  });
+
+  it("uses the configured prefix, cwd and timeout, and per-call overrides", async () => {
+    const f = mswFetch(http.post(`${URL_BASE}/exec`, () => HttpResponse.json(fullResult)));
+    const c = client(f, { idPrefix: "job", cwd: "/srv", timeoutSeconds: 7 });
+    await c.run("a");
+    await c.run("b", { cwd: "/tmp", timeoutSeconds: 3, sandboxId: "my-own-id" });
+    const [a, b] = await Promise.all(execRequests(f).map((r) => r.json()));
+    expect(a).toMatchObject({ cwd: "/srv", timeoutSeconds: 7 });
+    expect(a.sandboxId).toMatch(/^job-[0-9a-f-]{36}$/);
+    expect(b).toMatchObject({ cwd: "/tmp", timeoutSeconds: 3, sandboxId: "my-own-id" });
+  });
+
+  it("fills the reference shape's missing fields with sensible defaults", async () => {
+    const unicode = execResult({ stdout: "héllo 💥\n", stderr: "warn\n" });
+    const { stdout, stderr, code } = unicode;
+    const f = mswFetch(
+      http.post(`${URL_BASE}/exec`, () => HttpResponse.json({ stdout, stderr, code })),
+    );
+    const result = await client(f).run("x");
+    expect(result).toMatchObject({
+      stdout,
+      stderr,
+      exitCode: 0,
+      outcome: "exited",
+      stdoutBytes: utf8ByteLength(stdout),
+      stderrBytes: 5,
+      stdoutTruncated: false,
+      stderrTruncated: false,
+    });
+    expect(result.durationMs).toBeGreaterThanOrEqual(0);
+    expect(utf8ByteLength(stdout)).toBe(12);
+    const reference = await client(
+      mswFetch(http.post(`${URL_BASE}/exec`, () => HttpResponse.json(referenceResult))),
+    ).run("pwd");
+    expect(reference.stdout).toBe(referenceResult.stdout);
+  });
+
+  it("keeps a non-zero exit and a timeout apart, both as values", async () => {
+    const f = mswFetch(
+      http.post(`${URL_BASE}/exec`, async ({ request }) => {
+        const { command } = (await request.json()) as { command: string };
+        return HttpResponse.json(
+          command === "fail" ? execResult({ code: 3, outcome: "exited" }) : timedOutResult,
+        );
+      }),
+    );
+    const c = client(f);
+    const failed = await c.run("fail");
+    expect(failed).toMatchObject({ exitCode: 3, outcome: "exited" });
+    const timedOut = await c.run("sleep");
+    expect(timedOut).toMatchObject({
+      exitCode: TIMEOUT_EXIT_CODE,
+      outcome: "timeout",
+      stdoutTruncated: true,
+    });
+  });
+});
+
+const expectedClass: Record<ErrorCode, { isInstance(v: unknown): boolean }> = {
+  unauthorized: AuthenticationError,
+  invalid_request: InvalidRequestError,
+  not_found: InvalidRequestError,
+  method_not_allowed: InvalidRequestError,
+  conflict: InvalidRequestError,
+  payload_too_large: InvalidRequestError,
+  capacity_exceeded: CapacityError,
+  sandbox_error: BridgeError,
+  not_configured: BridgeError,
+  internal: BridgeError,
+};
+
+describe("run: every error status", () => {
+  it.each(Object.entries(ERROR_STATUS) as [ErrorCode, number][])(
+    "%s (HTTP %i) becomes its error class, carrying status and code",
+    async (code, status) => {
+      const f = mswFetch(
+        http.post(`${URL_BASE}/exec`, () =>
+          HttpResponse.json(code === "invalid_request" ? invalidRequestBody : errorBody(code), {
+            status,
+          }),
+        ),
+      );
+      const error = await failure(client(f, { retry: false }).run("x"));
+      expect(expectedClass[code].isInstance(error)).toBe(true);
+      expect(error.status).toBe(status);
+      expect(error.code).toBe(code);
+      expect(error.sandboxId).toMatch(/^mikan-task-/);
+      expect(execRequests(f)).toHaveLength(1);
+    },
+  );
+
+  it("carries the bridge's issues on InvalidRequestError", async () => {
+    const f = mswFetch(
+      http.post(`${URL_BASE}/exec`, () => HttpResponse.json(invalidRequestBody, { status: 400 })),
+    );
+    const error = await failure(client(f).run("x"));
+    expect(InvalidRequestError.isInstance(error)).toBe(true);
+    expect((error as InvalidRequestError).issues).toEqual(invalidRequestBody.issues);
+    expect(error.message).toContain("command: command must not be empty");
+  });
+
+  it("tells the deployer to set a token for not_configured", async () => {
+    const f = mswFetch(
+      http.post(`${URL_BASE}/exec`, () =>
+        HttpResponse.json(errorBody("not_configured"), { status: 503 }),
+      ),
+    );
+    const error = await failure(client(f).run("x"));
+    expect(BridgeError.isInstance(error)).toBe(true);
+    expect(error.message).toMatch(/no token configured/);
+    expect(execRequests(f)).toHaveLength(1);
+  });
+
+  it.each([
+    [401, AuthenticationError, "unauthorized"],
+    [403, AuthenticationError, "invalid_request"],
+    [400, InvalidRequestError, "invalid_request"],
+    [404, InvalidRequestError, "not_found"],
+    [413, InvalidRequestError, "payload_too_large"],
+    [422, InvalidRequestError, "invalid_request"],
+    [500, BridgeError, "internal"],
+    [502, BridgeError, "sandbox_error"],
+    [503, BridgeError, "internal"],
+  ])("accepts the reference {error} body at HTTP %i", async (status, cls, code) => {
+    const f = mswFetch(
+      http.post(`${URL_BASE}/exec`, () =>
+        HttpResponse.json({ error: "reference says no" }, { status }),
+      ),
+    );
+    const error = await failure(client(f).run("x"));
+    expect(cls.isInstance(error)).toBe(true);
+    expect(error.code).toBe(code);
+    expect(error.message).toContain("reference says no");
+    // A plain 503 without `capacity_exceeded` may have run: never retried.
+    expect(execRequests(f)).toHaveLength(1);
+  });
+});
+
+describe("run: malformed and hostile bodies", () => {
+  const html = "<!doctype html><html><body><h1>502 Bad Gateway</h1></body></html>";
+
+  it("an HTML error page is a ProtocolError with the status", async () => {
+    const f = mswFetch(
+      http.post(`${URL_BASE}/exec`, () => HttpResponse.html(html, { status: 502 })),
+    );
+    const error = await failure(client(f).run("x"));
+    expect(ProtocolError.isInstance(error)).toBe(true);
+    expect(error.status).toBe(502);
+    expect(error.message).toContain("text/html");
+    expect(execRequests(f)).toHaveLength(1);
+  });
+
+  it("an HTML page with status 200 is a ProtocolError", async () => {
+    const f = mswFetch(http.post(`${URL_BASE}/exec`, () => HttpResponse.html(html)));
+    const error = await failure(client(f).run("x"));
+    expect(ProtocolError.isInstance(error)).toBe(true);
+    expect(error.status).toBe(200);
+  });
+
+  it("truncated JSON is a ProtocolError", async () => {
+    const text = JSON.stringify(fullResult);
+    const f = mswFetch(
+      http.post(`${URL_BASE}/exec`, () =>
+        HttpResponse.text(text.slice(0, text.length - 5), {
+          headers: { "content-type": "application/json" },
+        }),
+      ),
+    );
+    expect(ProtocolError.isInstance(await failure(client(f).run("x")))).toBe(true);
+  });
+
+  it("wrong types are a ProtocolError naming the paths", async () => {
+    const f = mswFetch(
+      http.post(`${URL_BASE}/exec`, () =>
+        HttpResponse.json({ ...fullResult, code: "0", outcome: "crashed" }),
+      ),
+    );
+    const error = (await failure(client(f).run("x"))) as ProtocolError;
+    expect(ProtocolError.isInstance(error)).toBe(true);
+    expect(error.paths).toEqual(expect.arrayContaining([["code"], ["outcome"]]));
+    expect(error.message).toMatch(/code: .*outcome: /);
+  });
+
+  it("a 100 MB body is refused after maxResponseBytes without reading it all", async () => {
+    const body = hugeBody(100 * 1024 * 1024);
+    const f = mswFetch(
+      http.post(
+        `${URL_BASE}/exec`,
+        () => new HttpResponse(body, { headers: { "content-type": "application/json" } }),
+      ),
+    );
+    const error = await failure(client(f, { maxResponseBytes: 1024 * 1024 }).run("x"));
+    expect(ProtocolError.isInstance(error)).toBe(true);
+    expect(error.message).toMatch(/larger than the 1.0MB limit/);
+    expect(body.sent()).toBeLessThan(4 * 1024 * 1024);
+  });
+
+  it("the default limit is 16 MiB", async () => {
+    const body = hugeBody(100 * 1024 * 1024);
+    const f = mswFetch(http.post(`${URL_BASE}/exec`, () => new HttpResponse(body)));
+    const error = await failure(client(f).run("x"));
+    expect(error.message).toMatch(/16.0MB limit/);
+    expect(body.sent()).toBeLessThan(20 * 1024 * 1024);
+  });
+
+  it("a huge error body is not buffered either", async () => {
+    const body = hugeBody(100 * 1024 * 1024);
+    const f = mswFetch(
+      http.post(`${URL_BASE}/exec`, () => new HttpResponse(body, { status: 500 })),
+    );
+    const error = await failure(client(f).run("x"));
+    expect(ProtocolError.isInstance(error)).toBe(true);
+    expect(error.status).toBe(500);
+    expect(body.sent()).toBeLessThan(1024 * 1024);
+  });
+
+  it("a redirect is not followed", async () => {
+    const f = mswFetch(
+      http.post(`${URL_BASE}/exec`, () =>
+        HttpResponse.redirect("https://elsewhere.test/exec", 307),
+      ),
+      http.post("https://elsewhere.test/exec", () => HttpResponse.json(fullResult)),
+    );
+    const error = await failure(client(f).run("x"));
+    expect(ProtocolError.isInstance(error)).toBe(true);
+    expect(error.message).toMatch(/redirect/);
+    expect(f.requests).toHaveLength(1);
+  });
+
+  it("never puts the token or env values in messages, even when the bridge echoes them", async () => {
+    const envValue = "env-value-Sensitive";
+    const f = mswFetch(
+      http.post(`${URL_BASE}/exec`, () =>
+        HttpResponse.json(
+          errorBody("invalid_request", {
+            error: `bad token ${TOKEN} and ${envValue}`,
+            issues: [{ path: ["env", "A"], message: `value ${envValue} refused` }],
+          }),
+          { status: 400 },
+        ),
+      ),
+    );
+    const error = (await failure(
+      client(f).run("x", { env: { A: envValue } }),
+    )) as InvalidRequestError;
+    expect(error.message).toContain("[redacted]");
+    for (const text of [error.message, JSON.stringify(error.issues), String(error.stack)]) {
+      expect(text).not.toContain(TOKEN);
+      expect(text).not.toContain(envValue);
+    }
+  });
+});
+
+describe("run: refused before sending", () => {
+  it.each([
+    ["an empty command", "", {}, ["command"]],
+    ["a relative cwd", "x", { cwd: "rel" }, ["cwd"]],
+    ["an invalid env name", "x", { env: { "BAD-NAME": "v" } }, ["env", "BAD-NAME"]],
+    ["a non-positive timeout", "x", { timeoutSeconds: 0 }, ["timeoutSeconds"]],
+    ["an invalid sandbox id", "x", { sandboxId: "Not-Valid" }, ["sandboxId"]],
+    ["a fractional maxOutputBytes", "x", { maxOutputBytes: 1.5 }, ["maxOutputBytes"]],
+  ])("%s is an InvalidRequestError and nothing is sent", async (_, command, options, path) => {
+    const f = mswFetch(http.post(`${URL_BASE}/exec`, () => HttpResponse.json(fullResult)));
+    const error = (await failure(client(f).run(command, options))) as InvalidRequestError;
+    expect(InvalidRequestError.isInstance(error)).toBe(true);
+    expect(error.issues.map((i) => i.path)).toContainEqual(path);
+    expect(error.status).toBeUndefined();
+    expect(f.requests).toHaveLength(0);
+  });
+
+  it("an env value never appears in a validation error", async () => {
+    const f = mswFetch();
+    const error = await failure(
+      client(f).run("x", { env: { GOOD: "visible-secret", "1BAD": "other-secret" } }),
+    );
+    expect(error.message).not.toMatch(/visible-secret|other-secret/);
+  });
+});
+
+describe("retries: only what provably did not run", () => {
+  it("retries 503 capacity_exceeded with the same sandbox id, honouring retryAfterSeconds", async () => {
+    let calls = 0;
+    const retries: RetryInfo[] = [];
+    const f = mswFetch(
+      http.post(`${URL_BASE}/exec`, () =>
+        ++calls === 1
+          ? HttpResponse.json({ ...capacityBody, retryAfterSeconds: 0.05 }, { status: 503 })
+          : HttpResponse.json(fullResult),
+      ),
+    );
+    const result = await client(f, {
+      retry: { initialDelayMs: 1, onRetry: (i: RetryInfo) => retries.push(i) },
+    }).run("x");
+    const ids = await Promise.all(execRequests(f).map(async (r) => (await r.json()).sandboxId));
+    expect(ids).toHaveLength(2);
+    expect(ids[0]).toBe(ids[1]);
+    expect(result.sandboxId).toBe(ids[0]);
+    expect(retries).toHaveLength(1);
+    expect(retries[0]?.delayMs).toBeGreaterThanOrEqual(50);
+    expect(CapacityError.isInstance(retries[0]?.error)).toBe(true);
+  });
+
+  it("retries 429 (any body) up to maxAttempts, then throws CapacityError", async () => {
+    const f = mswFetch(
+      http.post(`${URL_BASE}/exec`, () => HttpResponse.text("slow down", { status: 429 })),
+    );
+    const error = await failure(
+      client(f, { retry: { maxAttempts: 3, initialDelayMs: 1 } }).run("x"),
+    );
+    expect(CapacityError.isInstance(error)).toBe(true);
+    expect(error.status).toBe(429);
+    expect(execRequests(f)).toHaveLength(3);
+  });
+
+  it("honours a Retry-After header in seconds", async () => {
+    let calls = 0;
+    const retries: RetryInfo[] = [];
+    const f = mswFetch(
+      http.post(`${URL_BASE}/exec`, () =>
+        ++calls === 1
+          ? HttpResponse.json(capacityBody, { status: 503, headers: { "retry-after": "1" } })
+          : HttpResponse.json(fullResult),
+      ),
+    );
+    const started = Date.now();
+    await client(f, {
+      retry: { initialDelayMs: 1, onRetry: (i: RetryInfo) => retries.push(i) },
+    }).run("x");
+    expect(retries[0]?.delayMs).toBeGreaterThanOrEqual(1000);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(950);
+  });
+
+  it("gives up at once when Retry-After exceeds the retry budget, reporting it", async () => {
+    const f = mswFetch(
+      http.post(`${URL_BASE}/exec`, () =>
+        HttpResponse.json(capacityBody, { status: 503, headers: { "retry-after": "3600" } }),
+      ),
+    );
+    const error = (await failure(client(f).run("x"))) as CapacityError;
+    expect(CapacityError.isInstance(error)).toBe(true);
+    expect(error.retryAfterSeconds).toBe(3600);
+    expect(error.message).toMatch(/after 3600s/);
+    expect(execRequests(f)).toHaveLength(1);
+  });
+
+  it("retry: false sends once", async () => {
+    const f = mswFetch(
+      http.post(`${URL_BASE}/exec`, () => HttpResponse.json(capacityBody, { status: 503 })),
+    );
+    const error = (await failure(client(f, { retry: false }).run("x"))) as CapacityError;
+    expect(error.retryAfterSeconds).toBe(5);
+    expect(execRequests(f)).toHaveLength(1);
+  });
+
+  it.each([500, 502, 504])("never re-sends after HTTP %i", async (status) => {
+    const f = mswFetch(
+      http.post(`${URL_BASE}/exec`, () => HttpResponse.json(errorBody("internal"), { status })),
+    );
+    expect(BridgeError.isInstance(await failure(client(f).run("x")))).toBe(true);
+    expect(execRequests(f)).toHaveLength(1);
+  });
+
+  it("retries a refused connection, then reports a ConnectionError", async () => {
+    const f = mswFetch();
+    const error = await failure(
+      client(f, { retry: { maxAttempts: 4, initialDelayMs: 1 } }).run("x"),
+    );
+    expect(ConnectionError.isInstance(error)).toBe(true);
+    expect(error.message).toMatch(/ECONNREFUSED.*nothing was sent/);
+    expect(f.requests).toHaveLength(4);
+  });
+
+  it.each(["ENOTFOUND", "EAI_AGAIN"])("retries a DNS failure (%s)", async (code) => {
+    let calls = 0;
+    const fetchImpl = (async () => {
+      calls++;
+      throw new TypeError("fetch failed", { cause: Object.assign(new Error(code), { code }) });
+    }) as typeof globalThis.fetch;
+    const error = await failure(
+      client(fetchImpl, { retry: { maxAttempts: 2, initialDelayMs: 1 } }).run("x"),
+    );
+    expect(ConnectionError.isInstance(error)).toBe(true);
+    expect(calls).toBe(2);
+  });
+
+  it.each(["ECONNRESET", "UND_ERR_SOCKET", "EPIPE"])(
+    "never re-sends after %s (the request may have arrived)",
+    async (code) => {
+      let calls = 0;
+      const fetchImpl = (async (url: string) => {
+        if (url.endsWith("/exec")) calls++;
+        throw new TypeError("fetch failed", { cause: Object.assign(new Error(code), { code }) });
+      }) as typeof globalThis.fetch;
+      const error = await failure(client(fetchImpl).run("x"));
+      expect(ConnectionError.isInstance(error)).toBe(true);
+      expect(error.message).toContain(code);
+      expect(calls).toBe(1);
+    },
+  );
+
+  it("stops retrying when the caller aborts during the backoff", async () => {
+    const controller = new AbortController();
+    const f = mswFetch(
+      http.post(`${URL_BASE}/exec`, () => {
+        setTimeout(() => controller.abort(), 20);
+        return HttpResponse.json(capacityBody, { status: 503 });
+      }),
+    );
+    const started = Date.now();
+    const error = await failure(
+      client(f, { retry: { initialDelayMs: 5_000, maxDelayMs: 5_000 } }).run("x", {
+        signal: controller.signal,
+      }),
+    );
+    expect(AbortError.isInstance(error)).toBe(true);
+    expect(Date.now() - started).toBeLessThan(2_000);
+    expect(execRequests(f)).toHaveLength(1);
+    // Nothing ran, so there is nothing to cancel.
+    await new Promise((r) => setTimeout(r, 50));
+    expect(cancelRequests(f)).toHaveLength(0);
+  });
+});
+
+describe("deadlines and aborts", () => {
+  const cancelOk = http.post(`${URL_BASE}/cancel`, async ({ request }) => {
+    const { sandboxId } = (await request.json()) as { sandboxId: string };
+    return HttpResponse.json({ ok: true, sandboxId, cancelled: true });
+  });
+
+  it("a bridge that never answers is a TimeoutError, and the sandbox is cancelled", async () => {
+    const f = mswFetch(
+      http.post(`${URL_BASE}/exec`, () => new Promise<never>(() => {})),
+      cancelOk,
+    );
+    const c = client(f, { timeoutSeconds: 0.2, graceSeconds: 0.1, retry: false });
+    const error = await failure(c.run("x"));
+    expect(TimeoutError.isInstance(error)).toBe(true);
+    await eventually(() => cancelRequests(f).length === 1);
+    const exec = await execRequests(f)[0]?.json();
+    expect(await cancelRequests(f)[0]?.json()).toEqual({ sandboxId: exec.sandboxId });
+    await c.close();
+  });
+
+  it("a body that stalls midway is a TimeoutError", async () => {
+    const f = mswFetch(
+      http.post(`${URL_BASE}/exec`, () => new HttpResponse(stallingBody('{"stdout":"par'))),
+      cancelOk,
+    );
+    const error = await failure(
+      client(f, { timeoutSeconds: 0.2, graceSeconds: 0.1, retry: false }).run("x"),
+    );
+    expect(TimeoutError.isInstance(error)).toBe(true);
+    expect(error.message).toMatch(/within 0.3s/);
+  });
+
+  it("the caller's abort ends the call at once with AbortError and cancels the sandbox", async () => {
+    const f = mswFetch(
+      http.post(`${URL_BASE}/exec`, () => new Promise<never>(() => {})),
+      cancelOk,
+    );
+    const controller = new AbortController();
+    const c = client(f);
+    const pending = c.run("sleep 100", { signal: controller.signal });
+    await eventually(() => execRequests(f).length === 1);
+    const started = Date.now();
+    controller.abort();
+    const error = await failure(pending);
+    expect(AbortError.isInstance(error)).toBe(true);
+    expect(Date.now() - started).toBeLessThan(500);
+    await eventually(() => cancelRequests(f).length === 1);
+    const { sandboxId } = await (execRequests(f)[0] as Request).json();
+    expect(await cancelRequests(f)[0]?.json()).toEqual({ sandboxId });
+    expect(cancelRequests(f)[0]?.headers.get("authorization")).toBe(`Bearer ${TOKEN}`);
+  });
+
+  it("a failing best-effort cancel never reaches the caller", async () => {
+    const f = mswFetch(
+      http.post(`${URL_BASE}/exec`, () => new Promise<never>(() => {})),
+      http.post(`${URL_BASE}/cancel`, () => HttpResponse.error()),
+    );
+    const controller = new AbortController();
+    const c = client(f);
+    const pending = c.run("x", { signal: controller.signal });
+    await eventually(() => execRequests(f).length === 1);
+    controller.abort();
+    expect(AbortError.isInstance(await failure(pending))).toBe(true);
+    await eventually(() => cancelRequests(f).length === 1);
+    await c.close();
+  });
+
+  it("an already aborted signal sends nothing", async () => {
+    const f = mswFetch(cancelOk);
+    const error = await failure(client(f).run("x", { signal: AbortSignal.abort() }));
+    expect(AbortError.isInstance(error)).toBe(true);
+    await new Promise((r) => setTimeout(r, 20));
+    expect(f.requests).toHaveLength(0);
+  });
+});
+
+describe("health and cancel", () => {
+  it("health validates full and reference answers", async () => {
+    const full = await client(
+      mswFetch(http.get(`${URL_BASE}/health`, () => HttpResponse.json(fullHealth))),
+    ).health();
+    expect(full).toEqual(fullHealth);
+    const reference = await client(
+      mswFetch(http.get(`${URL_BASE}/health`, () => HttpResponse.json(referenceHealth))),
+    ).health();
+    expect(reference).toEqual({ ok: true });
+  });
+
+  it("health refuses a non-protocol answer", async () => {
+    const f = mswFetch(http.get(`${URL_BASE}/health`, () => HttpResponse.json({ ok: false })));
+    const error = (await failure(client(f).health())) as ProtocolError;
+    expect(ProtocolError.isInstance(error)).toBe(true);
+    expect(error.paths).toEqual([["ok"]]);
+  });
+
+  it("health retries a refused connection and maps 401", async () => {
+    const refused = mswFetch();
+    expect(
+      ConnectionError.isInstance(
+        await failure(client(refused, { retry: { maxAttempts: 2, initialDelayMs: 1 } }).health()),
+      ),
+    ).toBe(true);
+    expect(refused.requests).toHaveLength(2);
+    const denied = mswFetch(
+      http.get(`${URL_BASE}/health`, () =>
+        HttpResponse.json(errorBody("unauthorized"), { status: 401 }),
+      ),
+    );
+    expect(AuthenticationError.isInstance(await failure(client(denied).health()))).toBe(true);
+  });
+
+  it("cancel returns whether a command was stopped", async () => {
+    const f = mswFetch(
+      http.post(`${URL_BASE}/cancel`, async ({ request }) => {
+        const { sandboxId } = (await request.json()) as { sandboxId: string };
+        return HttpResponse.json({ ok: true, sandboxId, cancelled: sandboxId === "running-1" });
+      }),
+    );
+    const c = client(f);
+    expect(await c.cancel("running-1")).toBe(true);
+    expect(await c.cancel("idle-1")).toBe(false);
+  });
+
+  it("cancel refuses an invalid id before sending, and maps a 404 from an older bridge", async () => {
+    const f = mswFetch(
+      http.post(`${URL_BASE}/cancel`, () =>
+        HttpResponse.json({ error: "not_found" }, { status: 404 }),
+      ),
+    );
+    const c = client(f);
+    expect(InvalidRequestError.isInstance(await failure(c.cancel("Bad Id")))).toBe(true);
+    expect(f.requests).toHaveLength(0);
+    expect(InvalidRequestError.isInstance(await failure(c.cancel("some-id")))).toBe(true);
+  });
+
+  it("a closed client refuses new calls", async () => {
+    const c = client(mswFetch());
+    await c.close();
+    await c.close();
+    await expect(c.run("x")).rejects.toThrow(/closed/);
+    await expect(c.health()).rejects.toThrow(/closed/);
+  });
+});
