@@ -12,3 +12,8 @@ declare global {
     }
   }
 }
+
+declare module "*?raw" {
+  const text: string;
+  export default text;
+}

@@ -2,12 +2,13 @@
  * A stand-in for the SDK's `Sandbox` Durable Object, bound as `Sandbox` in the test Worker.
  * It implements the SDK surface the backend uses, typed against the real SDK so that API drift
  * breaks the typecheck. What a command does is driven by the command text: `fake <json>` runs
- * a {@link FakeScenario}; `pwd` prints the cwd; `echo ...` prints its arguments; anything else
- * prints nothing and exits 0. Everything the Worker did to it is recorded in its storage.
+ * a {@link FakeScenario}; anything else is read as the bridge's conformance vocabulary (`echo`,
+ * `pwd`, `sleep`, `exit`, `yes | head -c`). Everything the Worker did to it is recorded.
  */
 
 import { DurableObject } from "cloudflare:workers";
 import { ContainerUnavailableError, type ExecEvent, type Sandbox } from "@cloudflare/sandbox";
+import { interpretCommand } from "@remote-task/bridge/testing";
 
 type SandboxSurface = Pick<
   Sandbox,
@@ -31,6 +32,8 @@ export interface FakeScenario {
   steps?: FakeStep[];
   /** Exit code sent in the `complete` event (default 0). */
   exitCode?: number;
+  /** Quiet time after the steps, before the exit. */
+  exitDelayMs?: number;
   /** After the steps: never complete (the stream stays open until cancelled). */
   hang?: boolean;
   /** After the steps: send this chunk (`data` repeated `width` times) on stdout forever. */
@@ -245,13 +248,24 @@ export class FakeSandbox extends DurableObject implements SandboxSurface {
       return;
     }
     if (scenario.closeWithoutExit) return;
+    if (scenario.exitDelayMs) await sleep(scenario.exitDelayMs, signal);
+    if (signal.aborted) return;
     yield { bytes: frame({ type: "complete", exitCode: scenario.exitCode ?? 0 }), payloadBytes: 0 };
   }
 }
 
 function scenarioOf(command: string, options: StreamOptions | undefined): FakeScenario {
   if (command.startsWith("fake ")) return JSON.parse(command.slice(5)) as FakeScenario;
-  if (command === "pwd") return { steps: [{ data: `${options?.cwd ?? "/workspace"}\n` }] };
-  if (command.startsWith("echo ")) return { steps: [{ data: `${command.slice(5)}\n` }] };
-  return {};
+  const script = interpretCommand(command, options?.cwd ?? "/workspace");
+  const scenario: FakeScenario = {
+    steps: (script.chunks ?? []).map((chunk) => ({
+      stream: chunk.stream ?? "stdout",
+      data: typeof chunk.data === "string" ? chunk.data : new TextDecoder().decode(chunk.data),
+      ...(chunk.delayMs ? { delayMs: chunk.delayMs } : {}),
+    })),
+    exitCode: script.exitCode ?? 0,
+  };
+  if (script.exitDelayMs) scenario.exitDelayMs = script.exitDelayMs;
+  if (script.hang) scenario.hang = true;
+  return scenario;
 }

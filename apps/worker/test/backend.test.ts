@@ -1,0 +1,215 @@
+import { env } from "cloudflare:workers";
+import { ContainerUnavailableError } from "@cloudflare/sandbox";
+import { BackendError, type BridgeLogEntry, type ExecSpec } from "@remote-task/bridge";
+import { describe, expect, it } from "vitest";
+import {
+  CloudflareSandboxBackend,
+  CONTAINERS_DISABLED_MESSAGE,
+  toBackendError,
+} from "../src/cloudflare-backend.js";
+import { type FakeScenario, fakeCommand } from "./fake-sandbox.js";
+import { expectDestroyed, sandboxId, sandboxState } from "./helpers.js";
+
+function spec(overrides: Partial<ExecSpec> = {}): ExecSpec {
+  return {
+    sandboxId: sandboxId(),
+    command: "pwd",
+    cwd: "/workspace",
+    env: {},
+    timeoutMs: 5_000,
+    signal: new AbortController().signal,
+    ...overrides,
+  };
+}
+
+function backend(entries: BridgeLogEntry[] = [], destroyTimeoutMs?: number) {
+  return new CloudflareSandboxBackend({
+    namespace: env.Sandbox,
+    sleepAfter: "1m",
+    logger: (entry) => entries.push(entry),
+    ...(destroyTimeoutMs === undefined ? {} : { destroyTimeoutMs }),
+  });
+}
+
+async function run(scenario: FakeScenario, overrides: Partial<ExecSpec> = {}) {
+  const b = backend();
+  const s = spec({ command: fakeCommand(scenario), ...overrides });
+  const running = await b.start(s);
+  const chunks: Array<{ stream: string; data: string }> = [];
+  for await (const chunk of running.output) {
+    chunks.push({ stream: chunk.stream, data: String(chunk.data) });
+  }
+  const exit = await running.exit.then(
+    (code) => ({ code }),
+    (error: unknown) => ({ error }),
+  );
+  await b.destroy(s.sandboxId);
+  return { chunks, exit, sandboxId: s.sandboxId };
+}
+
+describe("CloudflareSandboxBackend", () => {
+  it("names itself and the isolation it provides", () => {
+    expect(backend()).toMatchObject({ name: "cloudflare", isolation: "container" });
+  });
+
+  it("streams stdout and stderr in order and settles the exit code", async () => {
+    const { chunks, exit, sandboxId } = await run({
+      steps: [{ data: "a\n" }, { stream: "stderr", data: "b\n" }, { data: "c\n" }],
+      exitCode: 7,
+    });
+    expect(chunks).toEqual([
+      { stream: "stdout", data: "a\n" },
+      { stream: "stderr", data: "b\n" },
+      { stream: "stdout", data: "c\n" },
+    ]);
+    expect(exit).toEqual({ code: 7 });
+    await expectDestroyed(sandboxId);
+  });
+
+  it("runs each command sessionless in a sandbox keyed by the exact id", async () => {
+    const { sandboxId } = await run({});
+    const state = await sandboxState(sandboxId);
+    expect(state.execs[0]?.sessionId).toBe("__DISABLE_SESSION__");
+    expect(state.configurations[0]).toMatchObject({
+      sandboxName: { name: sandboxId, normalizeId: false },
+      sleepAfter: "1m",
+    });
+  });
+
+  it("rejects the exit with sandbox_error when the SDK reports an error event", async () => {
+    const { exit } = await run({ failMidStream: "event" }, { env: { K: "fake command" } });
+    const error = (exit as { error: unknown }).error;
+    expect(BackendError.isInstance(error) && error.code).toBe("sandbox_error");
+    expect((error as Error).message).toContain("[redacted] crashed");
+  });
+
+  it("rejects the exit when the stream breaks or closes without an exit", async () => {
+    for (const scenario of [
+      { failMidStream: "throw" },
+      { closeWithoutExit: true },
+    ] satisfies FakeScenario[]) {
+      const { exit } = await run(scenario);
+      const error = (exit as { error: unknown }).error;
+      expect(BackendError.isInstance(error) && error.code).toBe("sandbox_error");
+    }
+  });
+
+  it("stops reading and cancels the SDK stream when the signal aborts", async () => {
+    const controller = new AbortController();
+    const b = backend();
+    const s = spec({
+      command: fakeCommand({ endless: { data: "z", width: 1024 } }),
+      signal: controller.signal,
+    });
+    const running = await b.start(s);
+    let seen = 0;
+    for await (const chunk of running.output) {
+      seen += String(chunk.data).length;
+      if (seen >= 8 * 1024) controller.abort();
+    }
+    await expect(running.exit).rejects.toSatisfy(BackendError.isInstance);
+    await expect.poll(async () => (await sandboxState(s.sandboxId)).streamCancelled).toBe(true);
+    await b.destroy(s.sandboxId);
+  });
+
+  it("refuses to start once the signal has aborted", async () => {
+    const controller = new AbortController();
+    controller.abort();
+    await expect(backend().start(spec({ signal: controller.signal }))).rejects.toThrow();
+  });
+
+  it("maps a capacity failure at start to capacity_exceeded with a retry delay", async () => {
+    const error = await backend()
+      .start(spec({ command: fakeCommand({ startError: "capacity" }) }))
+      .catch((e: unknown) => e);
+    expect(BackendError.isInstance(error) && error.code).toBe("capacity_exceeded");
+    expect((error as BackendError).details.retryAfterSeconds).toBeGreaterThan(0);
+  });
+
+  it("logs and swallows a failing destroy, and is safe to repeat", async () => {
+    const entries: BridgeLogEntry[] = [];
+    const b = backend(entries);
+    const s = spec({ command: fakeCommand({ destroyFails: true }) });
+    const running = await b.start(s);
+    for await (const _ of running.output) {
+      // drain
+    }
+    await expect(b.destroy(s.sandboxId)).resolves.toBeUndefined();
+    await expect(b.destroy(s.sandboxId)).resolves.toBeUndefined();
+    expect((await sandboxState(s.sandboxId)).destroyCalls).toBe(2);
+    expect(entries).toHaveLength(2);
+    expect(entries[0]).toMatchObject({
+      event: "destroy_failed",
+      level: "error",
+      sandboxId: s.sandboxId,
+    });
+  });
+
+  it("destroys a sandbox that never started", async () => {
+    const id = sandboxId();
+    await backend().destroy(id);
+    await expectDestroyed(id);
+  });
+
+  it("explains that containers need Docker or a deploy when the runtime has none", async () => {
+    // `RealSandbox` is the SDK's own class in a runtime without containers, as in `wrangler dev`.
+    const entries: BridgeLogEntry[] = [];
+    const real = new CloudflareSandboxBackend({
+      namespace: env.RealSandbox,
+      logger: (entry) => entries.push(entry),
+    });
+    const id = sandboxId();
+    const error = await real.start(spec({ sandboxId: id })).catch((e: unknown) => e);
+    expect(BackendError.isInstance(error) && error.code).toBe("sandbox_error");
+    expect((error as Error).message).toBe(CONTAINERS_DISABLED_MESSAGE);
+    await expect(real.destroy(id)).resolves.toBeUndefined();
+    expect(entries[0]).toMatchObject({ event: "destroy_failed", sandboxId: id });
+  });
+});
+
+describe("toBackendError", () => {
+  const unavailable = (retryAfterMs?: number) =>
+    new ContainerUnavailableError({
+      code: "CONTAINER_UNAVAILABLE",
+      message: "no container instance available",
+      context: {
+        reason: "no_container_instance_available",
+        retryable: true,
+        ...(retryAfterMs === undefined ? {} : { retryAfterMs }),
+      },
+      httpStatus: 503,
+      timestamp: new Date(0).toISOString(),
+    });
+
+  it("maps the SDK's ContainerUnavailableError, keeping its retry delay", () => {
+    const mapped = toBackendError(unavailable(2_500));
+    expect(mapped.code).toBe("capacity_exceeded");
+    expect(mapped.details.retryAfterSeconds).toBe(3);
+    expect(toBackendError(unavailable()).details.retryAfterSeconds).toBe(10);
+  });
+
+  it("recognises capacity errors that crossed RPC as plain errors", () => {
+    const plain = new Error("Maximum number of running container instances exceeded");
+    expect(toBackendError(plain).code).toBe("capacity_exceeded");
+    const named = Object.assign(new Error("x"), { name: "ContainerUnavailableError" });
+    expect(toBackendError(named).code).toBe("capacity_exceeded");
+    const coded = Object.assign(new Error("x"), { code: "CONTAINER_UNAVAILABLE" });
+    expect(toBackendError(coded).code).toBe("capacity_exceeded");
+  });
+
+  it("turns anything else into sandbox_error without env values, shortened", () => {
+    const mapped = toBackendError(
+      Object.assign(new Error(`failed with hunter2 ${"x".repeat(1000)}`), { code: "EXEC_FAILED" }),
+      { PASSWORD: "hunter2" },
+    );
+    expect(mapped.code).toBe("sandbox_error");
+    expect(mapped.message).toContain("(EXEC_FAILED)");
+    expect(mapped.message).not.toContain("hunter2");
+    expect(mapped.message.length).toBeLessThan(400);
+  });
+
+  it("keeps a BackendError as it is", () => {
+    const original = new BackendError("invalid_request", "bad cwd", { path: ["cwd"] });
+    expect(toBackendError(original)).toBe(original);
+  });
+});
