@@ -438,6 +438,8 @@ class Client implements RemoteTaskClient {
         if (failure instanceof Retryable && exchange.state) exchange.state.mayBeRunning = false;
         throw failure;
       }
+      // However the call ends early, the response is released (even a stalled read ends).
+      scope.signal.addEventListener("abort", () => response.discard(), { once: true });
       if (response.status >= 200 && response.status < 300) return response;
       // The bridge answered with an error: it is not (or no longer) running the command.
       if (exchange.state) exchange.state.mayBeRunning = false;

@@ -54,3 +54,28 @@ export function hugeBody(
   });
   return Object.assign(stream, { sent: () => sent });
 }
+
+export type StreamStep = string | { waitMs: number } | "stall";
+
+/** A body that sends each string, waits where asked, and ends (or stalls for ever at "stall"). */
+export function scriptedBody(steps: StreamStep[]): ReadableStream<Uint8Array> & {
+  cancelled: () => boolean;
+} {
+  const encoder = new TextEncoder();
+  let cancelled = false;
+  const stream = new ReadableStream<Uint8Array>({
+    async start(controller) {
+      for (const step of steps) {
+        if (cancelled) return;
+        if (step === "stall") return;
+        if (typeof step === "string") controller.enqueue(encoder.encode(step));
+        else await new Promise((r) => setTimeout(r, step.waitMs));
+      }
+      if (!cancelled) controller.close();
+    },
+    cancel() {
+      cancelled = true;
+    },
+  });
+  return Object.assign(stream, { cancelled: () => cancelled });
+}
