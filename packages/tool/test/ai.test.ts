@@ -83,9 +83,9 @@ describe("AI SDK adapter (generateText with a mock model, real bridge)", () => {
       stopWhen: isStepCount(2),
     });
     expect(toolOutputSeen(model)).toEqual({ type: "text", value: "hello from 42\n" });
-    const toolResult = result.steps[0]?.toolResults[0];
-    expect(toolResult?.output).toMatchObject({ status: "success", isError: false });
-    expect(toolResult?.output.result?.sandboxId).toMatch(/^mikan-task-/);
+    const output = result.steps[0]?.staticToolResults[0]?.output;
+    expect(output).toMatchObject({ status: "success", isError: false });
+    expect(output?.result?.sandboxId).toMatch(/^mikan-task-/);
     expect(result.text).toBe("done");
   });
 
@@ -101,9 +101,9 @@ describe("AI SDK adapter (generateText with a mock model, real bridge)", () => {
       type: "error-text",
       value: "oops\n\n\nCommand exited with code 3",
     });
-    const toolResult = result.steps[0]?.toolResults[0];
-    expect(toolResult?.output).toMatchObject({ status: "failed", isError: true });
-    expect(toolResult?.output.result?.exitCode).toBe(3);
+    const output = result.steps[0]?.staticToolResults[0]?.output;
+    expect(output).toMatchObject({ status: "failed", isError: true });
+    expect(output?.result?.exitCode).toBe(3);
   });
 
   it("records a failure to run as a tool-error part", async () => {
