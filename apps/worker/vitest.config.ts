@@ -1,6 +1,10 @@
 import { cloudflareTest } from "@cloudflare/vitest-plugin";
 import { defineConfig } from "vitest/config";
 
+// Tests never need the network: no request.cf data download, no usage metrics.
+process.env.CLOUDFLARE_CF_FETCH_ENABLED ??= "false";
+process.env.WRANGLER_SEND_METRICS ??= "false";
+
 /**
  * The Worker's tests run inside workerd through @cloudflare/vitest-plugin. `env.Sandbox` is bound
  * to a fake Durable Object (test/fake-sandbox.ts) because the runtime has no containers here.

@@ -6,14 +6,13 @@ declare global {
     interface Env {
       /** Bound to {@link FakeSandbox} in the test config, typed as the real SDK class. */
       Sandbox: DurableObjectNamespace<Sandbox>;
-      /** The same binding seen as the fake, to read what the Worker did to each sandbox. */
+      /** The SDK's own class, in a runtime without containers (as `wrangler dev` without Docker). */
       RealSandbox: DurableObjectNamespace<Sandbox>;
       BRIDGE_TOKEN?: string;
     }
+    interface GlobalProps {
+      mainModule: typeof import("./worker-entry.js");
+      durableNamespaces: "FakeSandbox";
+    }
   }
-}
-
-declare module "*?raw" {
-  const text: string;
-  export default text;
 }

@@ -102,7 +102,7 @@ export class FakeSandbox extends DurableObject implements SandboxSurface {
     bytesSent: 0,
   };
 
-  constructor(ctx: DurableObjectState, env: unknown) {
+  constructor(ctx: DurableObjectState, env: Cloudflare.Env) {
     super(ctx, env);
     void ctx.blockConcurrencyWhile(async () => {
       this.#state = (await ctx.storage.get<FakeState>(STATE_KEY)) ?? this.#state;
