@@ -163,7 +163,7 @@ class Client implements RemoteTaskClient {
     const secrets = new Secrets([this.#config.token]);
     const scope = new CallScope({
       signal: options.signal,
-      deadlineMs: this.#shortDeadlineMs(this.#config.retry),
+      deadlineMs: this.#shortDeadlineMs(),
       what: "The health check",
     });
     try {
@@ -217,8 +217,9 @@ class Client implements RemoteTaskClient {
     }
   }
 
-  #shortDeadlineMs(retry: RetryPolicy): number {
-    return Math.max(this.#config.graceSeconds, 1) * 1000 + retry.maxTotalMs;
+  /** `health()` and `cancel()` are bounded by the grace period alone (at least 1 s). */
+  #shortDeadlineMs(): number {
+    return Math.max(this.#config.graceSeconds, 1) * 1000;
   }
 
   /** Builds and checks the exec request; a mistake is an `InvalidRequestError` before sending. */
@@ -251,8 +252,7 @@ class Client implements RemoteTaskClient {
         issues,
       });
     }
-    const deadlineMs =
-      (timeoutSeconds + this.#config.graceSeconds) * 1000 + this.#config.retry.maxTotalMs;
+    const deadlineMs = (timeoutSeconds + this.#config.graceSeconds) * 1000;
     return { sandboxId, request: parsed.data, deadlineMs, secrets };
   }
 
@@ -420,7 +420,7 @@ class Client implements RemoteTaskClient {
     const body = exchange.body === undefined ? undefined : JSON.stringify(exchange.body);
     const url = `${this.#config.baseUrl}${exchange.path}`;
     const sandboxId = scope.sandboxId;
-    return withRetries(exchange.retry, scope.signal, async () => {
+    return withRetries(exchange.retry, scope.signal, scope.deadlineAt, async () => {
       let response: TransportResponse;
       if (scope.reason) throw scope.reason;
       if (exchange.state) exchange.state.mayBeRunning = true;
@@ -509,7 +509,7 @@ class Client implements RemoteTaskClient {
   ): Promise<CancelResponse> {
     const scope = new CallScope({
       signal,
-      deadlineMs: deadlineMs ?? this.#shortDeadlineMs(retry),
+      deadlineMs: deadlineMs ?? this.#shortDeadlineMs(),
       sandboxId,
       what: "Cancelling the sandbox",
     });

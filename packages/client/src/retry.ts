@@ -36,11 +36,13 @@ export function backoffDelay(policy: RetryPolicy, attempt: number, random = Math
 /**
  * Runs `attempt` until it succeeds, fails for good, or the retry budget is spent. Only a
  * `Retryable` is tried again; the wait honours the bridge's `Retry-After` and stops at once when
- * `signal` aborts (its reason is thrown).
+ * `signal` aborts (its reason is thrown). A wait that would end after `deadlineAt` (the call's
+ * deadline) is not started: the call ends with the last error instead.
  */
 export async function withRetries<T>(
   policy: RetryPolicy,
   signal: AbortSignal,
+  deadlineAt: number,
   attempt: (number: number) => Promise<T>,
 ): Promise<T> {
   let waitedMs = 0;
@@ -53,6 +55,7 @@ export async function withRetries<T>(
       if (number >= policy.maxAttempts) throw thrown.error;
       const delayMs = Math.max(backoffDelay(policy, number), thrown.retryAfterMs ?? 0);
       if (waitedMs + delayMs > policy.maxTotalMs) throw thrown.error;
+      if (Date.now() + delayMs >= deadlineAt) throw thrown.error;
       policy.onRetry?.({ attempt: number, delayMs, error: thrown.error });
       await sleep(delayMs, signal);
       waitedMs += delayMs;

@@ -29,11 +29,14 @@ export class CallScope {
   #idleMs = 0;
   readonly what: string;
   readonly sandboxId: string | undefined;
+  /** When the deadline passes, in `Date.now()` time. */
+  readonly deadlineAt: number;
 
   constructor(options: ScopeOptions) {
     this.what = options.what;
     this.sandboxId = options.sandboxId;
     this.#callerSignal = options.signal;
+    this.deadlineAt = Date.now() + options.deadlineMs;
     const seconds = Math.round(options.deadlineMs / 100) / 10;
     this.#deadlineTimer = setTimeout(
       () =>
