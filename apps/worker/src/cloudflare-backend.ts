@@ -52,9 +52,9 @@ const CAPACITY_SIGNATURES = [
 const CONTAINERS_DISABLED_SIGNATURE = "containers have not been enabled";
 
 export const CONTAINERS_DISABLED_MESSAGE =
-  "Containers are not available to this Worker: it runs without them (for example `wrangler dev` " +
-  "with containers disabled, which needs Docker to enable). Deploy it with " +
-  "`npm run deploy -w apps/worker`, or run `wrangler dev --enable-containers` with Docker running.";
+  "Containers are not available to this Worker: it runs with containers off (local `wrangler dev` " +
+  "turns them off because they need Docker). Deploy it with `npm run deploy -w apps/worker`, or " +
+  "run `npx wrangler dev --enable-containers` with Docker running.";
 
 /**
  * Runs each command in a fresh Cloudflare container (one `Sandbox` Durable Object per
