@@ -1,0 +1,177 @@
+import { execFileSync } from "node:child_process";
+import { startLocalBridge } from "@remote-task/bridge/node";
+import { formatOutput, truncateTail } from "@remote-task/protocol";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  AbortError,
+  AuthenticationError,
+  createClient,
+  type RemoteTaskClient,
+  type RemoteTaskError,
+} from "../src/index.js";
+
+type Bridge = Awaited<ReturnType<typeof startLocalBridge>>;
+let bridge: Bridge;
+let client: RemoteTaskClient;
+
+beforeAll(async () => {
+  bridge = await startLocalBridge({ limits: { maxOutputBytes: 256 * 1024 } });
+  client = createClient({ url: bridge.url, token: bridge.token, timeoutSeconds: 30 });
+});
+
+afterAll(async () => {
+  await client?.close();
+  await bridge?.close();
+});
+
+async function failure(promise: Promise<unknown>): Promise<RemoteTaskError> {
+  try {
+    await promise;
+  } catch (error) {
+    return error as RemoteTaskError;
+  }
+  throw new Error("expected the call to fail");
+}
+
+async function eventually(predicate: () => boolean, ms = 10_000): Promise<void> {
+  const until = Date.now() + ms;
+  while (!predicate()) {
+    if (Date.now() > until) throw new Error("condition not met in time");
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+function processesMatching(text: string): string[] {
+  const out = execFileSync("ps", ["-eo", "args"], { encoding: "utf8" });
+  return out.split("\n").filter((line) => line.includes(text) && !line.includes("ps -eo"));
+}
+
+describe("against the embedded local bridge (loopback, real commands)", () => {
+  it("reports its health", async () => {
+    const health = await client.health();
+    expect(health).toMatchObject({ ok: true, protocol: 1, backend: "local" });
+    expect(health.limits?.maxOutputBytes).toBe(256 * 1024);
+  });
+
+  it("runs a real command: separate streams, exit code as a value", async () => {
+    const result = await client.run("echo out; echo err >&2; exit 3");
+    expect(result).toMatchObject({
+      stdout: "out\n",
+      stderr: "err\n",
+      exitCode: 3,
+      outcome: "exited",
+      stdoutBytes: 4,
+      stderrBytes: 4,
+    });
+    expect(result.sandboxId).toMatch(/^mikan-task-/);
+  });
+
+  it("reports a timeout as a timeout", async () => {
+    const result = await client.run("sleep 5", { timeoutSeconds: 0.5 });
+    expect(result).toMatchObject({ outcome: "timeout", exitCode: 124 });
+  });
+
+  it("streams output as it arrives", async () => {
+    const seen: string[] = [];
+    const result = await client.run("echo one; sleep 0.2; echo two >&2", {
+      onOutput: (e) => seen.push(`${e.stream}:${e.data}`),
+    });
+    expect(seen.join("")).toBe("stdout:one\nstderr:two\n");
+    expect(result.exitCode).toBe(0);
+  });
+
+  it("parallel calls get distinct ids and never see each other's files", async () => {
+    const tasks = Array.from(
+      { length: 8 },
+      (_, i) => `echo ${i} > mine.txt; sleep 0.2; ls -A; cat mine.txt`,
+    );
+    const settled = await client.runMany(tasks, { concurrency: 8 });
+    const ids = new Set<string>();
+    settled.forEach((s, i) => {
+      expect(s.status).toBe("fulfilled");
+      if (s.status !== "fulfilled") return;
+      ids.add(s.value.sandboxId);
+      expect(s.value.stdout).toBe(`mine.txt\n${i}\n`);
+    });
+    expect(ids.size).toBe(8);
+  });
+
+  it("truncates a large output exactly like truncateTail of the true output", async () => {
+    const lines = 300_000;
+    const trueOutput = `${Array.from({ length: lines }, (_, i) => String(i + 1)).join("\n")}\n`;
+    const streamed: string[] = [];
+    const result = await client.run(`seq 1 ${lines}`, {
+      onOutput: (e) => streamed.push(e.data),
+    });
+    // The bridge streams the start live (up to its cap) and retains the tail for the result.
+    expect(streamed.length).toBeGreaterThan(0);
+    expect(trueOutput.startsWith(streamed.join(""))).toBe(true);
+    expect(result.stdoutTruncated).toBe(true);
+    expect(result.stdoutBytes).toBe(Buffer.byteLength(trueOutput));
+    expect(trueOutput.endsWith(result.stdout)).toBe(true);
+    const shown = formatOutput(result);
+    expect(shown).toEqual(formatOutput({ stdout: trueOutput, stderr: "" }));
+    expect(shown.text.startsWith(truncateTail(trueOutput).text)).toBe(true);
+    // The JSON mode retains the same tail.
+    const json = await client.run(`seq 1 ${lines}`);
+    expect(formatOutput(json)).toEqual(shown);
+  });
+
+  it("an abort kills the remote command and leaves nothing running", async () => {
+    const marker = "31.4159";
+    const controller = new AbortController();
+    const pending = client.run(`echo started; sleep ${marker}`, {
+      signal: controller.signal,
+      onOutput: (e) => {
+        if (e.data.includes("started")) controller.abort();
+      },
+    });
+    expect(AbortError.isInstance(await failure(pending))).toBe(true);
+    await eventually(() => processesMatching(`sleep ${marker}`).length === 0);
+    await eventually(() => bridge.backend.liveSandboxes() === 0);
+  });
+
+  it("cancel() stops a running call, which then ends as cancelled", async () => {
+    const sandboxId = `cancel-me-${Date.now()}`;
+    const started = new Promise<void>((resolve) => {
+      void client
+        .run("echo go; sleep 27.1828", {
+          sandboxId,
+          onOutput: () => resolve(),
+        })
+        .then((r) => results.push(r.outcome));
+    });
+    const results: string[] = [];
+    await started;
+    expect(await client.cancel(sandboxId)).toBe(true);
+    await eventually(() => results.length === 1);
+    expect(results).toEqual(["cancelled"]);
+    expect(await client.cancel(sandboxId)).toBe(false);
+    await eventually(() => processesMatching("sleep 27.1828").length === 0);
+  });
+
+  it("runMany of 200 tasks at concurrency 16 returns every result in order", async () => {
+    const tasks = Array.from({ length: 200 }, (_, i) => `echo task-${i}`);
+    let last = { done: 0, failed: 0, total: 0 };
+    const settled = await client.runMany(tasks, {
+      concurrency: 16,
+      onProgress: (p) => {
+        last = p;
+      },
+    });
+    expect(settled.map((s) => (s.status === "fulfilled" ? s.value.stdout : "rejected"))).toEqual(
+      tasks.map((_, i) => `task-${i}\n`),
+    );
+    expect(last).toEqual({ done: 200, failed: 0, total: 200 });
+    await eventually(() => bridge.backend.liveSandboxes() === 0);
+  }, 60_000);
+
+  it("refuses a wrong token", async () => {
+    const wrong = createClient({ url: bridge.url, token: "not-the-token" });
+    const error = await failure(wrong.run("true"));
+    expect(AuthenticationError.isInstance(error)).toBe(true);
+    expect(error.message).not.toContain("not-the-token");
+    expect(error.message).not.toContain(bridge.token);
+    await wrong.close();
+  });
+});
