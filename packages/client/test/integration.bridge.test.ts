@@ -1,4 +1,5 @@
 import { execFileSync } from "node:child_process";
+import { createLocalBackend } from "@remote-task/bridge/local";
 import { startLocalBridge } from "@remote-task/bridge/node";
 import { formatOutput, truncateTail } from "@remote-task/protocol";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -10,12 +11,15 @@ import {
   type RemoteTaskError,
 } from "../src/index.js";
 
-type Bridge = Awaited<ReturnType<typeof startLocalBridge>>;
+type Bridge = Awaited<ReturnType<typeof startLocalBridge<ReturnType<typeof createLocalBackend>>>>;
 let bridge: Bridge;
 let client: RemoteTaskClient;
 
 beforeAll(async () => {
-  bridge = await startLocalBridge({ limits: { maxOutputBytes: 256 * 1024 } });
+  bridge = await startLocalBridge({
+    backend: createLocalBackend({ isolation: "auto" }),
+    limits: { maxOutputBytes: 256 * 1024 },
+  });
   client = createClient({ url: bridge.url, token: bridge.token, timeoutSeconds: 30 });
 });
 
