@@ -28,7 +28,6 @@ export type RemoteTaskAiTool = Tool<RemoteTaskArgs, RemoteTaskToolResult>;
 export function remoteTaskTool(source: RemoteTaskToolSource = {}): RemoteTaskAiTool {
   const core = toRemoteTaskTool(source);
   return tool({
-    title: core.title,
     description: core.description,
     inputSchema: core.parameters,
     async execute(input, { abortSignal }) {

@@ -14,7 +14,7 @@ export function remoteTaskDescription(
     "Run one shell command in a fresh, throwaway remote sandbox and get its output back.",
     "Every call gets its own new sandbox, so calls never see or disturb each other and are safe to run in parallel: use it to fan work out.",
     "It is not your computer: none of your files or workspace are there, and no credentials, tokens or environment variables are passed in.",
-    "Put all input in the command itself (inline data, a heredoc, or a public URL to fetch) and have the command print its results to stdout.",
+    "Put all input in the command itself (inline data or a heredoc) and have the command print its results to stdout.",
     "Nothing persists: the sandbox is discarded when the command ends, so anything written there is gone.",
     "You see stdout followed by stderr. Only the last 50 KB (at most 2000 lines) is shown and there is nowhere to keep the rest, so have the command summarise or filter large output itself.",
     "A non-zero exit code is reported as an error.",
