@@ -1,0 +1,112 @@
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import type { RetryPolicy } from "../src/config.js";
+import { CapacityError } from "../src/errors.js";
+import { backoffDelay, parseRetryAfter, Retryable, withRetries } from "../src/retry.js";
+import { sseEvents } from "../src/sse.js";
+import { fullResult, sse } from "./helpers/fixtures.js";
+
+const policy: RetryPolicy = {
+  maxAttempts: 5,
+  initialDelayMs: 100,
+  maxDelayMs: 1_000,
+  maxTotalMs: 10_000,
+  onRetry: undefined,
+};
+
+describe("Retry-After", () => {
+  const now = Date.parse("2026-01-01T00:00:00Z");
+  it.each([
+    ["0", 0],
+    ["7", 7_000],
+    [" 120 ", 120_000],
+    ["Thu, 01 Jan 2026 00:00:05 GMT", 5_000],
+    ["Wed, 31 Dec 2025 23:59:00 GMT", 0],
+    ["soon", undefined],
+    ["-3", undefined],
+    ["1.5", undefined],
+    [undefined, undefined],
+  ])("%s -> %s ms", (value, expected) => {
+    expect(parseRetryAfter(value, now)).toBe(expected);
+  });
+});
+
+describe("backoff", () => {
+  it("stays within [half, all] of the capped exponential delay", () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 30 }),
+        fc.double({ min: 0, max: 1, maxExcluded: true, noNaN: true }),
+        (attempt, r) => {
+          const cap = Math.min(policy.maxDelayMs, policy.initialDelayMs * 2 ** (attempt - 1));
+          const delay = backoffDelay(policy, attempt, () => r);
+          expect(delay).toBeGreaterThanOrEqual(cap / 2);
+          expect(delay).toBeLessThanOrEqual(cap);
+        },
+      ),
+    );
+  });
+
+  it("stops when the total waiting budget would be exceeded", async () => {
+    let attempts = 0;
+    const tight = { ...policy, initialDelayMs: 1, maxTotalMs: 50 };
+    const error = new CapacityError("full");
+    await expect(
+      withRetries(tight, new AbortController().signal, Date.now() + 60_000, async () => {
+        attempts++;
+        throw new Retryable(error, 30);
+      }),
+    ).rejects.toBe(error);
+    // 30 ms once fits in 50 ms, twice does not.
+    expect(attempts).toBe(2);
+  });
+
+  it("does not retry anything that is not Retryable", async () => {
+    let attempts = 0;
+    const boom = new Error("boom");
+    await expect(
+      withRetries(policy, new AbortController().signal, Date.now() + 60_000, async () => {
+        attempts++;
+        throw boom;
+      }),
+    ).rejects.toBe(boom);
+    expect(attempts).toBe(1);
+  });
+});
+
+describe("SSE parsing", () => {
+  const events = [
+    { type: "start", sandboxId: "mikan-task-1", protocol: 1 },
+    { type: "stdout", data: "héllo 💥\nsecond line\r\n" },
+    { type: "heartbeat", elapsedMs: 15_000 },
+    { type: "stderr", data: "data: not a field\n\n" },
+    { type: "exit", result: fullResult },
+  ] as const;
+  const wire = new TextEncoder().encode(events.map((e) => sse(e)).join(""));
+
+  it("yields the same events however the bytes are split", async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.uniqueArray(fc.integer({ min: 1, max: wire.byteLength - 1 }), { maxLength: 12 }),
+        async (cuts) => {
+          const points = [0, ...cuts.sort((a, b) => a - b), wire.byteLength];
+          const chunks = points.slice(1).map((end, i) => wire.subarray(points[i], end));
+          async function* body() {
+            yield* chunks;
+          }
+          const seen = [];
+          for await (const event of sseEvents(body(), {
+            signal: new AbortController().signal,
+            maxEventChars: 1 << 20,
+            status: 200,
+            sandboxId: undefined,
+          })) {
+            seen.push(event);
+          }
+          expect(seen).toEqual(events);
+        },
+      ),
+      { numRuns: 200 },
+    );
+  });
+});
