@@ -62,9 +62,9 @@ describe("pi-agent-core adapter (Agent with the faux provider, real bridge)", ()
   });
 
   it("reports a timeout after the output that arrived", async () => {
-    const message = await runAgent({ command: "echo waiting; sleep 10", timeout: 1 });
+    const message = await runAgent({ command: "echo waiting; sleep 10", timeout: 2 });
     expect(message.isError).toBe(true);
-    expect(textOf(message)).toBe("waiting\n\n\nCommand timed out after 1 seconds");
+    expect(textOf(message)).toBe("waiting\n\n\nCommand timed out after 2 seconds");
   });
 
   it("the framework validates arguments against the JSON Schema parameters", async () => {
