@@ -130,8 +130,21 @@ export class CloudflareSandboxBackend implements SandboxBackend {
       enableDefaultSession: false,
     };
     if (this.#options.sleepAfter !== undefined) options.sleepAfter = this.#options.sleepAfter;
-    return getSandbox(this.#options.namespace, sandboxId, options);
+    return getSandbox(singleUse(this.#options.namespace), sandboxId, options);
   }
+}
+
+/**
+ * A fresh view of the namespace for one `getSandbox` call. The SDK remembers each id's
+ * configuration per namespace object for the life of the isolate; with a new id per call that
+ * memory would only grow, so each call gets its own short-lived key instead.
+ */
+function singleUse(namespace: DurableObjectNamespace<Sandbox>): DurableObjectNamespace<Sandbox> {
+  const view: Pick<DurableObjectNamespace<Sandbox>, "idFromName" | "get"> = {
+    idFromName: (name) => namespace.idFromName(name),
+    get: (id, options) => namespace.get(id, options),
+  };
+  return view as DurableObjectNamespace<Sandbox>;
 }
 
 /** Turns the SDK's SSE stream into the bridge's output iterable and exit promise. */

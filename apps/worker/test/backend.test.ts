@@ -76,6 +76,14 @@ describe("CloudflareSandboxBackend", () => {
     });
   });
 
+  it("keeps no per-id SDK state in the isolate: every handle configures its sandbox again", async () => {
+    const { sandboxId } = await run({});
+    const state = await sandboxState(sandboxId);
+    // One configure for the command, one for the destroy: the SDK's per-namespace cache of
+    // sandbox configurations (which would grow by one entry per call) was not used.
+    expect(state.configurations).toHaveLength(2);
+  });
+
   it("rejects the exit with sandbox_error when the SDK reports an error event", async () => {
     const { exit } = await run({ failMidStream: "event" }, { env: { K: "fake command" } });
     const error = (exit as { error: unknown }).error;
