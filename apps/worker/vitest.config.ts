@@ -24,8 +24,8 @@ export default defineConfig({
       },
     }),
   ],
-  resolve: { conditions: ["source"] },
-  ssr: { resolve: { conditions: ["source"] } },
+  resolve: { conditions: ["@remote-task/source"] },
+  ssr: { resolve: { conditions: ["@remote-task/source"] } },
   test: {
     reporters: ["default", "json"],
     outputFile: { json: ".vitest-results.json" },

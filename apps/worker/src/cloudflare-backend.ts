@@ -72,7 +72,7 @@ export class CloudflareSandboxBackend implements SandboxBackend {
   }
 
   async start(spec: ExecSpec): Promise<RunningCommand> {
-    spec.signal.throwIfAborted();
+    if (spec.signal.aborted) throw abortedError();
     let stream: ReadableStream<Uint8Array>;
     try {
       const sandbox = this.#sandbox(spec.sandboxId);

@@ -1,0 +1,65 @@
+import { env } from "cloudflare:workers";
+import { describe, expect, it } from "vitest";
+import { ConfigError, readConfig, type WorkerEnv } from "../src/config.js";
+
+const bindings = (vars: Partial<Record<keyof WorkerEnv, string>>): WorkerEnv => ({
+  Sandbox: env.Sandbox,
+  ...vars,
+});
+
+describe("readConfig", () => {
+  it("reads every variable", () => {
+    expect(
+      readConfig(
+        bindings({
+          BRIDGE_TOKEN: "t",
+          ALLOW_UNAUTHENTICATED: " TRUE ",
+          DEFAULT_CWD: "/srv",
+          HEARTBEAT_INTERVAL_MS: "15000",
+          SANDBOX_SLEEP_AFTER: "300",
+          MAX_REQUEST_BYTES: "1000",
+          MAX_COMMAND_BYTES: "100",
+          MAX_ENV_ENTRIES: "0",
+          MAX_ENV_ENTRY_BYTES: "10",
+          MAX_TIMEOUT_SECONDS: "1.5",
+          MAX_OUTPUT_BYTES: "65536",
+        }),
+      ),
+    ).toEqual({
+      token: "t",
+      allowUnauthenticated: true,
+      defaultCwd: "/srv",
+      heartbeatIntervalMs: 15_000,
+      sleepAfter: 300,
+      limits: {
+        maxRequestBytes: 1000,
+        maxCommandBytes: 100,
+        maxEnvEntries: 0,
+        maxEnvEntryBytes: 10,
+        maxTimeoutSeconds: 1.5,
+        maxOutputBytes: 65_536,
+      },
+    });
+  });
+
+  it("treats empty values as unset and keeps auth on by default", () => {
+    expect(
+      readConfig(
+        bindings({ BRIDGE_TOKEN: "", ALLOW_UNAUTHENTICATED: "", SANDBOX_SLEEP_AFTER: "" }),
+      ),
+    ).toEqual({ token: undefined, allowUnauthenticated: false, limits: {} });
+    expect(readConfig(bindings({ SANDBOX_SLEEP_AFTER: "2h" })).sleepAfter).toBe("2h");
+  });
+
+  it("names the variable at fault in a branded error", () => {
+    let caught: unknown;
+    try {
+      readConfig(bindings({ MAX_ENV_ENTRIES: "1.5" }));
+    } catch (error) {
+      caught = error;
+    }
+    expect(ConfigError.isInstance(caught)).toBe(true);
+    expect((caught as ConfigError).variable).toBe("MAX_ENV_ENTRIES");
+    expect(ConfigError.isInstance(new Error("x"))).toBe(false);
+  });
+});
