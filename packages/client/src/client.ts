@@ -338,7 +338,6 @@ class Client implements RemoteTaskClient {
         secrets: call.secrets,
         state,
       });
-      scope.watchIdle(this.#config.idleTimeoutSeconds * 1000);
       const contentType = response.header("content-type");
       if (!/^\s*text\/event-stream/i.test(contentType ?? "")) {
         // A bridge without streaming (the reference one) answers JSON; replay it as events.
@@ -360,6 +359,7 @@ class Client implements RemoteTaskClient {
         }
         return;
       }
+      scope.watchIdle(this.#config.idleTimeoutSeconds * 1000);
       const events = sseEvents(response.body, {
         signal: scope.signal,
         maxEventChars: this.#config.maxResponseBytes,
