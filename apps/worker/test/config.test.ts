@@ -2,10 +2,8 @@ import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { ConfigError, readConfig, type WorkerEnv } from "../src/config.js";
 
-const bindings = (vars: Partial<Record<keyof WorkerEnv, string>>): WorkerEnv => ({
-  Sandbox: env.Sandbox,
-  ...vars,
-});
+type Vars = Partial<Record<Exclude<keyof WorkerEnv, "Sandbox">, string>>;
+const bindings = (vars: Vars): WorkerEnv => ({ ...vars, Sandbox: env.Sandbox });
 
 describe("readConfig", () => {
   it("reads every variable", () => {
