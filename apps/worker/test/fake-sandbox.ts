@@ -46,6 +46,8 @@ export interface FakeScenario {
   closeWithoutExit?: boolean;
   /** `destroy()` rejects. */
   destroyFails?: boolean;
+  /** `destroy()` finishes only once `releaseDestroy()` is called (a slow teardown). */
+  destroyWaits?: boolean;
 }
 
 export interface FakeState {
@@ -125,10 +127,23 @@ export class FakeSandbox extends DurableObject implements SandboxSurface {
     });
   }
 
+  #releaseDestroy: () => void = () => {};
+  #destroyReleased = new Promise<void>((resolve) => {
+    this.#releaseDestroy = resolve;
+  });
+
+  /** Lets a `destroyWaits` teardown finish. */
+  async releaseDestroy(): Promise<void> {
+    this.#releaseDestroy();
+  }
+
   async destroy(): Promise<void> {
     this.#running.abort();
     await this.#update((state) => {
       state.destroyCalls++;
+    });
+    if (this.#scenario.destroyWaits) await this.#destroyReleased;
+    await this.#update((state) => {
       if (!this.#scenario.destroyFails) state.destroyed = true;
     });
     if (this.#scenario.destroyFails) throw new Error("fake destroy failed");

@@ -1,4 +1,8 @@
-import { listDurableObjectIds } from "cloudflare:test";
+import {
+  createExecutionContext,
+  listDurableObjectIds,
+  waitOnExecutionContext,
+} from "cloudflare:test";
 import { exports } from "cloudflare:workers";
 import { errorBodySchema, execResultSchema, healthResponseSchema } from "@remote-task/protocol";
 import { referenceExecRequest, referenceExecResponse } from "@remote-task/protocol/fixtures";
@@ -402,6 +406,31 @@ describe("commands through the fake Sandbox Durable Object", () => {
     );
     expect(answer.status).toBe(502);
     expect(JSON.parse(answer.text).error).toContain("before the command exited");
+    await expectDestroyed(id);
+  });
+
+  it("answers before the sandbox is destroyed: the destroy runs in ctx.waitUntil", async () => {
+    const id = sandboxId();
+    const { handler } = loggingWorker();
+    const ctx = createExecutionContext();
+    const response = await handler.fetch(
+      new Request("https://bridge.test/exec", {
+        method: "POST",
+        headers: { ...AUTH, "content-type": "application/json" },
+        body: JSON.stringify({
+          sandboxId: id,
+          command: fakeCommand({ steps: [{ data: "fast\n" }], destroyWaits: true }),
+        }),
+      }),
+      workerEnv(),
+      ctx,
+    );
+    expect(await response.json()).toMatchObject({ stdout: "fast\n", code: 0 });
+    await expect.poll(async () => (await sandboxState(id)).destroyCalls).toBe(1);
+    expect((await sandboxState(id)).destroyed).toBe(false);
+    const ns = fakeNamespace();
+    await ns.get(ns.idFromName(id)).releaseDestroy();
+    await waitOnExecutionContext(ctx);
     await expectDestroyed(id);
   });
 
