@@ -1,0 +1,35 @@
+import { type Connection, type ConnectionFlags, connect } from "../connect.js";
+import { EXIT } from "../exit-codes.js";
+import { describeError } from "../report.js";
+
+export async function healthCommand(flags: ConnectionFlags & { json?: boolean }): Promise<number> {
+  let connection: Connection;
+  try {
+    connection = await connect(flags);
+  } catch (error) {
+    process.stderr.write(`remote-task: ${describeError(error)}\n`);
+    return EXIT.bridge;
+  }
+  try {
+    const health = await connection.client.health();
+    if (flags.json) {
+      process.stdout.write(`${JSON.stringify(health)}\n`);
+      return EXIT.ok;
+    }
+    const rows: Array<[string, string]> = [
+      ["status", "ok"],
+      ["protocol", String(health.protocol ?? "1 (reference bridge: no version reported)")],
+      ["backend", health.backend ?? "unknown"],
+      ["isolation", health.isolation ?? "unknown"],
+      ["version", health.version ?? "unknown"],
+    ];
+    for (const [key, value] of Object.entries(health.limits ?? {})) rows.push([key, String(value)]);
+    for (const [key, value] of rows) process.stdout.write(`${key.padEnd(18)} ${value}\n`);
+    return EXIT.ok;
+  } catch (error) {
+    process.stderr.write(`remote-task: bridge unhealthy: ${describeError(error)}\n`);
+    return EXIT.bridge;
+  } finally {
+    await connection.close();
+  }
+}

@@ -1,0 +1,172 @@
+import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
+import packageJson from "../package.json" with { type: "json" };
+import { healthCommand } from "./commands/health.js";
+import { runCommand } from "./commands/run.js";
+import { runManyCommand } from "./commands/run-many.js";
+import { serveCommand } from "./commands/serve.js";
+import { EXIT } from "./exit-codes.js";
+import { describeError } from "./report.js";
+
+function positiveNumber(value: string): number {
+  const n = Number(value);
+  if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError("expected a number > 0.");
+  return n;
+}
+
+function positiveInteger(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n <= 0) throw new InvalidArgumentError("expected an integer > 0.");
+  return n;
+}
+
+function port(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0 || n > 65_535) {
+    throw new InvalidArgumentError("expected a port number 0-65535 (0 picks a free one).");
+  }
+  return n;
+}
+
+const isolationOption = () =>
+  new Option("--isolation <mode>", "local sandbox isolation")
+    .choices(["auto", "bwrap", "none"])
+    .default("auto");
+
+function connectionOptions(command: Command): Command {
+  return command
+    .option("--url <url>", "bridge URL (default: $CLOUDFLARE_SANDBOX_URL)")
+    .option("--token <token>", "bridge token (default: $CLOUDFLARE_SANDBOX_TOKEN)")
+    .option("--local", "start the embedded local bridge in this process for this run")
+    .addOption(isolationOption());
+}
+
+/** The `remote-task` program; `run()` sets the exit code through `onExit`. */
+export function createProgram(onExit: (code: number) => void): Command {
+  const program = new Command("remote-task")
+    .description("Run shell commands in fresh, throwaway sandboxes through a remote-task bridge.")
+    .version(packageJson.version, "-v, --version")
+    .exitOverride()
+    .enablePositionalOptions()
+    .showHelpAfterError("(add --help for usage and examples)");
+
+  connectionOptions(
+    program
+      .command("run")
+      .description("Run one command in a fresh sandbox and print its output.")
+      .argument("<command...>", "the shell command (one quoted word, or words joined by spaces)")
+      .option("--timeout <seconds>", "task timeout in seconds (default 120)", positiveNumber)
+      .option("--cwd <dir>", "working directory inside the sandbox (default /workspace)")
+      .option("--json", "print the result as one JSON object")
+      .option("--stream", "stream output live as it arrives")
+      .passThroughOptions(),
+  )
+    .addHelpText(
+      "after",
+      `
+Exit code: the command's own, 124 on timeout, 125 when the bridge or configuration failed,
+130 when interrupted.
+
+Examples:
+  $ remote-task run --local -- uname -a
+  $ remote-task run --local --stream -- 'for i in 1 2 3; do echo $i; sleep 1; done'
+  $ CLOUDFLARE_SANDBOX_URL=https://bridge.example.workers.dev remote-task run -- 'nproc'
+  $ remote-task run --json --timeout 10 -- 'python3 -c "print(2**100)"'`,
+    )
+    .action(async (words: string[], flags) => onExit(await runCommand(words, flags)));
+
+  connectionOptions(
+    program
+      .command("run-many")
+      .description("Run one command per line (from --file or stdin), each in its own sandbox.")
+      .option("--concurrency <n>", "tasks in flight at once", positiveInteger, 8)
+      .option("--file <path>", "read commands from this file instead of stdin")
+      .option("--timeout <seconds>", "per-task timeout in seconds (default 120)", positiveNumber)
+      .option("--json", "print all results as a JSON array"),
+  )
+    .addHelpText(
+      "after",
+      `
+Blank lines and lines starting with # are skipped. Results print in input order; a progress
+bar shows on stderr when it is a terminal. Exit code 1 when any task failed.
+
+Examples:
+  $ printf 'echo one\\necho two\\nexit 3\\n' | remote-task run-many --local
+  $ remote-task run-many --local --concurrency 32 --file tasks.txt --json > results.json`,
+    )
+    .action(async (flags) => onExit(await runManyCommand(flags)));
+
+  program
+    .command("serve")
+    .description("Serve the embedded local bridge over HTTP.")
+    .option("--local", "serve the embedded local bridge (the one kind available here)")
+    .option("--port <port>", "port (0 picks a free one)", port, 0)
+    .option("--host <host>", "address to listen on", "127.0.0.1")
+    .option("--token <token>", "bearer token to require (default: a random one)")
+    .addOption(isolationOption())
+    .addHelpText(
+      "after",
+      `
+Examples:
+  $ remote-task serve --local --port 8787
+  $ eval "$(remote-task serve --local | grep ^export)"   # in another shell: copy the export line`,
+    )
+    .action(async (flags) => onExit(await serveCommand(flags)));
+
+  connectionOptions(
+    program
+      .command("health")
+      .description("Check a bridge: protocol, backend, isolation and limits.")
+      .option("--json", "print the health answer as JSON"),
+  )
+    .addHelpText(
+      "after",
+      `
+Examples:
+  $ remote-task health --url http://127.0.0.1:8787 --token "$TOKEN"
+  $ remote-task health --local`,
+    )
+    .action(async (flags) => onExit(await healthCommand(flags)));
+
+  program
+    .command("mcp")
+    .description(
+      "Serve the remote_task tool over MCP on stdio (configured by CLOUDFLARE_SANDBOX_*).",
+    )
+    .addHelpText(
+      "after",
+      `
+Example MCP client configuration:
+  {"mcpServers": {"remote-task": {"command": "remote-task", "args": ["mcp"],
+    "env": {"CLOUDFLARE_SANDBOX_URL": "https://bridge.example.workers.dev",
+            "CLOUDFLARE_SANDBOX_TOKEN": "..."}}}}`,
+    )
+    .action(async () => {
+      const { runMcpStdio } = await import("@remote-task/tool/mcp");
+      try {
+        await runMcpStdio();
+      } catch (error) {
+        process.stderr.write(`remote-task: ${describeError(error)}\n`);
+        onExit(EXIT.bridge);
+      }
+    });
+
+  return program;
+}
+
+/** Parses argv and runs; resolves with the process exit code. */
+export async function main(argv: string[]): Promise<number> {
+  let exitCode: number = EXIT.ok;
+  const program = createProgram((code) => {
+    exitCode = code;
+  });
+  try {
+    await program.parseAsync(argv);
+  } catch (error) {
+    if (error instanceof CommanderError) {
+      const shown = ["commander.helpDisplayed", "commander.version", "commander.help"];
+      return shown.includes(error.code) ? EXIT.ok : EXIT.usage;
+    }
+    throw error;
+  }
+  return exitCode;
+}

@@ -1,0 +1,274 @@
+import { once } from "node:events";
+import { createServer } from "node:net";
+import { startLocalBridge } from "@remote-task/bridge/node";
+import { execResultSchema } from "@remote-task/protocol";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { cleanEnv, runCli, startCli } from "./helpers.js";
+
+let bridge: Awaited<ReturnType<typeof startLocalBridge>>;
+let env: NodeJS.ProcessEnv;
+
+beforeAll(async () => {
+  bridge = await startLocalBridge();
+  env = cleanEnv({ CLOUDFLARE_SANDBOX_URL: bridge.url, CLOUDFLARE_SANDBOX_TOKEN: bridge.token });
+});
+afterAll(async () => {
+  await bridge?.close();
+});
+
+/** A loopback port with nothing listening on it. */
+async function closedPort(): Promise<number> {
+  const server = createServer().listen(0, "127.0.0.1");
+  await once(server, "listening");
+  const { port } = server.address() as { port: number };
+  server.close();
+  await once(server, "close");
+  return port;
+}
+
+describe("usage", () => {
+  it.each(["run", "run-many", "serve", "health", "mcp"])(
+    "%s --help shows examples",
+    async (cmd) => {
+      const { code, stdout } = await runCli([cmd, "--help"]);
+      expect(code).toBe(0);
+      expect(stdout).toContain("Usage: remote-task");
+      expect(stdout).toMatch(/Example/);
+    },
+  );
+
+  it("prints its version", async () => {
+    const { code, stdout } = await runCli(["--version"]);
+    expect(code).toBe(0);
+    expect(stdout.trim()).toMatch(/^\d+\.\d+\.\d+/);
+  });
+
+  it("refuses an unknown flag with a usage error", async () => {
+    const { code, stderr } = await runCli(["health", "--bogus"]);
+    expect(code).toBe(2);
+    expect(stderr).toContain("unknown option '--bogus'");
+  });
+
+  it("refuses a missing command", async () => {
+    const { code, stderr } = await runCli(["run"]);
+    expect(code).toBe(2);
+    expect(stderr).toContain("missing required argument 'command'");
+  });
+
+  it("refuses a bad timeout", async () => {
+    const { code, stderr } = await runCli(["run", "--timeout", "soon", "--", "true"]);
+    expect(code).toBe(2);
+    expect(stderr).toContain("expected a number > 0");
+  });
+});
+
+describe("run", () => {
+  it("routes stdout and stderr and exits with the remote code", async () => {
+    const { code, stdout, stderr } = await runCli(["run", "--", "echo out; echo err >&2; exit 3"], {
+      env,
+    });
+    expect(stdout).toBe("out\n");
+    expect(stderr).toBe("err\n");
+    expect(code).toBe(3);
+  });
+
+  it("joins several words like ssh", async () => {
+    const { code, stdout } = await runCli(["run", "echo", "a", "b"], { env });
+    expect(stdout).toBe("a b\n");
+    expect(code).toBe(0);
+  });
+
+  it("exits 124 on timeout and says so", async () => {
+    const { code, stderr } = await runCli(
+      ["run", "--timeout", "1", "--", "echo started; sleep 30"],
+      {
+        env,
+      },
+    );
+    expect(code).toBe(124);
+    expect(stderr).toContain("timed out after 1 seconds");
+  });
+
+  it("prints a schema-valid result with --json", async () => {
+    const { code, stdout } = await runCli(["run", "--json", "--", "printf hi; exit 4"], { env });
+    expect(code).toBe(4);
+    const parsed = JSON.parse(stdout);
+    expect(execResultSchema.parse(parsed)).toMatchObject({
+      stdout: "hi",
+      code: 4,
+      outcome: "exited",
+    });
+    expect(parsed.sandboxId).toMatch(/^mikan-task-/);
+  });
+
+  it("streams output with --stream", async () => {
+    const { code, stdout, stderr } = await runCli(
+      ["run", "--stream", "--", "echo one; echo two >&2; echo three"],
+      { env },
+    );
+    expect(code).toBe(0);
+    expect(stdout).toBe("one\nthree\n");
+    expect(stderr).toBe("two\n");
+  });
+
+  it("runs on the embedded bridge with --local", async () => {
+    const { code, stdout } = await runCli(["run", "--local", "--", "uname -s; pwd"]);
+    expect(code).toBe(0);
+    expect(stdout).toMatch(/^Linux\n\/workspace\n$/);
+  });
+
+  it("fails with 125 and the variable name when no bridge is configured", async () => {
+    const { code, stderr } = await runCli(["run", "--", "true"]);
+    expect(code).toBe(125);
+    expect(stderr).toContain("CLOUDFLARE_SANDBOX_URL");
+  });
+
+  it("fails with 125 on a wrong token, without echoing it", async () => {
+    const { code, stderr } = await runCli(
+      ["run", "--url", bridge.url, "--token", "wrong-secret-token", "--", "true"],
+      { env: cleanEnv() },
+    );
+    expect(code).toBe(125);
+    expect(stderr).toContain("AuthenticationError");
+    expect(stderr).not.toContain("wrong-secret-token");
+  });
+});
+
+describe("run-many", () => {
+  const input = "echo first\n\n# a comment\nsleep 0.3; echo second\nexit 7\necho fourth\n";
+
+  it("prints results in input order and fails when one task fails", async () => {
+    const { code, stdout, stderr } = await runCli(["run-many", "--concurrency", "4"], {
+      env,
+      input,
+    });
+    expect(code).toBe(1);
+    const order = ["[1] echo first", "[2] sleep 0.3; echo second", "[3] exit 7", "[4] echo fourth"];
+    const positions = order.map((head) => stdout.indexOf(head));
+    expect(positions.every((p) => p >= 0)).toBe(true);
+    expect([...positions].sort((a, b) => a - b)).toEqual(positions);
+    expect(stdout).toContain("(exit 7,");
+    expect(stderr).toContain("4 tasks, 3 succeeded, 1 failed");
+  });
+
+  it("prints a JSON array in input order", async () => {
+    const { code, stdout } = await runCli(["run-many", "--json"], {
+      env,
+      input: "sleep 0.2; echo a\necho b\n",
+    });
+    expect(code).toBe(0);
+    const results = JSON.parse(stdout);
+    expect(results.map((r: { command: string }) => r.command)).toEqual([
+      "sleep 0.2; echo a",
+      "echo b",
+    ]);
+    for (const r of results) execResultSchema.parse(r.result);
+    expect(results[0].result.stdout).toBe("a\n");
+  });
+
+  it("reads commands from --file", async () => {
+    const { writeFile, mkdtemp } = await import("node:fs/promises");
+    const { join } = await import("node:path");
+    const { tmpdir } = await import("node:os");
+    const file = join(await mkdtemp(join(tmpdir(), "rt-cli-")), "tasks.txt");
+    await writeFile(file, "echo from-file\n");
+    const { code, stdout } = await runCli(["run-many", "--file", file], { env });
+    expect(code).toBe(0);
+    expect(stdout).toContain("from-file");
+  });
+
+  it("refuses empty input", async () => {
+    const { code, stderr } = await runCli(["run-many"], { env, input: "\n# nothing\n" });
+    expect(code).toBe(2);
+    expect(stderr).toContain("no commands given");
+  });
+});
+
+describe("serve and health", () => {
+  it("serves a working bridge and stops on SIGINT", async () => {
+    const server = startCli(["serve", "--local", "--isolation", "none"]);
+    let out = "";
+    server.stdout?.setEncoding("utf8");
+    const exportLine = await new Promise<string>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`no export line: ${out}`)), 20_000);
+      server.stdout?.on("data", (chunk: string) => {
+        out += chunk;
+        const line = out.split("\n").find((l) => l.startsWith("export "));
+        if (line) {
+          clearTimeout(timer);
+          resolve(line);
+        }
+      });
+    });
+    const url = /CLOUDFLARE_SANDBOX_URL=(\S+)/.exec(exportLine)?.[1];
+    const token = /CLOUDFLARE_SANDBOX_TOKEN=(\S+)/.exec(exportLine)?.[1];
+    expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    expect(token).toBeTruthy();
+    expect(out).toContain(`token: ${token}`);
+
+    const serveEnv = cleanEnv({ CLOUDFLARE_SANDBOX_URL: url!, CLOUDFLARE_SANDBOX_TOKEN: token! });
+    const health = await runCli(["health"], { env: serveEnv });
+    expect(health.code).toBe(0);
+    expect(health.stdout).toMatch(/backend\s+local/);
+    expect(health.stdout).toMatch(/isolation\s+none/);
+    const run = await runCli(["run", "--", "echo via-serve"], { env: serveEnv });
+    expect(run.stdout).toBe("via-serve\n");
+
+    server.kill("SIGINT");
+    const [code] = await once(server, "exit");
+    expect(code).toBe(0);
+  });
+
+  it("health prints protocol, backend and limits", async () => {
+    const { code, stdout } = await runCli(["health", "--json"], { env });
+    expect(code).toBe(0);
+    expect(JSON.parse(stdout)).toMatchObject({ ok: true, protocol: 1, backend: "local" });
+  });
+
+  it("health fails clearly when the bridge is unreachable", async () => {
+    const port = await closedPort();
+    const { code, stderr } = await runCli(["health", "--url", `http://127.0.0.1:${port}`]);
+    expect(code).toBe(125);
+    expect(stderr).toContain("ConnectionError");
+  });
+
+  it("health fails clearly when unauthorized", async () => {
+    const { code, stderr } = await runCli(["health", "--url", bridge.url, "--token", "nope"]);
+    expect(code).toBe(125);
+    expect(stderr).toContain("AuthenticationError");
+  });
+});
+
+describe("mcp", () => {
+  it("serves remote_task to a real MCP client", async () => {
+    const { Client } = await import("@modelcontextprotocol/sdk/client/index.js");
+    const { StdioClientTransport } = await import("@modelcontextprotocol/sdk/client/stdio.js");
+    const { BIN } = await import("./helpers.js");
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [BIN, "mcp"],
+      env: env as Record<string, string>,
+      stderr: "pipe",
+    });
+    const client = new Client({ name: "cli-test", version: "1.0.0" });
+    await client.connect(transport);
+    try {
+      const { tools } = await client.listTools();
+      expect(tools.map((t) => t.name)).toEqual(["remote_task"]);
+      const result = await client.callTool({
+        name: "remote_task",
+        arguments: { command: "echo via-mcp" },
+      });
+      expect(result.isError).toBeFalsy();
+      expect(result.content).toEqual([{ type: "text", text: "via-mcp\n" }]);
+    } finally {
+      await client.close();
+    }
+  });
+
+  it("fails clearly when no bridge is configured", async () => {
+    const { code, stderr } = await runCli(["mcp"]);
+    expect(code).toBe(125);
+    expect(stderr).toContain("CLOUDFLARE_SANDBOX_URL");
+  });
+});

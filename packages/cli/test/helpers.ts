@@ -1,0 +1,51 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
+
+export const BIN = fileURLToPath(new URL("../bin/remote-task.js", import.meta.url));
+
+export interface CliResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Environment without any bridge configuration from the machine running the tests. */
+export function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [key, value] of Object.entries(process.env)) {
+    if (!/CLOUDFLARE_SANDBOX|MIKAN_/.test(key)) env[key] = value;
+  }
+  return { ...env, NO_COLOR: "1", ...extra };
+}
+
+export function startCli(args: string[], env: NodeJS.ProcessEnv = cleanEnv()): ChildProcess {
+  return spawn(process.execPath, [BIN, ...args], { env, stdio: ["pipe", "pipe", "pipe"] });
+}
+
+/** Runs the built bin as users do and collects its output and exit code. */
+export function runCli(
+  args: string[],
+  options: { env?: NodeJS.ProcessEnv; input?: string; timeoutMs?: number } = {},
+): Promise<CliResult> {
+  const child = startCli(args, options.env ?? cleanEnv());
+  let stdout = "";
+  let stderr = "";
+  child.stdout?.setEncoding("utf8").on("data", (d: string) => {
+    stdout += d;
+  });
+  child.stderr?.setEncoding("utf8").on("data", (d: string) => {
+    stderr += d;
+  });
+  child.stdin?.end(options.input ?? "");
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill("SIGKILL");
+      reject(new Error(`remote-task ${args.join(" ")} did not finish; stderr: ${stderr}`));
+    }, options.timeoutMs ?? 30_000);
+    child.on("error", reject);
+    child.on("close", (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
