@@ -2,12 +2,12 @@ import { defaultServerConditions } from "vite";
 import type { ViteUserConfig } from "vitest/config";
 
 /**
- * Shared by every package: resolve workspace packages to their TypeScript sources (the `source`
+ * Shared by every package: resolve workspace packages to their TypeScript sources (the `@remote-task/source`
  * export condition), and write machine-readable results that `.ci/run` totals.
  */
 export const sharedTestConfig: ViteUserConfig = {
-  resolve: { conditions: ["source", ...defaultServerConditions] },
-  ssr: { resolve: { conditions: ["source", ...defaultServerConditions] } },
+  resolve: { conditions: ["@remote-task/source", ...defaultServerConditions] },
+  ssr: { resolve: { conditions: ["@remote-task/source", ...defaultServerConditions] } },
   test: {
     reporters: ["default", "json"],
     outputFile: { json: ".vitest-results.json" },
