@@ -1,6 +1,6 @@
 import { formatSize } from "@remote-task/protocol";
 import { ProtocolError } from "./errors.js";
-import { raceAbort } from "./transport.js";
+import { raceAbort, type TransportResponse } from "./transport.js";
 
 /**
  * The chunks of `body`, ending as soon as `signal` aborts (with its reason), even when the
@@ -30,21 +30,29 @@ export async function* abortableChunks(
 
 /** Reads the whole body, refusing (with a `ProtocolError`) to hold more than `maxBytes`. */
 export async function readBounded(
-  body: AsyncIterable<Uint8Array>,
+  response: TransportResponse,
   maxBytes: number,
   signal: AbortSignal,
   context: { status: number; sandboxId?: string | undefined },
 ): Promise<Uint8Array> {
+  const tooLarge = () =>
+    new ProtocolError(
+      `The bridge's response is larger than the ${formatSize(maxBytes)} limit (maxResponseBytes); stopped reading it. Check that the URL points at a remote-task bridge, or raise maxResponseBytes.`,
+      withSandbox({ status: context.status }, context.sandboxId),
+    );
+  const declared = Number(response.header("content-length") ?? Number.NaN);
+  if (Number.isSafeInteger(declared) && declared >= 0) {
+    if (declared > maxBytes) throw tooLarge();
+    // The transport holds the body to its declared length, so reading it whole is bounded.
+    const bytes = await raceAbort(response.readAll(), signal);
+    if (bytes.byteLength > maxBytes) throw tooLarge();
+    return bytes;
+  }
   const chunks: Uint8Array[] = [];
   let size = 0;
-  for await (const chunk of abortableChunks(body, signal)) {
+  for await (const chunk of abortableChunks(response.body, signal)) {
     size += chunk.byteLength;
-    if (size > maxBytes) {
-      throw new ProtocolError(
-        `The bridge's response is larger than the ${formatSize(maxBytes)} limit (maxResponseBytes); stopped reading it. Check that the URL points at a remote-task bridge, or raise maxResponseBytes.`,
-        withSandbox({ status: context.status }, context.sandboxId),
-      );
-    }
+    if (size > maxBytes) throw tooLarge();
     chunks.push(chunk);
   }
   if (chunks.length === 1) return chunks[0] as Uint8Array;

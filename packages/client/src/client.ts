@@ -445,7 +445,7 @@ class Client implements RemoteTaskClient {
       if (exchange.state) exchange.state.mayBeRunning = false;
       let bytes: Uint8Array;
       try {
-        bytes = await readBounded(response.body, MAX_ERROR_BODY_BYTES, scope.signal, {
+        bytes = await readBounded(response, MAX_ERROR_BODY_BYTES, scope.signal, {
           status: response.status,
           sandboxId,
         });
@@ -472,7 +472,7 @@ class Client implements RemoteTaskClient {
   ): Promise<unknown> {
     let bytes: Uint8Array;
     try {
-      bytes = await readBounded(response.body, this.#config.maxResponseBytes, scope.signal, {
+      bytes = await readBounded(response, this.#config.maxResponseBytes, scope.signal, {
         status: response.status,
         sandboxId,
       });

@@ -13,8 +13,10 @@ export interface TransportRequest {
 export interface TransportResponse {
   status: number;
   header(name: string): string | undefined;
-  /** The body, chunk by chunk; read at most once. */
+  /** The body, chunk by chunk; read at most once (either this or `readAll`). */
   body: AsyncIterable<Uint8Array>;
+  /** The whole body at once; only used when `Content-Length` declares it within the limit. */
+  readAll(): Promise<Uint8Array>;
   /** Stops reading and releases the connection; safe to call more than once. */
   discard(): void;
 }
@@ -95,6 +97,7 @@ export function undiciTransport(
           return Array.isArray(value) ? value[0] : value;
         },
         body,
+        readAll: () => body.bytes(),
         discard() {
           if (!body.destroyed) body.destroy();
         },
@@ -137,6 +140,7 @@ export function fetchTransport(fetchImpl: typeof globalThis.fetch): Transport {
         status: response.status,
         header: (name) => response.headers.get(name) ?? undefined,
         body: chunks(),
+        readAll: async () => new Uint8Array(await response.arrayBuffer()),
         discard() {
           // Cancelling the reader also ends a read that is waiting for a stalled body.
           if (reader !== undefined) reader.cancel().catch(() => {});

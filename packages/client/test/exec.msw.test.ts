@@ -637,6 +637,15 @@ describe("health and cancel", () => {
     expect(AuthenticationError.isInstance(await failure(client(denied).health()))).toBe(true);
   });
 
+  it("health is bounded by the grace period (at least 1 s)", async () => {
+    const f = mswFetch(http.get(`${URL_BASE}/health`, () => new Promise<never>(() => {})));
+    const started = Date.now();
+    const error = await failure(client(f, { graceSeconds: 0 }).health());
+    expect(TimeoutError.isInstance(error)).toBe(true);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(900);
+    expect(Date.now() - started).toBeLessThan(5_000);
+  });
+
   it("cancel returns whether a command was stopped", async () => {
     const f = mswFetch(
       http.post(`${URL_BASE}/cancel`, async ({ request }) => {
