@@ -69,9 +69,11 @@ try {
   for (const l of view.text.split("\n").slice(-4)) line(`     ${l}`);
   check(big.stdoutBytes === 22_888_896, `expected 22888896 bytes, got ${big.stdoutBytes}`);
   check(view.truncated && view.text.includes("Have the command summarise"), "no truncation notice");
+  const notice =
+    "[Showing the last 15.6KB of 21.8MB (50.0KB limit). Have the command summarise or filter its own output.]";
   check(
-    view.text.includes("3000000\n\n[Showing the last 50.0KB of 19.9MB"),
-    "wrong tail or notice",
+    view.text.startsWith("2998002\n") && view.text.endsWith(`3000000\n\n\n${notice}`),
+    "wrong tail (the last 2000 lines) or notice",
   );
 
   // 3. Timeout: enforced by the bridge, reported as a timeout, the command killed.
@@ -96,6 +98,11 @@ try {
     toolResult.text === "Linux\n\nto-stderr\n\n\nCommand exited with code 3",
     "tool text differs",
   );
+
+  const stats = bridge.backend.stats();
+  line();
+  line(`Sandboxes: ${stats.started} started, ${stats.destroyed} destroyed, ${stats.live} live.`);
+  check(stats.live === 0 && stats.started === stats.destroyed, "a sandbox was left behind");
 } finally {
   await client.close();
   await bridge.close();
