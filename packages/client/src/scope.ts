@@ -70,11 +70,6 @@ export class CallScope {
       : undefined;
   }
 
-  /** True when the caller (not a deadline) ended the call. */
-  get abortedByCaller(): boolean {
-    return this.#callerSignal?.aborted === true && AbortError.isInstance(this.reason);
-  }
-
   abort(error: RemoteTaskError): void {
     if (this.#controller.signal.aborted) return;
     this.#controller.abort(error);

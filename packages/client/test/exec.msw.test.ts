@@ -300,6 +300,25 @@ describe("run: malformed and hostile bodies", () => {
     expect(body.sent()).toBeLessThan(4 * 1024 * 1024);
   });
 
+  it("a declared Content-Length over the limit is refused before reading", async () => {
+    const body = hugeBody(100 * 1024 * 1024);
+    const f = mswFetch(
+      http.post(
+        `${URL_BASE}/exec`,
+        () =>
+          new HttpResponse(body, {
+            headers: {
+              "content-type": "application/json",
+              "content-length": String(100 * 1024 * 1024),
+            },
+          }),
+      ),
+    );
+    const error = await failure(client(f, { maxResponseBytes: 1024 * 1024 }).run("x"));
+    expect(ProtocolError.isInstance(error)).toBe(true);
+    expect(body.sent()).toBeLessThan(1024 * 1024);
+  });
+
   it("the default limit is 16 MiB", async () => {
     const body = hugeBody(100 * 1024 * 1024);
     const f = mswFetch(http.post(`${URL_BASE}/exec`, () => new HttpResponse(body)));
