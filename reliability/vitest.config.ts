@@ -1,0 +1,7 @@
+import { defineConfig, mergeConfig } from "vitest/config";
+import { sharedTestConfig } from "../vitest.shared";
+
+export default mergeConfig(
+  sharedTestConfig,
+  defineConfig({ test: { testTimeout: 120_000, hookTimeout: 60_000, fileParallelism: false } }),
+);
