@@ -13,4 +13,5 @@ export default defineConfig({
   clean: true,
   target: "node20",
   external: ["vitest"],
+  removeNodeProtocol: false,
 });

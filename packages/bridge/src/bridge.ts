@@ -117,7 +117,7 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
   const state: BridgeState = {
     backend: options.backend,
     limits: resolveLimits(options.limits),
-    logger: options.logger ?? jsonLineLogger,
+    logger: neverThrows(options.logger ?? jsonLineLogger),
     defaultCwd: options.defaultCwd ?? DEFAULT_CWD,
     heartbeatIntervalMs,
     calls: new Map(),
@@ -142,13 +142,13 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
     if (allowed === undefined) {
       return errorResponse(
         "not_found",
-        `No route ${c.req.path}; routes are ${Object.keys(ROUTES).join(", ")}.`,
+        `No route ${c.req.path.slice(0, 200)}; routes are ${Object.keys(ROUTES).join(", ")}.`,
       );
     }
     if (!allowed.split(", ").includes(c.req.method)) {
       return errorResponse(
         "method_not_allowed",
-        `${c.req.path} accepts ${allowed}, not ${c.req.method.slice(0, 20)}.`,
+        `${c.req.path.slice(0, 200)} accepts ${allowed}, not ${c.req.method.slice(0, 20)}.`,
         {
           headers: { allow: allowed },
         },
@@ -190,10 +190,10 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
   app.post("/exec", async (c) => handleExec(state, c.req.raw, c.env.waitUntil));
   app.post("/cancel", async (c) => handleCancel(state, c.req.raw));
 
-  app.notFound((c) => errorResponse("not_found", `No route ${c.req.path}.`));
+  app.notFound((c) => errorResponse("not_found", `No route ${c.req.path.slice(0, 200)}.`));
   app.onError((error) => {
     if (error instanceof HttpError) return error.toResponse();
-    state.logger({ event: "internal_error", level: "error", detail: describe(error, state, {}) });
+    state.logger({ event: "internal_error", level: "error", detail: safeDetail(error, state, {}) });
     return errorResponse("internal", "The bridge failed unexpectedly; the bridge log has details.");
   });
 
@@ -201,7 +201,11 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
     try {
       return await app.fetch(request, { waitUntil: context?.waitUntil ?? options.waitUntil });
     } catch (error) {
-      state.logger({ event: "internal_error", level: "error", detail: describe(error, state, {}) });
+      state.logger({
+        event: "internal_error",
+        level: "error",
+        detail: safeDetail(error, state, {}),
+      });
       return errorResponse(
         "internal",
         "The bridge failed unexpectedly; the bridge log has details.",
@@ -216,8 +220,13 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
     shutdown: {
       value: async (): Promise<void> => {
         state.closed = true;
-        for (const call of state.calls.values()) call.end("shutdown");
-        while (state.cleanups.size > 0) await Promise.allSettled([...state.cleanups]);
+        while (state.calls.size > 0 || state.cleanups.size > 0) {
+          for (const call of state.calls.values()) call.end("shutdown");
+          await Promise.allSettled([
+            ...[...state.calls.values()].map((call) => call.cleaned),
+            ...state.cleanups,
+          ]);
+        }
       },
     },
     activeCalls: { get: () => state.calls.size },
@@ -225,7 +234,18 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
   return handler;
 }
 
-function describe(
+/** A logger failure must never break a call or leave a sandbox behind. */
+function neverThrows(logger: BridgeLogger): BridgeLogger {
+  return (entry) => {
+    try {
+      logger(entry);
+    } catch {
+      // logging is best effort
+    }
+  };
+}
+
+function safeDetail(
   error: unknown,
   state: BridgeState,
   env: Readonly<Record<string, string>>,
@@ -300,7 +320,7 @@ function cleanUp(
         event: "destroy_failed",
         level: "error",
         sandboxId: call.sandboxId,
-        detail: describe(error, state, {}),
+        detail: safeDetail(error, state, {}),
       });
     } finally {
       state.calls.delete(call.sandboxId);
@@ -518,7 +538,7 @@ function logCall(
     stderrBytes: outcome.stderrBytes,
     ...(mapped.detail === undefined
       ? {}
-      : { detail: describe(new Error(mapped.detail), state, env).replace(/^Error: /, "") }),
+      : { detail: safeDetail(new Error(mapped.detail), state, env).replace(/^Error: /, "") }),
   });
   return mapped;
 }
@@ -540,7 +560,7 @@ async function handleCancel(state: BridgeState, request: Request): Promise<Respo
         event: "destroy_failed",
         level: "error",
         sandboxId,
-        detail: describe(error, state, {}),
+        detail: safeDetail(error, state, {}),
       });
     }
   }

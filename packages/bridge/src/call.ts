@@ -115,11 +115,16 @@ export async function consumeOutput(
   sink?: ChunkSink,
 ): Promise<ConsumeOutcome> {
   const exit = quiet(running.exit);
+  // A backend that reports failure while the output is still open must not be waited out.
+  const exitFailure = new Promise<never>((_, reject) => {
+    exit.catch(reject);
+  });
+  quiet(exitFailure);
   const iterator = running.output[Symbol.asyncIterator]();
   let finishedIterating = false;
   try {
     for (;;) {
-      const next = await call.race(quiet(iterator.next()));
+      const next = await call.race(Promise.race([quiet(iterator.next()), exitFailure]));
       if (next.ended) {
         call.settled = true;
         return { kind: "result", result: endedResult(call, tails, next.reason) };

@@ -1,11 +1,13 @@
 import { randomBytes } from "node:crypto";
 import type { AddressInfo } from "node:net";
+import type { Duplex } from "node:stream";
 import { serve } from "@hono/node-server";
 import type { Limits } from "@remote-task/protocol";
 import type { SandboxBackend } from "./backend.js";
 import { createBridge } from "./bridge.js";
 import { createLocalBackend } from "./local/index.js";
 import type { BridgeLogger } from "./logger.js";
+import { errorBody } from "./responses.js";
 
 export interface LocalBridgeOptions<B extends SandboxBackend = SandboxBackend> {
   /** Port to listen on (default: a random free port). */
@@ -31,6 +33,25 @@ export interface LocalBridge<B extends SandboxBackend = SandboxBackend> {
   backend: B;
   /** Cancels calls in flight, destroys their sandboxes, and closes the server. */
   close(): Promise<void>;
+}
+
+/**
+ * Requests Node's HTTP parser rejects (unknown methods, malformed headers) never reach the
+ * bridge; answer them with a protocol error body too.
+ */
+function answerClientError(error: NodeJS.ErrnoException, socket: Duplex): void {
+  if (error.code === "ECONNRESET" || !socket.writable) {
+    socket.destroy();
+    return;
+  }
+  const body = JSON.stringify(
+    errorBody("invalid_request", "The HTTP request could not be parsed.", {
+      issues: [{ path: [], message: "malformed HTTP request" }],
+    }),
+  );
+  socket.end(
+    `HTTP/1.1 400 Bad Request\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+  );
 }
 
 function urlHost(host: string): string {
@@ -62,6 +83,7 @@ export async function startLocalBridge<
     );
     s.once("error", reject);
   });
+  server.on("clientError", answerClientError);
   const { port } = server.address() as AddressInfo;
 
   let closing: Promise<void> | undefined;

@@ -25,14 +25,16 @@ export function isUnderSystemDir(dir: string): boolean {
 
 /**
  * bubblewrap arguments for one sandbox: every namespace unshared (so no network and a new PID
- * namespace), killed with the bridge, its own session, read-only system directories,
+ * namespace), killed with the bridge, read-only system directories,
  * `workspaceDir` at /workspace, a private /tmp, fresh /proc and /dev.
  */
+// No --new-session: the host spawns bwrap as a session leader without a terminal (so there is no
+// TTY to inject into), and keeping the command in bwrap's process group lets the host kill every
+// process of the sandbox with one signal and see when the last one is gone.
 export function bwrapArgs(workspaceDir: string, cwd: string, extraDirs: string[] = []): string[] {
   const args = [
     "--unshare-all",
     "--die-with-parent",
-    "--new-session",
     "--hostname",
     "sandbox",
     ...systemMounts(),

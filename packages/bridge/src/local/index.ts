@@ -63,6 +63,8 @@ const SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/b
 const DEFAULT_KILL_GRACE_MS = 2_000;
 /** After the command exits, how long leftover writers may keep its pipes open. */
 const PIPE_DRAIN_MS = 1_000;
+/** How long after SIGKILL the last member of a process group may take to disappear. */
+const GROUP_EXIT_WAIT_MS = 2_000;
 
 interface Sandbox {
   root?: string;
@@ -80,12 +82,31 @@ function exitStatus(code: number | null, signal: NodeJS.Signals | null): number 
   return 128 + (number ?? 0);
 }
 
-function killGroup(child: ChildProcess, signal: NodeJS.Signals): void {
-  if (child.pid === undefined) return;
+function killGroup(target: ChildProcess | number, signal: NodeJS.Signals): void {
+  const pgid = typeof target === "number" ? target : target.pid;
+  if (pgid === undefined) return;
   try {
-    process.kill(-child.pid, signal);
+    process.kill(-pgid, signal);
   } catch {
     // the group is already gone
+  }
+}
+
+function groupAlive(pgid: number): boolean {
+  try {
+    process.kill(-pgid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Waits until no process of the group is left (SIGKILL is asynchronous), within `limitMs`. */
+async function groupGone(pgid: number, limitMs: number): Promise<void> {
+  const deadline = Date.now() + limitMs;
+  while (groupAlive(pgid) && Date.now() < deadline) {
+    killGroup(pgid, "SIGKILL");
+    await new Promise((resolve) => setTimeout(resolve, 10));
   }
 }
 
@@ -236,6 +257,7 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
     }
     killGroup(child, "SIGKILL");
     await sandbox.exited;
+    if (child.pid !== undefined) await groupGone(child.pid, killGraceMs + GROUP_EXIT_WAIT_MS);
   }
 
   return {

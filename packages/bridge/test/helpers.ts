@@ -1,0 +1,128 @@
+import { execFileSync } from "node:child_process";
+import {
+  ERROR_STATUS,
+  type ErrorBody,
+  type ErrorCode,
+  errorBodySchema,
+  type StreamEvent,
+  streamEventSchema,
+} from "@remote-task/protocol";
+import { expect } from "vitest";
+import type { BridgeLogEntry, BridgeLogger } from "../src/index.js";
+
+export const TOKEN = "test-token-0123456789";
+
+let counter = 0;
+/** A sandbox id unique to this test run. */
+export function freshId(prefix = "t"): string {
+  counter++;
+  return `${prefix}-${process.pid}-${counter}-${Math.random().toString(36).slice(2, 8)}`;
+}
+
+/** A Request for the bridge at a fake origin (or `base`). */
+export function request(
+  path: string,
+  init: {
+    method?: string;
+    body?: unknown;
+    raw?: BodyInit;
+    token?: string | null;
+    headers?: Record<string, string>;
+    stream?: boolean;
+    signal?: AbortSignal;
+    base?: string;
+  } = {},
+): Request {
+  const headers: Record<string, string> = { ...init.headers };
+  const token = init.token === undefined ? TOKEN : init.token;
+  if (token !== null) headers.authorization = `Bearer ${token}`;
+  if (init.stream) headers.accept = "text/event-stream";
+  let body: BodyInit | undefined = init.raw;
+  if (init.body !== undefined) {
+    body = JSON.stringify(init.body);
+    headers["content-type"] ??= "application/json";
+  }
+  return new Request(`${init.base ?? "http://bridge.test"}${path}`, {
+    method: init.method ?? (body === undefined ? "GET" : "POST"),
+    headers,
+    ...(body === undefined ? {} : { body }),
+    ...(init.signal ? { signal: init.signal } : {}),
+    ...(body instanceof ReadableStream ? { duplex: "half" } : {}),
+  } as RequestInit);
+}
+
+/** Asserts a protocol error response with `code` and its status; returns the body. */
+export async function expectError(response: Response, code: ErrorCode): Promise<ErrorBody> {
+  const json: unknown = await response.json();
+  const body = errorBodySchema.parse(json);
+  expect(body.code, JSON.stringify(json)).toBe(code);
+  expect(response.status).toBe(ERROR_STATUS[code]);
+  return body;
+}
+
+/** Reads SSE events one at a time. */
+export function events(response: Response) {
+  const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  const next = async (): Promise<StreamEvent | undefined> => {
+    for (;;) {
+      const end = buffer.indexOf("\n\n");
+      if (end >= 0) {
+        const frame = buffer.slice(0, end);
+        buffer = buffer.slice(end + 2);
+        const name = /^event: (.*)$/m.exec(frame)?.[1];
+        const data = /^data: (.*)$/m.exec(frame)?.[1];
+        if (data === undefined) continue;
+        const event = streamEventSchema.parse(JSON.parse(data));
+        expect(name).toBe(event.type);
+        return event;
+      }
+      const { done, value } = await reader.read();
+      if (done) return undefined;
+      buffer += value;
+    }
+  };
+  const all = async (): Promise<StreamEvent[]> => {
+    const out: StreamEvent[] = [];
+    for (let e = await next(); e; e = await next()) out.push(e);
+    return out;
+  };
+  return { next, all, cancel: () => reader.cancel() };
+}
+
+export async function eventually(
+  check: () => boolean | Promise<boolean>,
+  what: string,
+  timeoutMs = 10_000,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+/** A logger that keeps every entry. */
+export function memoryLogger(): BridgeLogger & { entries: BridgeLogEntry[] } {
+  const entries: BridgeLogEntry[] = [];
+  const logger = ((entry: BridgeLogEntry) => {
+    entries.push(entry);
+  }) as BridgeLogger & { entries: BridgeLogEntry[] };
+  logger.entries = entries;
+  return logger;
+}
+
+/** Command lines of running processes that contain `marker`. */
+export function processesWith(marker: string): string[] {
+  const out = execFileSync("ps", ["-eo", "pid=,stat=,args="], { encoding: "utf8" });
+  return out
+    .split("\n")
+    .filter((line) => line.includes(marker) && !/\sZ/.test(line.slice(0, 16)))
+    .filter((line) => !line.includes("ps -eo"));
+}
+
+/** A `sleep` whose argument is unique, so `ps` can find it: `sleep 1000.<n>`. */
+export function markedSleep(): { command: string; marker: string } {
+  const marker = `1000.${process.pid}${Math.floor(Math.random() * 1e6)}`;
+  return { command: `sleep ${marker}`, marker };
+}

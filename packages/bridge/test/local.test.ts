@@ -1,0 +1,223 @@
+import { existsSync } from "node:fs";
+import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { type ExecResult, execResultSchema } from "@remote-task/protocol";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { silentLogger } from "../src/index.js";
+import {
+  createLocalBackend,
+  IsolationUnavailableError,
+  type LocalBackend,
+} from "../src/local/index.js";
+import { type LocalBridge, startLocalBridge } from "../src/node.js";
+import { eventually, expectError, freshId, markedSleep, processesWith } from "./helpers.js";
+import { bwrap, bwrapRequired, isolationModes } from "./isolation.js";
+
+it("bubblewrap works here whenever REMOTE_TASK_REQUIRE_BWRAP=1", () => {
+  if (bwrapRequired) expect(bwrap.reason).toBe("");
+  expect(typeof bwrap.ok).toBe("boolean");
+});
+
+describe("isolation option", () => {
+  it("fails clearly at creation when bwrap is requested but unusable", () => {
+    let thrown: unknown;
+    try {
+      createLocalBackend({ isolation: "bwrap", bwrapPath: "/nonexistent/bwrap" });
+    } catch (error) {
+      thrown = error;
+    }
+    expect(IsolationUnavailableError.isInstance(thrown)).toBe(true);
+    expect(String((thrown as Error).message)).toMatch(/not installed.*apt-get install bubblewrap/);
+  });
+
+  it("auto falls back to none when bwrap is unusable, and reports it", () => {
+    expect(
+      createLocalBackend({ isolation: "auto", bwrapPath: "/nonexistent/bwrap" }).isolation,
+    ).toBe("none");
+    expect(createLocalBackend({ isolation: "none" }).isolation).toBe("none");
+  });
+
+  it.skipIf(!bwrap.ok)("auto uses bwrap when it works", () => {
+    expect(createLocalBackend({ isolation: "auto" }).isolation).toBe("bwrap");
+  });
+});
+
+describe.each(isolationModes)("local backend, $title", ({ mode, skip }) => {
+  let tmpRoot: string;
+  let backend: LocalBackend;
+  let bridge: LocalBridge<LocalBackend>;
+  const secret = `host-secret-${Math.random().toString(36).slice(2)}`;
+
+  beforeAll(async () => {
+    if (skip) return;
+    process.env.REMOTE_TASK_TEST_HOST_SECRET = secret;
+    tmpRoot = await mkdtemp(join(tmpdir(), "rt-local-test-"));
+    backend = createLocalBackend({ isolation: mode, tmpRoot, killGraceMs: 300 });
+    bridge = await startLocalBridge({ backend, logger: silentLogger });
+  });
+  afterAll(async () => {
+    if (skip) return;
+    delete process.env.REMOTE_TASK_TEST_HOST_SECRET;
+    await bridge.close();
+    await rm(tmpRoot, { recursive: true, force: true });
+  });
+  afterEach(async () => {
+    if (skip) return;
+    expect(backend.liveSandboxes()).toBe(0);
+    expect(await readdir(tmpRoot)).toEqual([]);
+  });
+
+  const post = (body: Record<string, unknown>, signal?: AbortSignal) =>
+    fetch(`${bridge.url}/exec`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${bridge.token}`, "content-type": "application/json" },
+      body: JSON.stringify({ sandboxId: freshId(), ...body }),
+      ...(signal ? { signal } : {}),
+    });
+  const run = async (body: Record<string, unknown>): Promise<ExecResult> => {
+    const response = await post(body);
+    const json: unknown = await response.json();
+    expect(response.status, JSON.stringify(json)).toBe(200);
+    return execResultSchema.parse(json);
+  };
+
+  it.skipIf(skip)("reports the isolation in force on /health", async () => {
+    const health = await fetch(`${bridge.url}/health`, {
+      headers: { authorization: `Bearer ${bridge.token}` },
+    });
+    expect(await health.json()).toMatchObject({ backend: "local", isolation: mode });
+  });
+
+  it.skipIf(skip)("gives the command a scrubbed environment plus the request env", async () => {
+    const result = await run({ command: "env", env: { GREETING: "hello there" } });
+    expect(result.stdout).not.toContain(secret);
+    expect(result.stdout).not.toContain("REMOTE_TASK_TEST_HOST_SECRET");
+    const env = Object.fromEntries(
+      result.stdout
+        .trim()
+        .split("\n")
+        .map((line) => [line.slice(0, line.indexOf("=")), line.slice(line.indexOf("=") + 1)]),
+    );
+    expect(env.GREETING).toBe("hello there");
+    expect(env.LANG).toBe("C.UTF-8");
+    expect(env.PATH).toContain("/usr/bin");
+    if (mode === "bwrap") {
+      expect(env.HOME).toBe("/workspace");
+      expect(env.TMPDIR).toBe("/tmp");
+    } else {
+      expect(env.HOME?.startsWith(tmpRoot)).toBe(true);
+      expect(env.TMPDIR?.startsWith(tmpRoot)).toBe(true);
+    }
+    const names = Object.keys(env).filter(
+      (name) => !["PWD", "SHLVL", "_", "OLDPWD"].includes(name),
+    );
+    expect(names.sort()).toEqual(["GREETING", "HOME", "LANG", "PATH", "TMPDIR"]);
+  });
+
+  it.skipIf(skip)("runs each call in a fresh directory that is removed afterwards", async () => {
+    const first = await run({ command: "echo data > file.txt; mkdir -p d/e; chmod 000 d; ls" });
+    expect(first.stdout).toBe("d\nfile.txt\n");
+    const second = await run({ command: "ls -A; echo done" });
+    expect(second.stdout).toBe("done\n");
+  });
+
+  it.skipIf(skip)("maps /workspace paths into the sandbox and creates them", async () => {
+    const result = await run({ command: "pwd; ls -d ../../sub", cwd: "/workspace/sub/dir/" });
+    expect(result.stdout).toMatch(/\/workspace\/sub\/dir\n\.\.\/\.\.\/sub\n$/);
+    expect(result.code).toBe(0);
+  });
+
+  it.skipIf(skip || mode !== "none")(
+    "refuses a cwd outside /workspace without isolation",
+    async () => {
+      for (const cwd of ["/etc", "/workspace/../etc", "/workspacex"]) {
+        const body = await expectError(await post({ command: "pwd", cwd }), "invalid_request");
+        expect(body.issues).toEqual([
+          { path: ["cwd"], message: expect.stringContaining("/workspace") },
+        ]);
+      }
+    },
+  );
+
+  it.skipIf(skip || mode !== "bwrap")("makes other cwds real inside bubblewrap", async () => {
+    expect((await run({ command: "pwd", cwd: "/etc" })).stdout).toBe("/etc\n");
+    expect((await run({ command: "pwd; touch x; ls", cwd: "/tmp/a/b" })).stdout).toBe(
+      "/tmp/a/b\nx\n",
+    );
+    expect((await run({ command: "pwd", cwd: "/workspace" })).stdout).toBe("/workspace\n");
+  });
+
+  it.skipIf(skip || mode !== "bwrap")(
+    "isolates: no network, read-only system, private /tmp, own PID namespace",
+    async () => {
+      const name = `rt-private-${Math.random().toString(36).slice(2)}`;
+      const result = await run({
+        command: [
+          "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '",
+          "touch /usr/rt-write-test 2>/dev/null && echo usr-writable || echo usr-readonly",
+          "touch /etc/rt-write-test 2>/dev/null && echo etc-writable || echo etc-readonly",
+          `echo x > /tmp/${name} && echo tmp-writable`,
+          "ls /proc | grep -c '^[0-9][0-9]*$'",
+        ].join("; "),
+      });
+      const lines = result.stdout.trim().split("\n");
+      expect(lines.slice(0, 4)).toEqual(["lo", "usr-readonly", "etc-readonly", "tmp-writable"]);
+      expect(Number(lines[4])).toBeLessThan(10);
+      expect(existsSync(join("/tmp", name))).toBe(false);
+    },
+  );
+
+  it.skipIf(skip)("kills the whole process group on timeout: no grandchild survives", async () => {
+    const { command, marker } = markedSleep();
+    const result = await run({ command: `${command} & ${command}`, timeoutSeconds: 0.5 });
+    expect(result).toMatchObject({ outcome: "timeout", code: 124 });
+    await eventually(() => processesWith(marker).length === 0, "no sleep left", 5_000);
+  });
+
+  it.skipIf(skip)("kills a command that ignores SIGTERM after the grace period", async () => {
+    const { command, marker } = markedSleep();
+    const result = await run({ command: `trap '' TERM; ${command}`, timeoutSeconds: 0.3 });
+    expect(result.outcome).toBe("timeout");
+    expect(processesWith(marker)).toEqual([]);
+  });
+
+  it.skipIf(skip)(
+    "ends the call when the command exits, killing what it left in the background",
+    async () => {
+      const { command, marker } = markedSleep();
+      const started = Date.now();
+      const result = await run({ command: `${command} & echo started` });
+      expect(result).toMatchObject({ stdout: "started\n", code: 0, outcome: "exited" });
+      expect(Date.now() - started).toBeLessThan(20_000);
+      expect(processesWith(marker)).toEqual([]);
+    },
+  );
+
+  it.skipIf(skip)("kills the command when the client disconnects mid-stream", async () => {
+    const { command, marker } = markedSleep();
+    const controller = new AbortController();
+    const response = await fetch(`${bridge.url}/exec`, {
+      method: "POST",
+      headers: {
+        authorization: `Bearer ${bridge.token}`,
+        "content-type": "application/json",
+        accept: "text/event-stream",
+      },
+      body: JSON.stringify({ sandboxId: freshId(), command: `echo ready; ${command}` }),
+      signal: controller.signal,
+    });
+    const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
+    let seen = "";
+    while (!seen.includes("ready")) seen += (await reader.read()).value ?? "";
+    expect(processesWith(marker).length).toBeGreaterThan(0);
+    controller.abort();
+    await eventually(() => backend.liveSandboxes() === 0, "sandbox destroyed after disconnect");
+    await eventually(() => processesWith(marker).length === 0, "command killed after disconnect");
+  });
+
+  it.skipIf(skip)("reports exit statuses like a shell, including death by signal", async () => {
+    expect((await run({ command: "exit 7" })).code).toBe(7);
+    expect((await run({ command: "kill -9 $$" })).code).toBe(137);
+  });
+});

@@ -1,0 +1,273 @@
+import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { execResultSchema, healthResponseSchema } from "@remote-task/protocol";
+import { referenceExecRequest, referenceExecResponse } from "@remote-task/protocol/fixtures";
+import { afterEach, describe, expect, it } from "vitest";
+import type { ExecSpec, SandboxBackend } from "../src/index.js";
+import { createLocalBackend } from "../src/local/index.js";
+import { type LocalBridge, startLocalBridge } from "../src/node.js";
+import { createFakeBackend } from "../src/testing/index.js";
+import {
+  events,
+  eventually,
+  expectError,
+  freshId,
+  markedSleep,
+  memoryLogger,
+  processesWith,
+} from "./helpers.js";
+import { bwrap, bwrapRequired } from "./isolation.js";
+
+const open: LocalBridge[] = [];
+afterEach(async () => {
+  for (const bridge of open.splice(0)) await bridge.close();
+});
+
+async function start(options: Parameters<typeof startLocalBridge>[0] = {}) {
+  const bridge = await startLocalBridge({ logger: memoryLogger(), ...options });
+  open.push(bridge);
+  return bridge;
+}
+
+function post(bridge: LocalBridge, path: string, body: unknown, init: RequestInit = {}) {
+  return fetch(`${bridge.url}${path}`, {
+    method: "POST",
+    ...init,
+    headers: {
+      authorization: `Bearer ${bridge.token}`,
+      "content-type": "application/json",
+      ...(init.headers as Record<string, string> | undefined),
+    },
+    body: JSON.stringify(body),
+  });
+}
+
+describe("startLocalBridge", () => {
+  it("listens on 127.0.0.1 on a random port with a random 256-bit token", async () => {
+    const a = await start({ backend: createFakeBackend() });
+    const b = await start({ backend: createFakeBackend() });
+    expect(a.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    expect(a.url).not.toBe(b.url);
+    expect(a.token).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    expect(a.token).not.toBe(b.token);
+    const health = await fetch(`${a.url}/health`, {
+      headers: { authorization: `Bearer ${a.token}` },
+    });
+    expect(healthResponseSchema.parse(await health.json()).backend).toBe("fake");
+    expect((await fetch(`${a.url}/health`)).status).toBe(401);
+  });
+
+  it("uses the given token, host and port", async () => {
+    const probe = await start({ backend: createFakeBackend() });
+    const port = Number(new URL(probe.url).port);
+    await probe.close();
+    open.splice(open.indexOf(probe), 1);
+    const bridge = await start({
+      backend: createFakeBackend(),
+      token: "my-token",
+      host: "127.0.0.1",
+      port,
+    });
+    expect(bridge.url).toBe(`http://127.0.0.1:${port}`);
+    expect(bridge.token).toBe("my-token");
+  });
+
+  it.skipIf(!bwrap.ok && !bwrapRequired)(
+    "answers the exact reference exchange from a real process in an isolated /workspace",
+    async () => {
+      const bridge = await start();
+      expect(bridge.backend.isolation).toBe("bwrap");
+      const response = await post(bridge, "/exec", referenceExecRequest);
+      expect(response.status).toBe(200);
+      const body = (await response.json()) as Record<string, unknown>;
+      const { stdout, stderr, code } = body;
+      expect({ stdout, stderr, code }).toEqual(referenceExecResponse);
+      expect(execResultSchema.parse(body).outcome).toBe("exited");
+    },
+  );
+
+  it("answers the reference request with the reference shape without isolation", async () => {
+    const bridge = await start({ backend: createLocalBackend({ isolation: "none" }) });
+    const result = execResultSchema.parse(
+      await (await post(bridge, "/exec", referenceExecRequest)).json(),
+    );
+    expect(result).toMatchObject({ stderr: "", code: 0 });
+    expect(result.stdout).toMatch(/\/workspace\n$/);
+  });
+
+  it("sends heartbeats over HTTP during a quiet command", async () => {
+    const bridge = await start({
+      heartbeatIntervalMs: 100,
+      backend: createLocalBackend({ isolation: "none" }),
+    });
+    const response = await post(
+      bridge,
+      "/exec",
+      { sandboxId: freshId(), command: "sleep 0.6; echo done" },
+      { headers: { accept: "text/event-stream" } },
+    );
+    const all = await events(response).all();
+    expect(all[0]?.type).toBe("start");
+    expect(all.filter((e) => e.type === "heartbeat").length).toBeGreaterThanOrEqual(2);
+    expect(all.at(-1)).toMatchObject({ type: "exit", result: { stdout: "done\n", code: 0 } });
+  });
+
+  it("close() cancels calls in flight, destroys their sandboxes and stops listening", async () => {
+    const backend = createLocalBackend({ isolation: "none", killGraceMs: 200 });
+    const bridge = await startLocalBridge({ backend, logger: memoryLogger() });
+    const { command, marker } = markedSleep();
+    const json = post(bridge, "/exec", { sandboxId: freshId(), command });
+    const stream = await post(
+      bridge,
+      "/exec",
+      { sandboxId: freshId(), command },
+      { headers: { accept: "text/event-stream" } },
+    );
+    const reader = events(stream);
+    expect((await reader.next())?.type).toBe("start");
+    await eventually(() => backend.stats().started === 2, "both started");
+    await bridge.close();
+    expect(backend.liveSandboxes()).toBe(0);
+    expect(processesWith(marker)).toEqual([]);
+    await json.then(
+      async (response) => expect(await response.json()).toMatchObject({ outcome: "cancelled" }),
+      (error: unknown) => expect(error).toBeInstanceOf(Error),
+    );
+    await expect(fetch(`${bridge.url}/health`)).rejects.toThrow();
+  });
+});
+
+describe("bounded output over HTTP", () => {
+  it("prints 200 MB through the bridge: exact totals, retained tail within the cap", async () => {
+    const backend = createLocalBackend({ isolation: "none" });
+    const bridge = await start({ backend });
+    const bytes = 200_000_000;
+    const started = Date.now();
+    const response = await post(bridge, "/exec", {
+      sandboxId: freshId(),
+      command: `head -c ${bytes} /dev/zero | tr '\\0' a; echo tail >&2`,
+      timeoutSeconds: 120,
+    });
+    const result = execResultSchema.parse(await response.json());
+    const seconds = (Date.now() - started) / 1000;
+    expect(result).toMatchObject({
+      code: 0,
+      stdoutBytes: bytes,
+      stdoutTruncated: true,
+      stderr: "tail\n",
+      stderrBytes: 5,
+    });
+    expect(result.stdout).toBe("a".repeat(1_048_576));
+    console.info(`200 MB through the bridge in ${seconds.toFixed(1)} s`);
+  }, 60_000);
+
+  it("streams 200 MB: forwards at most the cap per stream, exit carries the totals", async () => {
+    const bridge = await start({
+      backend: createLocalBackend({ isolation: "none" }),
+      limits: { maxOutputBytes: 100_000 },
+    });
+    const response = await post(
+      bridge,
+      "/exec",
+      { sandboxId: freshId(), command: "head -c 200000000 /dev/zero | tr '\\0' b" },
+      { headers: { accept: "text/event-stream" } },
+    );
+    let forwarded = 0;
+    const all = events(response);
+    let last: unknown;
+    for (let e = await all.next(); e; e = await all.next()) {
+      if (e.type === "stdout") forwarded += e.data.length;
+      last = e;
+    }
+    expect(forwarded).toBe(100_000);
+    expect(last).toMatchObject({
+      type: "exit",
+      result: { stdoutBytes: 200_000_000, stdoutTruncated: true, code: 0 },
+    });
+  }, 60_000);
+});
+
+describe("nothing left behind", () => {
+  it("after a mixed batch: zero live sandboxes, no temp dirs, no processes", async () => {
+    const tmpRoot = await mkdtemp(join(tmpdir(), "rt-leak-test-"));
+    const local = createLocalBackend({ isolation: "auto", tmpRoot, killGraceMs: 200 });
+    // A backend that fails after starting the real process, to cover the backend-error path.
+    const failing: SandboxBackend = {
+      name: local.name,
+      isolation: local.isolation,
+      async start(spec: ExecSpec) {
+        const running = await local.start(spec);
+        if (!spec.command.includes("FAIL_AFTER_START")) return running;
+        return {
+          output: running.output,
+          exit: Promise.reject(new Error("backend lost the sandbox")),
+        };
+      },
+      destroy: (id) => local.destroy(id),
+    };
+    const bridge = await start({ backend: failing });
+    const { command: sleep, marker } = markedSleep();
+    const exec = (body: Record<string, unknown>, init?: RequestInit) =>
+      post(bridge, "/exec", { sandboxId: freshId(), ...body }, init);
+
+    const cancelId = freshId();
+    const disconnect = new AbortController();
+    const batch = await Promise.allSettled([
+      exec({ command: "echo ok" }).then((r) => r.json()),
+      exec({ command: "echo no >&2; exit 3" }).then((r) => r.json()),
+      exec({ command: `${sleep} & ${sleep}`, timeoutSeconds: 0.5 }).then((r) => r.json()),
+      exec({ command: `: FAIL_AFTER_START; ${sleep}` }).then((r) => r.json()),
+      post(bridge, "/exec", { sandboxId: cancelId, command: sleep }).then((r) => r.json()),
+      (async () => {
+        const response = await exec(
+          { command: `echo go; ${sleep}` },
+          { headers: { accept: "text/event-stream" }, signal: disconnect.signal },
+        );
+        const reader = events(response);
+        await reader.next();
+        await reader.next();
+        disconnect.abort();
+        return "disconnected";
+      })(),
+      (async () => {
+        await eventually(() => local.stats().started >= 6, "all started", 30_000);
+        const response = await post(bridge, "/cancel", { sandboxId: cancelId });
+        return response.json();
+      })(),
+    ]);
+    const values = batch.map((b) => (b.status === "fulfilled" ? b.value : String(b.reason)));
+    expect(values[0]).toMatchObject({ stdout: "ok\n", code: 0 });
+    expect(values[1]).toMatchObject({ stderr: "no\n", code: 3 });
+    expect(values[2]).toMatchObject({ outcome: "timeout", code: 124 });
+    expect(values[3]).toMatchObject({ code: "sandbox_error" });
+    expect(values[4]).toMatchObject({ outcome: "cancelled" });
+    expect(values[5]).toBe("disconnected");
+    expect(values[6]).toEqual({ ok: true, sandboxId: cancelId, cancelled: true });
+
+    await eventually(() => local.liveSandboxes() === 0, "zero live sandboxes");
+    expect(local.stats()).toMatchObject({ started: 6, destroyed: 6, live: 0 });
+    await eventually(async () => (await readdir(tmpRoot)).length === 0, "temp dirs removed");
+    await eventually(() => processesWith(marker).length === 0, "no processes left");
+    await rm(tmpRoot, { recursive: true, force: true });
+  }, 60_000);
+});
+
+describe("errors over HTTP", () => {
+  it("answers 413 for an oversized body streamed without Content-Length", async () => {
+    const bridge = await start({ backend: createFakeBackend(), limits: { maxRequestBytes: 1024 } });
+    const chunks = new ReadableStream<Uint8Array>({
+      start(controller) {
+        for (let i = 0; i < 10; i++) controller.enqueue(new Uint8Array(1024).fill(0x20));
+        controller.close();
+      },
+    });
+    const response = await fetch(`${bridge.url}/exec`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${bridge.token}`, "content-type": "application/json" },
+      body: chunks,
+      duplex: "half",
+    } as RequestInit);
+    await expectError(response, "payload_too_large");
+  });
+});
