@@ -590,7 +590,7 @@ describe("deadlines and aborts", () => {
     controller.abort();
     const error = await failure(pending);
     expect(AbortError.isInstance(error)).toBe(true);
-    expect(Date.now() - started).toBeLessThan(500);
+    expect(Date.now() - started).toBeLessThan(2_000);
     await eventually(() => cancelRequests(f).length === 1);
     const { sandboxId } = await (execRequests(f)[0] as Request).json();
     expect(await cancelRequests(f)[0]?.json()).toEqual({ sandboxId });

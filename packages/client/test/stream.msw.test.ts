@@ -95,10 +95,11 @@ describe("run with onOutput (SSE mode)", () => {
 
   it("heartbeats keep a quiet command alive beyond the idle limit", async () => {
     const beats: StreamStep[] = [];
-    for (let i = 0; i < 8; i++)
-      beats.push({ waitMs: 60 }, sse({ type: "heartbeat", elapsedMs: i * 60 }));
+    // 12 x 80 ms is longer than the 0.5 s idle limit: only the heartbeats keep it alive.
+    for (let i = 0; i < 12; i++)
+      beats.push({ waitMs: 80 }, sse({ type: "heartbeat", elapsedMs: i * 80 }));
     const { f } = streamingBridge((id) => [start(id), ...beats, exit]);
-    const result = await client(f, { idleTimeoutSeconds: 0.25 }).run("sleep", {
+    const result = await client(f, { idleTimeoutSeconds: 0.5 }).run("sleep", {
       onOutput: () => {},
     });
     expect(result.exitCode).toBe(0);
