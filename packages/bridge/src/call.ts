@@ -20,18 +20,11 @@ export class ExecCall {
   readonly cleaned = new Promise<void>((resolve) => {
     this.resolveCleaned = resolve;
   });
-  private readonly aborted: Promise<EndReason>;
 
   constructor(
     readonly sandboxId: string,
     readonly streamed: boolean,
-  ) {
-    this.aborted = new Promise((resolve) => {
-      this.controller.signal.addEventListener("abort", () => resolve(this.endedBy ?? "shutdown"), {
-        once: true,
-      });
-    });
-  }
+  ) {}
 
   get signal(): AbortSignal {
     return this.controller.signal;
@@ -45,14 +38,44 @@ export class ExecCall {
     return true;
   }
 
-  /** Settles with `value`, or with the end reason if the call is ended first. */
+  /**
+   * Settles with `value`, or with the end reason if the call is ended first, or rejects when
+   * `failure` aborts first. Listeners are removed after every step: racing against promises that
+   * stay pending would keep every settled value (every output chunk) reachable.
+   */
   race<T>(
     value: Promise<T>,
+    failure?: AbortSignal,
   ): Promise<{ ended: false; value: T } | { ended: true; reason: EndReason }> {
-    return Promise.race([
-      value.then((v) => ({ ended: false as const, value: v })),
-      this.aborted.then((reason) => ({ ended: true as const, reason })),
-    ]);
+    const signal = this.controller.signal;
+    return new Promise((resolve, reject) => {
+      const onEnd = () => {
+        detach();
+        resolve({ ended: true, reason: this.endedBy ?? "shutdown" });
+      };
+      const onFailure = () => {
+        detach();
+        reject(failure?.reason);
+      };
+      const detach = () => {
+        signal.removeEventListener("abort", onEnd);
+        failure?.removeEventListener("abort", onFailure);
+      };
+      if (signal.aborted) return onEnd();
+      if (failure?.aborted) return onFailure();
+      signal.addEventListener("abort", onEnd, { once: true });
+      failure?.addEventListener("abort", onFailure, { once: true });
+      value.then(
+        (v) => {
+          detach();
+          resolve({ ended: false, value: v });
+        },
+        (error: unknown) => {
+          detach();
+          reject(error);
+        },
+      );
+    });
   }
 
   markCleaned(): void {
@@ -116,15 +139,13 @@ export async function consumeOutput(
 ): Promise<ConsumeOutcome> {
   const exit = quiet(running.exit);
   // A backend that reports failure while the output is still open must not be waited out.
-  const exitFailure = new Promise<never>((_, reject) => {
-    exit.catch(reject);
-  });
-  quiet(exitFailure);
+  const exitFailed = new AbortController();
+  exit.catch((error: unknown) => exitFailed.abort(error));
   const iterator = running.output[Symbol.asyncIterator]();
   let finishedIterating = false;
   try {
     for (;;) {
-      const next = await call.race(Promise.race([quiet(iterator.next()), exitFailure]));
+      const next = await call.race(quiet(iterator.next()), exitFailed.signal);
       if (next.ended) {
         call.settled = true;
         return { kind: "result", result: endedResult(call, tails, next.reason) };
