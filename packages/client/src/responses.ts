@@ -229,15 +229,23 @@ export function errorCodes(error: unknown, depth = 0): string[] {
   return codes;
 }
 
+/** True when undici could not parse the answer as HTTP (something else listens at the URL). */
+function isHttpParseFailure(error: unknown, depth = 0): boolean {
+  if (typeof error !== "object" || error === null || depth > 5) return false;
+  if ((error as { name?: unknown }).name === "HTTPParserError") return true;
+  return isHttpParseFailure((error as { cause?: unknown }).cause, depth + 1);
+}
+
 /**
  * A transport failure as a `ConnectionError`; `Retryable` only when the request provably never
- * left (connection refused, DNS failure) and no response had started.
+ * left (connection refused, DNS failure) and no response had started; a `ProtocolError` when
+ * the answer was not HTTP at all.
  */
 export function connectionFailure(
   error: unknown,
   beforeResponse: boolean,
   sandboxId: string | undefined,
-): ConnectionError | Retryable {
+): ConnectionError | ProtocolError | Retryable {
   const codes = errorCodes(error);
   const notSent = codes.find((code) => NOT_SENT_CODES.has(code));
   const options = withSandbox({ cause: error }, sandboxId);
@@ -248,6 +256,12 @@ export function connectionFailure(
         options,
       ),
       undefined,
+    );
+  }
+  if (isHttpParseFailure(error)) {
+    return new ProtocolError(
+      "The bridge answered with something that is not HTTP. Check that the URL points at a remote-task bridge; the command may have started, so it was not re-sent.",
+      options,
     );
   }
   const detail = codes[0] ?? (error instanceof Error ? error.name : "unknown error");
