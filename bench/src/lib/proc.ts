@@ -1,0 +1,172 @@
+import { type ChildProcess, fork } from "node:child_process";
+import { readFileSync, writeFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+
+/** Resident set now and its high-water mark, in bytes, read from /proc/<pid>/status. */
+export interface MemoryStatus {
+  rss: number;
+  hwm: number;
+}
+
+export function memoryStatus(pid: number | "self"): MemoryStatus {
+  const status = readFileSync(`/proc/${pid}/status`, "utf8");
+  const field = (name: string): number => {
+    const match = new RegExp(`^${name}:\\s+(\\d+) kB`, "m").exec(status);
+    if (match?.[1] === undefined) throw new Error(`/proc/${pid}/status has no ${name} field`);
+    return Number(match[1]) * 1024;
+  };
+  return { rss: field("VmRSS"), hwm: field("VmHWM") };
+}
+
+/** Resets the process's peak RSS (VmHWM) to its current RSS (Linux: clear_refs value 5). */
+export function resetPeak(pid: number | "self"): void {
+  writeFileSync(`/proc/${pid}/clear_refs`, "5");
+}
+
+/**
+ * Peak RSS growth of a process over one operation: the high-water mark is reset first, and RSS is
+ * also sampled every few milliseconds in case the kernel refuses the reset.
+ */
+export class PeakWatch {
+  readonly pid: number | "self";
+  readonly baseline: number;
+  private sampled: number;
+  private hwmUsable = true;
+  private readonly timer: NodeJS.Timeout;
+
+  constructor(pid: number | "self") {
+    this.pid = pid;
+    let resetWorked = true;
+    try {
+      resetPeak(pid);
+    } catch {
+      resetWorked = false;
+    }
+    this.baseline = memoryStatus(pid).rss;
+    this.sampled = this.baseline;
+    this.timer = setInterval(() => this.sample(), 5);
+    if (!resetWorked) this.hwmUsable = false;
+  }
+
+  private sample(): void {
+    try {
+      this.sampled = Math.max(this.sampled, memoryStatus(this.pid).rss);
+    } catch {
+      // the process ended
+    }
+  }
+
+  /** Stops sampling; returns the baseline, the peak and the growth, in bytes. */
+  stop(): { baseline: number; peak: number; growth: number } {
+    clearInterval(this.timer);
+    this.sample();
+    let peak = this.sampled;
+    if (this.hwmUsable) {
+      try {
+        peak = Math.max(peak, memoryStatus(this.pid).hwm);
+      } catch {
+        // the process ended
+      }
+    }
+    return { baseline: this.baseline, peak, growth: Math.max(0, peak - this.baseline) };
+  }
+}
+
+interface RpcReply {
+  id: number;
+  ok: boolean;
+  value?: unknown;
+  error?: string;
+}
+
+/** A Node child process running one of bench/src/children/*.ts, driven by request/response messages. */
+export class ChildRpc {
+  private nextId = 1;
+  private readonly pending = new Map<
+    number,
+    { resolve: (value: unknown) => void; reject: (error: Error) => void }
+  >();
+  private readonly exited: Promise<void>;
+  readonly child: ChildProcess;
+
+  private constructor(child: ChildProcess) {
+    this.child = child;
+    child.on("message", (message: RpcReply) => {
+      const waiter = this.pending.get(message.id);
+      if (waiter === undefined) return;
+      this.pending.delete(message.id);
+      if (message.ok) waiter.resolve(message.value);
+      else waiter.reject(new Error(message.error ?? "child failed"));
+    });
+    this.exited = new Promise((resolve) => {
+      child.once("exit", (code, signal) => {
+        for (const waiter of this.pending.values()) {
+          waiter.reject(new Error(`child exited (${code ?? signal}) before answering`));
+        }
+        this.pending.clear();
+        resolve();
+      });
+    });
+  }
+
+  get pid(): number {
+    if (this.child.pid === undefined) throw new Error("child has no pid");
+    return this.child.pid;
+  }
+
+  /** Forks `bench/src/children/<name>.ts` with `args`; resolves once it answered `ready`. */
+  static async start(
+    name: string,
+    args: readonly string[] = [],
+    execArgv: readonly string[] = [],
+  ): Promise<ChildRpc> {
+    const script = fileURLToPath(new URL(`../children/${name}.ts`, import.meta.url));
+    const child = fork(script, [...args], {
+      execArgv: ["--expose-gc", ...execArgv],
+      stdio: ["ignore", "inherit", "inherit", "ipc"],
+    });
+    const rpc = new ChildRpc(child);
+    await rpc.call("ready");
+    return rpc;
+  }
+
+  call<T = unknown>(op: string, params: unknown = {}): Promise<T> {
+    const id = this.nextId++;
+    return new Promise<T>((resolve, reject) => {
+      this.pending.set(id, { resolve: resolve as (value: unknown) => void, reject });
+      this.child.send({ id, op, params });
+    });
+  }
+
+  async stop(): Promise<void> {
+    if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill("SIGTERM");
+    await this.exited;
+  }
+}
+
+type Handler = (params: never) => unknown;
+
+/** The child side of {@link ChildRpc}: answers each `{id, op, params}` with its handler's value. */
+export function serveRpc(handlers: Record<string, Handler>): void {
+  const all: Record<string, Handler> = { ready: () => true, ...handlers };
+  process.on("message", async (message: { id: number; op: string; params: unknown }) => {
+    const handler = all[message.op];
+    try {
+      if (handler === undefined) throw new Error(`unknown op ${message.op}`);
+      const value = await (handler as (params: unknown) => unknown)(message.params);
+      process.send?.({ id: message.id, ok: true, value });
+    } catch (error) {
+      process.send?.({
+        id: message.id,
+        ok: false,
+        error: error instanceof Error ? (error.stack ?? error.message) : String(error),
+      });
+    }
+  });
+  process.on("disconnect", () => process.exit(0));
+}
+
+/** Collects garbage when the process runs with --expose-gc (every bench child does). */
+export function collectGarbage(): void {
+  (globalThis as { gc?: () => void }).gc?.();
+}

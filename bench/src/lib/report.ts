@@ -1,0 +1,59 @@
+export type Cell = string | number;
+
+export interface Table {
+  caption?: string;
+  columns: string[];
+  rows: Cell[][];
+}
+
+export interface ItemResult {
+  id: string;
+  title: string;
+  /** The target in words, e.g. `p50 and p99 ratio <= 1.15`. */
+  target: string;
+  /** Whether the target was met; `null` when the item has no pass/fail target or was skipped. */
+  met: boolean | null;
+  /** One line for the summary table: the headline figure. */
+  headline: string;
+  tables: Table[];
+  notes: string[];
+  /** Raw figures for results.json. */
+  raw: unknown;
+  seconds?: number;
+}
+
+export interface BenchOptions {
+  quick: boolean;
+}
+
+export interface BenchItem {
+  id: string;
+  title: string;
+  run(options: BenchOptions): Promise<ItemResult>;
+}
+
+function cell(value: Cell): string {
+  return typeof value === "number" ? String(value) : value.replaceAll("|", "\\|");
+}
+
+export function markdownTable(table: Table): string {
+  const lines = [
+    `| ${table.columns.map(cell).join(" | ")} |`,
+    `| ${table.columns.map(() => "---").join(" | ")} |`,
+    ...table.rows.map((row) => `| ${row.map(cell).join(" | ")} |`),
+  ];
+  return table.caption === undefined ? lines.join("\n") : `${table.caption}\n\n${lines.join("\n")}`;
+}
+
+export function verdict(met: boolean | null): string {
+  if (met === null) return "n/a";
+  return met ? "met" : "not met";
+}
+
+/** The one-line-per-item table that heads results.md and the README section. */
+export function summaryTable(results: readonly ItemResult[]): Table {
+  return {
+    columns: ["#", "benchmark", "result", "target", "verdict"],
+    rows: results.map((r) => [r.id, r.title, r.headline, r.target, verdict(r.met)]),
+  };
+}
