@@ -100,6 +100,8 @@ const ROUTES: Record<string, string> = {
 };
 
 const encoder = new TextEncoder();
+/** Longest delay a timer accepts (longer ones fire at once). */
+const MAX_TIMER_MS = 2_147_483_647;
 
 /** Creates the bridge: auth, validation, limits, output caps and the sandbox lifecycle. */
 export function createBridge(options: BridgeOptions): BridgeHandler {
@@ -359,7 +361,7 @@ async function handleExec(
 
   const env = exec.env ?? {};
   const timeoutMs = Math.round((exec.timeoutSeconds ?? DEFAULT_TIMEOUT_SECONDS) * 1000);
-  const timer = setTimeout(() => call.end("timeout"), timeoutMs);
+  const timer = setTimeout(() => call.end("timeout"), Math.min(timeoutMs, MAX_TIMER_MS));
   const onDisconnect = () => call.end("disconnect");
   if (request.signal.aborted) onDisconnect();
   else request.signal.addEventListener("abort", onDisconnect, { once: true });
