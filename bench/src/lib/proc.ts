@@ -1,5 +1,5 @@
 import { type ChildProcess, fork } from "node:child_process";
-import { readFileSync, writeFileSync } from "node:fs";
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 
 /** Resident set now and its high-water mark, in bytes, read from /proc/<pid>/status. */
@@ -169,4 +169,31 @@ export function serveRpc(handlers: Record<string, Handler>): void {
 /** Collects garbage when the process runs with --expose-gc (every bench child does). */
 export function collectGarbage(): void {
   (globalThis as { gc?: () => void }).gc?.();
+}
+
+/** Pids of the descendants of `root` whose command name is `name` (e.g. the `workerd` Miniflare runs). */
+export function descendantsNamed(root: number, name: string): number[] {
+  const parents = new Map<number, number>();
+  const names = new Map<number, string>();
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
+      // pid (comm) state ppid ...; comm may contain spaces and parentheses.
+      const close = stat.lastIndexOf(")");
+      const comm = stat.slice(stat.indexOf("(") + 1, close);
+      const ppid = Number(stat.slice(close + 2).split(" ")[1]);
+      parents.set(Number(entry), ppid);
+      names.set(Number(entry), comm);
+    } catch {
+      // the process ended while listing
+    }
+  }
+  const isDescendant = (pid: number): boolean => {
+    for (let p = parents.get(pid); p !== undefined && p > 1; p = parents.get(p)) {
+      if (p === root) return true;
+    }
+    return false;
+  };
+  return [...names].filter(([pid, comm]) => comm === name && isDescendant(pid)).map(([pid]) => pid);
 }
