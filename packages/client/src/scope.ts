@@ -10,6 +10,9 @@ export interface ScopeOptions {
   what: string;
 }
 
+/** Longest delay a timer can hold (2^31 - 1 ms, about 24.8 days); longer ones would fire at once. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /**
  * The life of one call: an AbortController that ends every exchange of the call, aborted with
  * the error the call must end with (caller abort, deadline, idle stream, oversized body).
@@ -46,7 +49,7 @@ export class CallScope {
             this.#errorOptions(undefined),
           ),
         ),
-      options.deadlineMs,
+      Math.min(options.deadlineMs, MAX_TIMER_MS),
     );
     if (this.#callerSignal?.aborted) this.#onCallerAbort();
     else this.#callerSignal?.addEventListener("abort", this.#onCallerAbort, { once: true });
@@ -94,7 +97,7 @@ export class CallScope {
             this.#errorOptions(undefined),
           ),
         ),
-      this.#idleMs,
+      Math.min(this.#idleMs, MAX_TIMER_MS),
     );
   }
 
