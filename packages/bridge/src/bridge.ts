@@ -3,7 +3,6 @@ import {
   cancelRequestSchema,
   DEFAULT_CWD,
   DEFAULT_TIMEOUT_SECONDS,
-  type ErrorBody,
   type ExecRequest,
   type ExecResult,
   execRequestSchema,
@@ -24,14 +23,7 @@ import { ExecCall as Call, type ConsumeOutcome, consumeOutput, endedResult } fro
 import { outputCapFor, resolveLimits } from "./limits.js";
 import { type BridgeLogger, jsonLineLogger, redact } from "./logger.js";
 import { ForwardGate, TailBuffer } from "./output.js";
-import {
-  errorBody,
-  errorResponse,
-  HttpError,
-  invalidRequest,
-  jsonResponse,
-  responseOf,
-} from "./responses.js";
+import { errorResponse, HttpError, invalidRequest, jsonResponse, responseOf } from "./responses.js";
 import { BRIDGE_VERSION } from "./version.js";
 
 /** Default interval between SSE heartbeats of a quiet command. */
@@ -195,7 +187,7 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
   app.notFound((c) => errorResponse("not_found", `No route ${c.req.path.slice(0, 200)}.`));
   app.onError((error) => {
     if (error instanceof HttpError) return error.toResponse();
-    state.logger({ event: "internal_error", level: "error", detail: safeDetail(error, state, {}) });
+    state.logger({ event: "internal_error", level: "error", detail: safeDetail(error, state) });
     return errorResponse("internal", "The bridge failed unexpectedly; the bridge log has details.");
   });
 
@@ -206,7 +198,7 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
       state.logger({
         event: "internal_error",
         level: "error",
-        detail: safeDetail(error, state, {}),
+        detail: safeDetail(error, state),
       });
       return errorResponse(
         "internal",
@@ -247,15 +239,20 @@ function neverThrows(logger: BridgeLogger): BridgeLogger {
   };
 }
 
-function safeDetail(
-  error: unknown,
+/** `text` without the token or any env value of the call, bounded in length. */
+function redactSecrets(
+  text: string,
   state: BridgeState,
   env: Readonly<Record<string, string>>,
 ): string {
-  const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
   const secrets = [...Object.values(env)];
   if (state.token !== undefined) secrets.push(state.token);
   return redact(text, secrets).slice(0, 2_000);
+}
+
+function safeDetail(error: unknown, state: BridgeState): string {
+  const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+  return redactSecrets(text, state, {});
 }
 
 function utf8Length(text: string): number {
@@ -322,7 +319,7 @@ function cleanUp(
         event: "destroy_failed",
         level: "error",
         sandboxId: call.sandboxId,
-        detail: safeDetail(error, state, {}),
+        detail: safeDetail(error, state),
       });
     } finally {
       state.calls.delete(call.sandboxId);
@@ -391,6 +388,10 @@ async function handleExec(
     else await cleanup;
   };
   const log = (outcome: ConsumeOutcome) => logCall(state, call, outcome, env);
+  const failed = (error: unknown) => {
+    const mapped = mapBackendError(error);
+    return responseOf(mapped.body, mapped.headers);
+  };
 
   let running: RunningCommand;
   try {
@@ -407,18 +408,16 @@ async function handleExec(
     running = first.value;
   } catch (error) {
     call.settled = true;
-    const outcome: ConsumeOutcome = { kind: "failed", error, stdoutBytes: 0, stderrBytes: 0 };
-    const mapped = log(outcome);
+    log({ kind: "failed", error, stdoutBytes: 0, stderrBytes: 0 });
     await finish();
-    return responseOf(mapped.body, mapped.headers);
+    return failed(error);
   }
 
   if (!streamed) {
     const outcome = await consumeOutput(call, running, tails);
-    const mapped = log(outcome);
+    log(outcome);
     await finish();
-    if (outcome.kind === "result") return jsonResponse(outcome.result);
-    return responseOf(mapped.body, mapped.headers);
+    return outcome.kind === "result" ? jsonResponse(outcome.result) : failed(outcome.error);
   }
   return streamExec(state, call, running, tails, cap, exec.sandboxId, log, finish);
 }
@@ -454,7 +453,7 @@ function streamExec(
   tails: { stdout: TailBuffer; stderr: TailBuffer },
   cap: number,
   sandboxId: string,
-  log: (outcome: ConsumeOutcome) => { body: ErrorBody; headers: Record<string, string> },
+  log: (outcome: ConsumeOutcome) => void,
   finish: () => Promise<void>,
 ): Response {
   const gates = { stdout: new ForwardGate(cap), stderr: new ForwardGate(cap) };
@@ -481,10 +480,10 @@ function streamExec(
           if (text.length > 0) send({ type: stream, data: text });
         });
         clearInterval(heartbeat);
-        const mapped = log(outcome);
+        log(outcome);
         await finish();
         if (outcome.kind === "result") send({ type: "exit", result: outcome.result });
-        else send({ type: "error", error: mapped.body });
+        else send({ type: "error", error: mapBackendError(outcome.error).body });
         if (open) {
           open = false;
           try {
@@ -504,13 +503,13 @@ function streamExec(
   return new Response(body, { headers: SSE_HEADERS });
 }
 
-/** Logs one line for the call and returns the error body a failure maps to. */
+/** Logs one line for the call. */
 function logCall(
   state: BridgeState,
   call: Call,
   outcome: ConsumeOutcome,
   env: Readonly<Record<string, string>>,
-): { body: ErrorBody; headers: Record<string, string> } {
+): void {
   const base = {
     event: "exec" as const,
     sandboxId: call.sandboxId,
@@ -528,7 +527,7 @@ function logCall(
       stdoutBytes: result.stdoutBytes ?? 0,
       stderrBytes: result.stderrBytes ?? 0,
     });
-    return { body: errorBody("internal", "no error"), headers: {} };
+    return;
   }
   const mapped = mapBackendError(outcome.error);
   state.logger({
@@ -538,11 +537,8 @@ function logCall(
     errorCode: mapped.body.code,
     stdoutBytes: outcome.stdoutBytes,
     stderrBytes: outcome.stderrBytes,
-    ...(mapped.detail === undefined
-      ? {}
-      : { detail: safeDetail(new Error(mapped.detail), state, env).replace(/^Error: /, "") }),
+    ...(mapped.detail === undefined ? {} : { detail: redactSecrets(mapped.detail, state, env) }),
   });
-  return mapped;
 }
 
 async function handleCancel(state: BridgeState, request: Request): Promise<Response> {
@@ -562,7 +558,7 @@ async function handleCancel(state: BridgeState, request: Request): Promise<Respo
         event: "destroy_failed",
         level: "error",
         sandboxId,
-        detail: safeDetail(error, state, {}),
+        detail: safeDetail(error, state),
       });
     }
   }

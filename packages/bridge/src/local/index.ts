@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { chmod, mkdir, mkdtemp, readdir, rm } from "node:fs/promises";
 import { constants, tmpdir } from "node:os";
 import { join, posix } from "node:path";
@@ -92,7 +92,33 @@ function killGroup(target: ChildProcess | number, signal: NodeJS.Signals): void 
   }
 }
 
+/**
+ * Whether a process of the group is still running. Zombies do not count: they are dead and wait
+ * for whoever reaps orphans here, which may take a while.
+ */
 function groupAlive(pgid: number): boolean {
+  let entries: string[];
+  try {
+    entries = readdirSync("/proc");
+  } catch {
+    return signalGroup(pgid);
+  }
+  for (const entry of entries) {
+    if (!/^\d+$/.test(entry)) continue;
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${entry}/stat`, "latin1");
+    } catch {
+      continue;
+    }
+    // "pid (comm) state ppid pgrp ..."; comm may contain spaces and parentheses.
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    if (Number(fields[2]) === pgid && fields[0] !== "Z" && fields[0] !== "X") return true;
+  }
+  return false;
+}
+
+function signalGroup(pgid: number): boolean {
   try {
     process.kill(-pgid, 0);
     return true;
