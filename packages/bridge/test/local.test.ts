@@ -128,17 +128,15 @@ describe.each(isolationModes)("local backend, $title", ({ mode, skip }) => {
     expect(result.code).toBe(0);
   });
 
-  it.skipIf(skip || mode !== "none")(
-    "refuses a cwd outside /workspace without isolation",
-    async () => {
+  if (mode === "none")
+    it.skipIf(skip)("refuses a cwd outside /workspace without isolation", async () => {
       for (const cwd of ["/etc", "/workspace/../etc", "/workspacex"]) {
         const body = await expectError(await post({ command: "pwd", cwd }), "invalid_request");
         expect(body.issues).toEqual([
           { path: ["cwd"], message: expect.stringContaining("/workspace") },
         ]);
       }
-    },
-  );
+    });
 
   if (mode === "bwrap")
     it.skipIf(skip)("makes other cwds real inside bubblewrap", async () => {

@@ -172,6 +172,28 @@ function resolveCwd(
 }
 
 /**
+ * A process receives its command, directory and environment as C strings, where NUL cannot
+ * pass; refuse such a request as the caller's mistake before spawn throws a message that quotes
+ * the value (an env value may be a secret).
+ */
+function refuseNul(spec: ExecSpec): void {
+  const fields: [ReadonlyArray<string>, string][] = [
+    [["command"], spec.command],
+    [["cwd"], spec.cwd],
+    ...Object.entries(spec.env).map(([name, value]): [string[], string] => [["env", name], value]),
+  ];
+  for (const [path, value] of fields) {
+    if (value.includes("\0")) {
+      throw new BackendError(
+        "invalid_request",
+        `${path.join(".")} contains a NUL character, which a process cannot receive; remove it.`,
+        { path },
+      );
+    }
+  }
+}
+
+/**
  * Creates the local backend. With `isolation: "auto"` bubblewrap is probed once (a real trial
  * run) and used when it works; `"bwrap"` throws {@link IsolationUnavailableError} when it does not.
  */
@@ -198,6 +220,7 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
   let destroyed = 0;
 
   async function prepare(spec: ExecSpec, sandbox: Sandbox): Promise<RunningCommand> {
+    refuseNul(spec);
     const cwd = resolveCwd(spec.cwd, isolation);
     const root = await mkdtemp(join(tmpRoot, "remote-task-"));
     sandbox.root = root;
