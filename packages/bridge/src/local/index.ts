@@ -3,6 +3,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { chmod, mkdir, mkdtemp, readdir, rm } from "node:fs/promises";
 import { constants, tmpdir } from "node:os";
 import { join, posix } from "node:path";
+import type { Writable } from "node:stream";
 import {
   BackendError,
   type ExecSpec,
@@ -151,6 +152,27 @@ async function removeTree(dir: string): Promise<void> {
   }
 }
 
+/** Processes cannot receive NUL bytes in arguments or environment; say so instead of failing. */
+function assertNoNul(spec: ExecSpec): void {
+  if (spec.command.includes("\0")) {
+    throw new BackendError("invalid_request", "command must not contain NUL characters.", {
+      path: ["command"],
+    });
+  }
+  for (const [name, value] of Object.entries(spec.env)) {
+    if (value.includes("\0")) {
+      throw new BackendError("invalid_request", `env ${name} must not contain NUL characters.`, {
+        path: ["env", name],
+      });
+    }
+  }
+  if (spec.cwd.includes("\0")) {
+    throw new BackendError("invalid_request", "cwd must not contain NUL characters.", {
+      path: ["cwd"],
+    });
+  }
+}
+
 /**
  * Maps a request cwd into the sandbox: `/workspace` and below map into the temp directory;
  * with bubblewrap any other absolute path is real inside the sandbox.
@@ -246,19 +268,41 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
       bwrap && cwd.workspaceRelative === undefined && !isUnderSystemDir(cwd.inside)
         ? [cwd.inside]
         : [];
-    const [file, args, spawnCwd] = bwrap
-      ? [
+    // With bubblewrap, the request's env reaches only the sandboxed command: bwrap itself runs
+    // on the host with a bare PATH (a request's LD_PRELOAD must not load into it), and the
+    // variables travel through a pipe (--args 3), not the command line that `ps` shows.
+    const child = bwrap
+      ? spawn(
           bwrapPath,
-          [...bwrapArgs(workspace, cwd.inside, extraDirs), "--", "/bin/sh", "-c", spec.command],
-          workspace,
-        ]
-      : ["/bin/sh", ["-c", spec.command], hostCwd];
-    const child = spawn(file, args, {
-      cwd: spawnCwd,
-      env,
-      detached: true,
-      stdio: ["ignore", "pipe", "pipe"],
-    });
+          [
+            "--args",
+            "3",
+            ...bwrapArgs(workspace, cwd.inside, extraDirs),
+            "--",
+            "/bin/sh",
+            "-c",
+            spec.command,
+          ],
+          {
+            cwd: workspace,
+            env: { PATH: SANDBOX_PATH },
+            detached: true,
+            stdio: ["ignore", "pipe", "pipe", "pipe"],
+          },
+        )
+      : spawn("/bin/sh", ["-c", spec.command], {
+          cwd: hostCwd,
+          env,
+          detached: true,
+          stdio: ["ignore", "pipe", "pipe"],
+        });
+    if (bwrap) {
+      const settings = ["--clearenv"];
+      for (const [name, value] of Object.entries(env)) settings.push("--setenv", name, value);
+      const channel = child.stdio[3] as Writable | null;
+      channel?.on("error", () => {});
+      channel?.end(`${settings.join("\0")}\0`);
+    }
     sandbox.child = child;
 
     const exit = new Promise<number>((resolve, reject) => {
