@@ -115,6 +115,37 @@ describe.each(isolationModes)("local backend, $title", ({ mode, skip }) => {
     expect(names.sort()).toEqual(["GREETING", "HOME", "LANG", "PATH", "TMPDIR"]);
   });
 
+  it.skipIf(skip)(
+    "keeps env values off the host's process list and out of the host-side bwrap",
+    async () => {
+      const value = `env-secret-${Math.random().toString(36).slice(2)}`;
+      const { command, marker } = markedSleep();
+      const controller = new AbortController();
+      const pending = post({ command, env: { SECRET: value } }, controller.signal).catch(() => {});
+      await eventually(() => processesWith(marker).length > 0, "command running");
+      expect(processesWith(value)).toEqual([]);
+      controller.abort();
+      await pending;
+      await eventually(() => backend.liveSandboxes() === 0, "destroyed");
+      // A loader variable in the request env must affect only the sandboxed command.
+      const preload = await run({
+        command: ":",
+        env: { LD_PRELOAD: "/nonexistent/rt-preload.so" },
+      });
+      const warnings = preload.stderr.split("\n").filter((line) => line.includes("rt-preload.so"));
+      expect(warnings).toHaveLength(1);
+    },
+  );
+
+  it.skipIf(skip)("refuses NUL characters in env values with the failing path", async () => {
+    const body = await expectError(
+      await post({ command: "true", env: { BAD: "a\u0000b" } }),
+      "invalid_request",
+    );
+    expect(body.issues).toEqual([{ path: ["env", "BAD"], message: expect.any(String) }]);
+    expect(JSON.stringify(body)).not.toContain("a\\u0000b");
+  });
+
   it.skipIf(skip)("runs each call in a fresh directory that is removed afterwards", async () => {
     const first = await run({ command: "echo data > file.txt; mkdir -p d/e; chmod 000 d; ls" });
     expect(first.stdout).toBe("d\nfile.txt\n");
