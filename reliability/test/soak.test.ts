@@ -1,0 +1,108 @@
+import { randomUUID } from "node:crypto";
+import { describe, expect, it } from "vitest";
+import { startBridgeProcess } from "./support/bridge-process.js";
+import { descendants, processesWithEnv, zombies } from "./support/processes.js";
+import { kindOf, MARK_VAR, type SoakKind, type SoakTally, soak } from "./support/soak.js";
+
+/** Tasks per run; CI default is bounded, `SOAK_TASKS=5000` runs the full soak. */
+const TASKS = Number(process.env.SOAK_TASKS ?? 1000);
+const BWRAP_TASKS = Number(process.env.SOAK_BWRAP_TASKS ?? 100);
+const CONCURRENCY = 32;
+/** Generous: the claim is "back near baseline", not a measurement. */
+const HEAP_SLACK_BYTES = 16 * 1024 * 1024;
+const RSS_SLACK_BYTES = 64 * 1024 * 1024;
+
+function expected(count: number, offset = 0): Record<SoakKind, number> {
+  const counts: Record<SoakKind, number> = {
+    success: 0,
+    nonzero: 0,
+    timeout: 0,
+    cancel: 0,
+    disconnect: 0,
+  };
+  for (let i = offset; i < offset + count; i++) counts[kindOf(i)]++;
+  return counts;
+}
+
+const MiB = (bytes: number) => (bytes / 1024 / 1024).toFixed(1);
+
+async function soakAgainst(isolation: "none" | "bwrap", count: number): Promise<void> {
+  const mark = randomUUID();
+  const zombiesBefore = zombies(["sh", "bwrap", "sleep"]).length;
+  // bubblewrap calls are slower to destroy; a shorter warm-up keeps the suite bounded.
+  const warmupTasks = isolation === "none" ? 200 : 32;
+  const bridge = await startBridgeProcess(isolation);
+  try {
+    expect(bridge.isolation).toBe(isolation);
+    const run = (offset: number, tasks: number) =>
+      soak({
+        url: bridge.url,
+        token: bridge.token,
+        offset,
+        count: tasks,
+        concurrency: CONCURRENCY,
+        mark,
+      });
+    // Warm up (JIT, pools, allocator), then take the baseline after a full GC in the bridge process.
+    const warm = await run(-warmupTasks, warmupTasks);
+    expect(warm.wrong).toEqual([]);
+    const baseline = await bridge.settled();
+
+    // The load runs in rounds so memory can be compared across them: a leak grows every round.
+    const rounds = count >= 1_000 ? 4 : 1;
+    const tally: SoakTally = {
+      ok: { success: 0, nonzero: 0, timeout: 0, cancel: 0, disconnect: 0 },
+      wrong: [],
+      elapsedMs: 0,
+    };
+    const samples: Awaited<ReturnType<typeof bridge.stats>>[] = [];
+    for (let round = 0; round < rounds; round++) {
+      const from = Math.floor((count * round) / rounds);
+      const to = Math.floor((count * (round + 1)) / rounds);
+      const part = await run(from, to - from);
+      for (const kind of Object.keys(tally.ok) as SoakKind[]) tally.ok[kind] += part.ok[kind];
+      tally.wrong.push(...part.wrong);
+      tally.elapsedMs += part.elapsedMs;
+      samples.push(await bridge.settled());
+    }
+    const after = samples[samples.length - 1] ?? baseline;
+    const zombiesAfter = zombies(["sh", "bwrap", "sleep"]).length;
+    const endings = bridge.logLines.map((line) => JSON.parse(line) as { endedBy?: string });
+    const endedBy = (reason: string) => endings.filter((entry) => entry.endedBy === reason).length;
+    console.info(
+      `[soak ${isolation}] ${count} tasks at concurrency ${CONCURRENCY} in ${(tally.elapsedMs / 1000).toFixed(1)} s ` +
+        `(${(count / (tally.elapsedMs / 1000)).toFixed(0)} tasks/s); ok ${JSON.stringify(tally.ok)}; wrong ${tally.wrong.length}; ` +
+        `bridge ended by timeout ${endedBy("timeout")}, disconnect ${endedBy("disconnect")}, cancel ${endedBy("cancel")}; ` +
+        `RSS MiB baseline ${MiB(baseline.rss)} -> rounds ${samples.map((s) => MiB(s.rss)).join(", ")}; ` +
+        `heap MiB ${MiB(baseline.heapUsed)} -> ${MiB(after.heapUsed)}; external MiB ${MiB(baseline.external)} -> ${MiB(after.external)}; ` +
+        `zombies (sh/bwrap/sleep) ${zombiesBefore} -> ${zombiesAfter}`,
+    );
+
+    // Every result accounted for, each with its expected outcome.
+    expect(tally.wrong).toEqual([]);
+    expect(tally.ok).toEqual(expected(count));
+    expect(Object.values(tally.ok).reduce((a, b) => a + b, 0)).toBe(count);
+    // Nothing left behind: sandboxes, processes, directories.
+    expect(after.stats.live).toBe(0);
+    expect(after.stats.started).toBe(after.stats.destroyed);
+    expect(after.stats.started).toBe(warmupTasks + count);
+    expect(processesWithEnv(MARK_VAR, mark)).toEqual([]);
+    expect(descendants(bridge.pid)).toEqual([]);
+    expect(await bridge.leftoverDirs()).toEqual([]);
+    // Memory back near the warmed-up baseline: the JS heap after GC, and RSS within a generous bound.
+    expect(after.heapUsed).toBeLessThan(baseline.heapUsed + HEAP_SLACK_BYTES);
+    expect(after.rss).toBeLessThan(baseline.rss + RSS_SLACK_BYTES);
+  } finally {
+    await bridge.close();
+  }
+}
+
+describe("soak: mixed tasks against a bridge process with the real local backend", () => {
+  it(`${TASKS} tasks (success, non-zero, timeout, cancel, disconnect), isolation none`, async () => {
+    await soakAgainst("none", TASKS);
+  }, 600_000);
+
+  it(`${BWRAP_TASKS} tasks with bubblewrap isolation`, async () => {
+    await soakAgainst("bwrap", BWRAP_TASKS);
+  }, 600_000);
+});

@@ -1,0 +1,115 @@
+import { type ChildProcess, fork } from "node:child_process";
+import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { build } from "esbuild";
+import type { BridgeProcessConfig, BridgeProcessReply } from "../../src/ipc.js";
+import { waitFor } from "./bridge.js";
+
+const ENTRY = join(dirname(fileURLToPath(import.meta.url)), "../../src/bridge-process.ts");
+
+type Stats = Extract<BridgeProcessReply, { type: "stats" }>;
+
+/** A real bridge (local backend) in a child Node process with `--expose-gc`. */
+export interface BridgeProcess {
+  url: string;
+  token: string;
+  pid: number;
+  isolation: string;
+  tmpRoot: string;
+  /** Every log line the bridge wrote, as JSON. */
+  logLines: string[];
+  /** Backend stats and memory after a full GC in the bridge process. */
+  stats(): Promise<Stats>;
+  /** Waits (bounded) for zero live sandboxes. */
+  settled(limitMs?: number): Promise<Stats>;
+  leftoverDirs(): Promise<string[]>;
+  close(): Promise<void>;
+}
+
+let bundled: Promise<string> | undefined;
+
+/** Bundles the bridge process from the workspace sources once per test run. */
+function bundle(): Promise<string> {
+  bundled ??= (async () => {
+    const dir = await mkdtemp(join(tmpdir(), "rt-bridge-bundle-"));
+    const outfile = join(dir, "bridge-process.mjs");
+    await build({
+      entryPoints: [ENTRY],
+      bundle: true,
+      platform: "node",
+      format: "esm",
+      target: "node20",
+      conditions: ["@remote-task/source"],
+      outfile,
+      logLevel: "error",
+      banner: {
+        js: "import { createRequire } from 'node:module'; const require = createRequire(import.meta.url);",
+      },
+    });
+    return outfile;
+  })();
+  return bundled;
+}
+
+export async function startBridgeProcess(isolation: "none" | "bwrap"): Promise<BridgeProcess> {
+  const script = await bundle();
+  const tmpRoot = await mkdtemp(join(tmpdir(), "rt-soak-"));
+  const config: BridgeProcessConfig = {
+    isolation,
+    tmpRoot,
+    token: `soak-token-${process.pid}-${Date.now()}`,
+  };
+  const child: ChildProcess = fork(script, [], {
+    execArgv: ["--expose-gc"],
+    env: { PATH: process.env.PATH ?? "/usr/bin:/bin", RT_BRIDGE_CONFIG: JSON.stringify(config) },
+    stdio: ["ignore", "inherit", "inherit", "ipc"],
+  });
+  const logLines: string[] = [];
+  const statsWaiters: ((stats: Stats) => void)[] = [];
+  const ready = new Promise<Extract<BridgeProcessReply, { type: "ready" }>>((resolve, reject) => {
+    child.once("exit", (code) => reject(new Error(`bridge process exited early (${code})`)));
+    child.on("message", (reply: BridgeProcessReply) => {
+      if (reply.type === "ready") resolve(reply);
+      else if (reply.type === "log") logLines.push(reply.line);
+      else statsWaiters.shift()?.(reply);
+    });
+  });
+  const info = await ready;
+  const stats = () =>
+    new Promise<Stats>((resolve) => {
+      statsWaiters.push(resolve);
+      child.send({ type: "stats" });
+    });
+  return {
+    url: info.url,
+    token: config.token,
+    pid: info.pid,
+    isolation: info.isolation,
+    tmpRoot,
+    logLines,
+    stats,
+    async settled(limitMs = 60_000) {
+      let last = await stats();
+      const deadline = Date.now() + limitMs;
+      while (last.stats.live > 0 && Date.now() < deadline) {
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        last = await stats();
+      }
+      return last;
+    },
+    leftoverDirs: () => readdir(tmpRoot),
+    async close() {
+      if (child.exitCode === null) {
+        const exited = new Promise((resolve) => child.once("exit", resolve));
+        child.send({ type: "close" });
+        await Promise.race([
+          exited,
+          waitFor(() => false, 20_000).catch(() => child.kill("SIGKILL")),
+        ]);
+      }
+      await rm(tmpRoot, { recursive: true, force: true });
+    },
+  };
+}

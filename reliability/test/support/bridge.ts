@@ -1,0 +1,96 @@
+import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { BridgeLogEntry, BridgeLogger } from "@remote-task/bridge";
+import { createLocalBackend, type LocalBackend } from "@remote-task/bridge/local";
+import { type LocalBridge, startLocalBridge } from "@remote-task/bridge/node";
+import type { Limits } from "@remote-task/protocol";
+
+/** Every log entry the bridge wrote, both as objects and as the JSON lines a deployment would see. */
+export class LogCapture {
+  readonly entries: BridgeLogEntry[] = [];
+  readonly lines: string[] = [];
+  readonly logger: BridgeLogger = (entry) => {
+    this.entries.push(entry);
+    this.lines.push(JSON.stringify(entry));
+  };
+
+  execEntries(): Extract<BridgeLogEntry, { event: "exec" }>[] {
+    return this.entries.filter(
+      (entry): entry is Extract<BridgeLogEntry, { event: "exec" }> => entry.event === "exec",
+    );
+  }
+}
+
+export interface TestBridge {
+  bridge: LocalBridge<LocalBackend>;
+  backend: LocalBackend;
+  logs: LogCapture;
+  tmpRoot: string;
+  /** Waits (bounded) until every sandbox the bridge started is destroyed. */
+  settled(limitMs?: number): Promise<void>;
+  /** Entries of `tmpRoot`: per-call directories not yet removed. */
+  leftoverDirs(): Promise<string[]>;
+  close(): Promise<void>;
+}
+
+export interface TestBridgeOptions {
+  isolation?: "none" | "bwrap";
+  limits?: Partial<Limits>;
+  token?: string;
+  heartbeatIntervalMs?: number;
+  killGraceMs?: number;
+}
+
+/** A real embedded bridge on 127.0.0.1 with the real local backend in a dedicated temp root. */
+export async function startTestBridge(options: TestBridgeOptions = {}): Promise<TestBridge> {
+  const tmpRoot = await mkdtemp(join(tmpdir(), "rt-reliability-"));
+  const backend = createLocalBackend({
+    isolation: options.isolation ?? "none",
+    tmpRoot,
+    killGraceMs: options.killGraceMs ?? 500,
+  });
+  const logs = new LogCapture();
+  const bridge = await startLocalBridge({
+    backend,
+    logger: logs.logger,
+    ...(options.token === undefined ? {} : { token: options.token }),
+    ...(options.limits === undefined ? {} : { limits: options.limits }),
+    ...(options.heartbeatIntervalMs === undefined
+      ? {}
+      : { heartbeatIntervalMs: options.heartbeatIntervalMs }),
+  });
+  return {
+    bridge,
+    backend,
+    logs,
+    tmpRoot,
+    async settled(limitMs = 15_000) {
+      await waitFor(
+        () => backend.liveSandboxes() === 0,
+        limitMs,
+        () => {
+          return `sandboxes still live: ${JSON.stringify(backend.stats())}`;
+        },
+      );
+    },
+    leftoverDirs: () => readdir(tmpRoot),
+    async close() {
+      await bridge.close();
+      await rm(tmpRoot, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Polls `condition` every 20 ms; throws with `describe()` if it is still false after `limitMs`. */
+export async function waitFor(
+  condition: () => boolean,
+  limitMs: number,
+  describe: () => string = () => "condition not met",
+): Promise<void> {
+  const deadline = Date.now() + limitMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`Timed out after ${limitMs} ms: ${describe()}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
