@@ -152,27 +152,6 @@ async function removeTree(dir: string): Promise<void> {
   }
 }
 
-/** Processes cannot receive NUL bytes in arguments or environment; say so instead of failing. */
-function assertNoNul(spec: ExecSpec): void {
-  if (spec.command.includes("\0")) {
-    throw new BackendError("invalid_request", "command must not contain NUL characters.", {
-      path: ["command"],
-    });
-  }
-  for (const [name, value] of Object.entries(spec.env)) {
-    if (value.includes("\0")) {
-      throw new BackendError("invalid_request", `env ${name} must not contain NUL characters.`, {
-        path: ["env", name],
-      });
-    }
-  }
-  if (spec.cwd.includes("\0")) {
-    throw new BackendError("invalid_request", "cwd must not contain NUL characters.", {
-      path: ["cwd"],
-    });
-  }
-}
-
 /**
  * Maps a request cwd into the sandbox: `/workspace` and below map into the temp directory;
  * with bubblewrap any other absolute path is real inside the sandbox.
