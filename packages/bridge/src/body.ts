@@ -46,12 +46,20 @@ export async function readBodyLimited(request: Request, maxBytes: number): Promi
 
 const strictDecoder = new TextDecoder("utf-8", { fatal: true });
 
-/** Requires a JSON content type when one is given (a missing one is read as JSON). */
+/**
+ * Refuses bodies declared as something other than JSON (forms, multipart, binary). A missing type
+ * and `text/plain` are read as JSON: `fetch` labels a string body `text/plain` unless told
+ * otherwise, and the reference bridge accepted such clients.
+ */
 export function assertJsonContentType(request: Request): void {
   const type = request.headers.get("content-type");
   if (type === null) return;
   const mediaType = type.split(";")[0]?.trim().toLowerCase() ?? "";
-  if (mediaType !== "application/json" && !/^application\/[a-z0-9.+-]*\+json$/.test(mediaType)) {
+  const json =
+    mediaType === "application/json" ||
+    mediaType === "text/plain" ||
+    /^application\/[a-z0-9.+-]*\+json$/.test(mediaType);
+  if (!json) {
     throw invalidRequest("Content-Type must be application/json.", [
       { path: [], message: `unsupported content type "${mediaType.slice(0, 100)}"` },
     ]);

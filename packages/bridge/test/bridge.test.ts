@@ -191,7 +191,8 @@ describe("request validation", () => {
       { raw: "[1,2]", method: "POST" },
       { raw: "null", method: "POST" },
       { raw: "", method: "POST" },
-      { body: referenceExecRequest, headers: { "content-type": "text/plain" } },
+      { body: referenceExecRequest, headers: { "content-type": "multipart/form-data" } },
+      { body: referenceExecRequest, headers: { "content-type": "application/octet-stream" } },
       {
         body: referenceExecRequest,
         headers: { "content-type": "application/x-www-form-urlencoded" },
@@ -205,13 +206,24 @@ describe("request validation", () => {
       await bridge(request("/cancel", { body: { sandboxId: "Not-An-Id" } })),
       "invalid_request",
     );
-    const typed = await bridge(
-      request("/exec", {
-        body: referenceExecRequest,
-        headers: { "content-type": "application/json; charset=utf-8" },
+    for (const type of ["application/json; charset=utf-8", "text/plain;charset=UTF-8"]) {
+      const typed = await bridge(
+        request("/exec", {
+          body: { ...referenceExecRequest, sandboxId: freshId() },
+          headers: { "content-type": type },
+        }),
+      );
+      expect(typed.status, type).toBe(200);
+    }
+    // What `fetch` sends for a string body without a content type.
+    const plain = await bridge(
+      new Request("http://bridge.test/exec", {
+        method: "POST",
+        headers: { authorization: `Bearer ${TOKEN}` },
+        body: JSON.stringify({ ...referenceExecRequest, sandboxId: freshId() }),
       }),
     );
-    expect(typed.status).toBe(200);
+    expect(plain.status).toBe(200);
   });
 
   it("enforces the command, env, timeout limits with the failing path", async () => {
