@@ -5,18 +5,20 @@ import { createLocalBackend } from "@remote-task/bridge/local";
 import { startLocalBridge } from "@remote-task/bridge/node";
 import { createFakeBackend } from "@remote-task/bridge/testing";
 import type { BridgeChildConfig } from "../lib/bridges.ts";
-import { serveRpc } from "../lib/proc.ts";
+import { gcClock, serveRpc } from "../lib/proc.ts";
 
 const config = JSON.parse(process.argv[2] ?? "{}") as BridgeChildConfig;
 const backend =
   config.backend === "local"
     ? createLocalBackend({ isolation: config.isolation ?? "none" })
     : createFakeBackend({ startLatencyMs: config.startLatencyMs ?? 0 });
+const gcMs = gcClock();
 const bridge = await startLocalBridge({ backend, logger: silentLogger });
 
 serveRpc({
   url: () => ({ url: bridge.url, token: bridge.token, isolation: backend.isolation }),
   live: () => backend.liveSandboxes(),
+  gcMs: () => gcMs(),
 });
 process.on("SIGTERM", () => {
   void bridge.close().then(() => process.exit(0));

@@ -1,7 +1,7 @@
 // The baseline for big outputs: a bare child_process.spawn whose stdout is read in Node and
 // discarded, in its own process like the bridge.
 import { spawn } from "node:child_process";
-import { serveRpc } from "../lib/proc.ts";
+import { gcClock, serveRpc } from "../lib/proc.ts";
 
 function runDiscarding(params: { command: string }): Promise<{ ms: number; bytes: number }> {
   const started = performance.now();
@@ -19,4 +19,5 @@ function runDiscarding(params: { command: string }): Promise<{ ms: number; bytes
   });
 }
 
-serveRpc({ run: runDiscarding });
+const gcMs = gcClock();
+serveRpc({ run: runDiscarding, gcMs: () => gcMs() });

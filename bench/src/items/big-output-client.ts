@@ -24,8 +24,8 @@ async function run(options: BenchOptions): Promise<ItemResult> {
   const plan = options.quick
     ? [{ bytes: 64 * MB, runs: 1 }]
     : [
-        { bytes: 16 * MB, runs: 3 },
-        { bytes: 1000 * MB, runs: 2 },
+        { bytes: 16 * MB, runs: 5 },
+        { bytes: 1000 * MB, runs: 3 },
       ];
   const bridge = await startBridgeProcess({ backend: "local", isolation: "none" });
   const client = await ChildRpc.start("client");

@@ -20,7 +20,7 @@ function clientLikeAgent(): Agent {
 }
 
 async function run(options: BenchOptions): Promise<ItemResult> {
-  const calls = options.quick ? 300 : 3000;
+  const calls = options.quick ? 300 : 5000;
   const warmup = options.quick ? 100 : 500;
   const bridge = await startBridgeProcess({ backend: "fake" });
   const client = createClient({ url: bridge.url, token: bridge.token });

@@ -80,7 +80,7 @@ async function run(options: BenchOptions): Promise<ItemResult> {
   process.env.CLOUDFLARE_CF_FETCH_ENABLED ??= "false";
   process.env.WRANGLER_SEND_METRICS ??= "false";
   const bytes = options.quick ? 10 * MB : 100 * MB;
-  const runs = options.quick ? 1 : 3;
+  const runs = options.quick ? 1 : 5;
   const dir = fileURLToPath(new URL("../../worker/", import.meta.url));
   const worker = await unstable_dev(`${dir}entry.ts`, {
     config: `${dir}wrangler.jsonc`,

@@ -1,5 +1,6 @@
 import { type ChildProcess, fork } from "node:child_process";
 import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { PerformanceObserver } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 
 /** Resident set now and its high-water mark, in bytes, read from /proc/<pid>/status. */
@@ -196,4 +197,26 @@ export function descendantsNamed(root: number, name: string): number[] {
     return false;
   };
   return [...names].filter(([pid, comm]) => comm === name && isDescendant(pid)).map(([pid]) => pid);
+}
+
+/** CPU time (user + system) a process has used so far, in ms, from /proc/<pid>/stat. */
+export function cpuTimeMs(pid: number | "self"): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  // Fields 14 and 15 of stat (utime, stime) are the 12th and 13th after the command name.
+  const ticks = Number(fields[11]) + Number(fields[12]);
+  return (ticks * 1000) / CLOCK_TICKS_PER_SECOND;
+}
+
+/** USER_HZ: 100 on every Linux architecture Node supports. */
+const CLOCK_TICKS_PER_SECOND = 100;
+
+/** Total time this process has spent in garbage collection since the call, in ms. */
+export function gcClock(): () => number {
+  let total = 0;
+  const observer = new PerformanceObserver((list) => {
+    for (const entry of list.getEntries()) total += entry.duration;
+  });
+  observer.observe({ entryTypes: ["gc"] });
+  return () => total;
 }
