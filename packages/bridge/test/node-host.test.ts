@@ -113,6 +113,27 @@ describe("startLocalBridge", () => {
     expect(all.at(-1)).toMatchObject({ type: "exit", result: { stdout: "done\n", code: 0 } });
   });
 
+  it("kills the command when a JSON caller disconnects", async () => {
+    const backend = createLocalBackend({ isolation: "none" });
+    const logger = memoryLogger();
+    const bridge = await start({ backend, logger });
+    const { command, marker } = markedSleep();
+    const controller = new AbortController();
+    const pending = post(
+      bridge,
+      "/exec",
+      { sandboxId: freshId(), command },
+      { signal: controller.signal },
+    );
+    await eventually(() => processesWith(marker).length > 0, "command running");
+    controller.abort();
+    await expect(pending).rejects.toThrow();
+    await eventually(() => backend.liveSandboxes() === 0, "sandbox destroyed");
+    expect(processesWith(marker)).toEqual([]);
+    await eventually(() => logger.entries.length === 1, "log line");
+    expect(logger.entries[0]).toMatchObject({ outcome: "cancelled", endedBy: "disconnect" });
+  });
+
   it("close() cancels calls in flight, destroys their sandboxes and stops listening", async () => {
     const backend = createLocalBackend({ isolation: "none", killGraceMs: 200 });
     const bridge = await startLocalBridge({ backend, logger: memoryLogger() });

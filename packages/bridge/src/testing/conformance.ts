@@ -12,7 +12,26 @@ import { type BridgeHandler, createBridge } from "../bridge.js";
 import { CANCELLED_EXIT_CODE } from "../call.js";
 import { silentLogger } from "../logger.js";
 
+/** The checks of the suite, by name. */
+export type ConformanceCheck =
+  | "exit-code"
+  | "streams"
+  | "cwd"
+  | "output-cap"
+  | "stream-cap"
+  | "timeout"
+  | "cancel"
+  | "conflict"
+  | "stream-disconnect"
+  | "request-abort"
+  | "heartbeat";
+
 export interface ConformanceOptions {
+  /**
+   * Checks this backend cannot take part in, with the reason; they are registered as skipped with
+   * the reason in their title, never dropped silently.
+   */
+  skip?: Partial<Record<ConformanceCheck, string>>;
   /** Live sandboxes according to the backend, checked to be 0 after every test when given. */
   liveSandboxes?: (backend: SandboxBackend) => number | Promise<number>;
   /** Output size of the large-output test in bytes (default 3 000 000). */
@@ -116,6 +135,12 @@ export function backendConformanceSuite(
   const startup = options.startupAllowanceMs ?? 10_000;
   const largeBytes = options.largeOutputBytes ?? 3_000_000;
 
+  const check = (key: ConformanceCheck, title: string, body: () => Promise<void>) => {
+    const reason = options.skip?.[key];
+    if (reason === undefined) it(title, body);
+    else it.skip(`${title} (skipped for this backend: ${reason})`, body);
+  };
+
   describe(`SandboxBackend conformance: ${name}`, () => {
     let cleanup: Array<() => Promise<void>> = [];
 
@@ -150,7 +175,7 @@ export function backendConformanceSuite(
       for (const step of steps) await step();
     });
 
-    it("reports exit code 0 and stdout", async () => {
+    check("exit-code", "reports exit code 0 and stdout", async () => {
       const { exec, rec } = await setup();
       const result = await exec({ command: "echo hello" });
       expect(result).toMatchObject({ stdout: "hello\n", stderr: "", code: 0, outcome: "exited" });
@@ -158,26 +183,30 @@ export function backendConformanceSuite(
       expect(rec.destroyed).toEqual(rec.started);
     });
 
-    it("keeps stdout and stderr apart and reports a non-zero exit as a value", async () => {
-      const { exec, rec } = await setup();
-      const result = await exec({ command: "echo out; echo err >&2; exit 3" });
-      expect(result).toMatchObject({
-        stdout: "out\n",
-        stderr: "err\n",
-        code: 3,
-        outcome: "exited",
-      });
-      expect(result.stderrBytes).toBe(4);
-      expect(rec.destroyed).toEqual(rec.started);
-    });
+    check(
+      "streams",
+      "keeps stdout and stderr apart and reports a non-zero exit as a value",
+      async () => {
+        const { exec, rec } = await setup();
+        const result = await exec({ command: "echo out; echo err >&2; exit 3" });
+        expect(result).toMatchObject({
+          stdout: "out\n",
+          stderr: "err\n",
+          code: 3,
+          outcome: "exited",
+        });
+        expect(result.stderrBytes).toBe(4);
+        expect(rec.destroyed).toEqual(rec.started);
+      },
+    );
 
-    it("runs in /workspace by default", async () => {
+    check("cwd", "runs in /workspace by default", async () => {
       const { exec } = await setup();
       const result = await exec({ command: "pwd" });
       expect(result.stdout).toMatch(/\/workspace\n$/);
     });
 
-    it("caps retained output per stream and keeps exact byte totals", async () => {
+    check("output-cap", "caps retained output per stream and keeps exact byte totals", async () => {
       const cap = 100_000;
       const { exec, rec } = await setup({ maxOutputBytes: cap });
       const result = await exec({
@@ -196,42 +225,50 @@ export function backendConformanceSuite(
       expect(rec.destroyed).toEqual(rec.started);
     });
 
-    it("stops forwarding streamed output at the cap but reports the totals", async () => {
-      const cap = 100_000;
-      const { bridge } = await setup({ maxOutputBytes: cap });
-      const response = await bridge(
-        post(
-          "/exec",
-          { sandboxId: freshId(), command: `yes | head -c ${largeBytes}` },
-          { stream: true },
-        ),
-      );
-      expect(response.headers.get("content-type")).toMatch(/^text\/event-stream/);
-      const events = eventReader(response);
-      let forwarded = 0;
-      let exit: ExecResult | undefined;
-      for (let event = await events.next(); event; event = await events.next()) {
-        if (event.type === "stdout") forwarded += new TextEncoder().encode(event.data).byteLength;
-        if (event.type === "exit") exit = event.result;
-      }
-      expect(forwarded).toBe(cap);
-      expect(exit).toMatchObject({ stdoutBytes: largeBytes, stdoutTruncated: true, code: 0 });
-    });
+    check(
+      "stream-cap",
+      "stops forwarding streamed output at the cap but reports the totals",
+      async () => {
+        const cap = 100_000;
+        const { bridge } = await setup({ maxOutputBytes: cap });
+        const response = await bridge(
+          post(
+            "/exec",
+            { sandboxId: freshId(), command: `yes | head -c ${largeBytes}` },
+            { stream: true },
+          ),
+        );
+        expect(response.headers.get("content-type")).toMatch(/^text\/event-stream/);
+        const events = eventReader(response);
+        let forwarded = 0;
+        let exit: ExecResult | undefined;
+        for (let event = await events.next(); event; event = await events.next()) {
+          if (event.type === "stdout") forwarded += new TextEncoder().encode(event.data).byteLength;
+          if (event.type === "exit") exit = event.result;
+        }
+        expect(forwarded).toBe(cap);
+        expect(exit).toMatchObject({ stdoutBytes: largeBytes, stdoutTruncated: true, code: 0 });
+      },
+    );
 
-    it("kills a command at its deadline: outcome timeout, code 124, sandbox destroyed", async () => {
-      const { exec, rec } = await setup();
-      const started = Date.now();
-      const result = await exec({ command: "echo before; sleep 30", timeoutSeconds: 0.5 });
-      expect(result).toMatchObject({
-        outcome: "timeout",
-        code: TIMEOUT_EXIT_CODE,
-        stdout: "before\n",
-      });
-      expect(Date.now() - started).toBeLessThan(startup + 10_000);
-      expect(rec.destroyed).toEqual(rec.started);
-    });
+    check(
+      "timeout",
+      "kills a command at its deadline: outcome timeout, code 124, sandbox destroyed",
+      async () => {
+        const { exec, rec } = await setup();
+        const started = Date.now();
+        const result = await exec({ command: "echo before; sleep 30", timeoutSeconds: 0.5 });
+        expect(result).toMatchObject({
+          outcome: "timeout",
+          code: TIMEOUT_EXIT_CODE,
+          stdout: "before\n",
+        });
+        expect(Date.now() - started).toBeLessThan(startup + 10_000);
+        expect(rec.destroyed).toEqual(rec.started);
+      },
+    );
 
-    it("cancels a running command through /cancel, idempotently", async () => {
+    check("cancel", "cancels a running command through /cancel, idempotently", async () => {
       const { bridge, rec } = await setup();
       const sandboxId = freshId();
       const response = await bridge(
@@ -251,70 +288,86 @@ export function backendConformanceSuite(
       expect(await again.json()).toEqual({ ok: true, sandboxId, cancelled: false });
     });
 
-    it("refuses a second concurrent call for the same sandbox id with 409 conflict", async () => {
-      const { bridge } = await setup();
-      const sandboxId = freshId();
-      const first = await bridge(
-        post("/exec", { sandboxId, command: "sleep 30" }, { stream: true }),
-      );
-      const events = eventReader(first);
-      expect((await events.next())?.type).toBe("start");
-      const second = await bridge(post("/exec", { sandboxId, command: "echo no" }));
-      expect(second.status).toBe(409);
-      expect(errorBodySchema.parse(await second.json()).code).toBe("conflict");
-      await bridge(post("/cancel", { sandboxId }));
-      await events.reader.cancel();
-    });
+    check(
+      "conflict",
+      "refuses a second concurrent call for the same sandbox id with 409 conflict",
+      async () => {
+        const { bridge } = await setup();
+        const sandboxId = freshId();
+        const first = await bridge(
+          post("/exec", { sandboxId, command: "sleep 30" }, { stream: true }),
+        );
+        const events = eventReader(first);
+        expect((await events.next())?.type).toBe("start");
+        const second = await bridge(post("/exec", { sandboxId, command: "echo no" }));
+        expect(second.status).toBe(409);
+        expect(errorBodySchema.parse(await second.json()).code).toBe("conflict");
+        await bridge(post("/cancel", { sandboxId }));
+        await events.reader.cancel();
+      },
+    );
 
-    it("destroys the sandbox when a streaming client goes away", async () => {
-      const { bridge, rec } = await setup();
-      const sandboxId = freshId();
-      const response = await bridge(
-        post("/exec", { sandboxId, command: "sleep 30" }, { stream: true }),
-      );
-      const events = eventReader(response);
-      expect((await events.next())?.type).toBe("start");
-      await events.reader.cancel();
-      await eventually(
-        () => rec.destroyed.includes(sandboxId),
-        startup,
-        "destroy after disconnect",
-      );
-      expect(bridge.activeCalls).toBe(0);
-    });
+    check(
+      "stream-disconnect",
+      "destroys the sandbox when a streaming client goes away",
+      async () => {
+        const { bridge, rec } = await setup();
+        const sandboxId = freshId();
+        const response = await bridge(
+          post("/exec", { sandboxId, command: "sleep 30" }, { stream: true }),
+        );
+        const events = eventReader(response);
+        expect((await events.next())?.type).toBe("start");
+        await events.reader.cancel();
+        await eventually(
+          () => rec.destroyed.includes(sandboxId),
+          startup,
+          "destroy after disconnect",
+        );
+        expect(bridge.activeCalls).toBe(0);
+      },
+    );
 
-    it("destroys the sandbox when the request is aborted during a JSON call", async () => {
-      const { bridge, rec } = await setup();
-      const sandboxId = freshId();
-      const controller = new AbortController();
-      const pending = bridge(
-        post("/exec", { sandboxId, command: "sleep 30" }, { signal: controller.signal }),
-      );
-      await eventually(() => rec.started.includes(sandboxId), startup, "start");
-      controller.abort();
-      await pending;
-      await eventually(() => rec.destroyed.includes(sandboxId), startup, "destroy after abort");
-    });
+    check(
+      "request-abort",
+      "destroys the sandbox when the request is aborted during a JSON call",
+      async () => {
+        const { bridge, rec } = await setup();
+        const sandboxId = freshId();
+        const controller = new AbortController();
+        const pending = bridge(
+          post("/exec", { sandboxId, command: "sleep 30" }, { signal: controller.signal }),
+        );
+        await eventually(() => rec.started.includes(sandboxId), startup, "start");
+        controller.abort();
+        await pending;
+        await eventually(() => rec.destroyed.includes(sandboxId), startup, "destroy after abort");
+      },
+    );
 
-    it("sends heartbeats during a quiet command and ends with the same result as JSON", async () => {
-      const { bridge } = await setup({}, 100);
-      const response = await bridge(
-        post(
-          "/exec",
-          { sandboxId: freshId(), command: "echo a; sleep 1; echo b" },
-          { stream: true },
-        ),
-      );
-      const events = eventReader(response);
-      const seen: StreamEvent[] = [];
-      for (let event = await events.next(); event; event = await events.next()) seen.push(event);
-      expect(seen[0]?.type).toBe("start");
-      expect(seen.filter((e) => e.type === "heartbeat").length).toBeGreaterThanOrEqual(2);
-      const last = seen.at(-1);
-      expect(last?.type).toBe("exit");
-      if (last?.type === "exit") {
-        expect(last.result).toMatchObject({ stdout: "a\nb\n", code: 0, outcome: "exited" });
-      }
-    });
+    check(
+      "heartbeat",
+      "sends heartbeats during a quiet command and ends with the same result as JSON",
+      async () => {
+        const { bridge } = await setup({}, 100);
+        const response = await bridge(
+          post(
+            "/exec",
+            { sandboxId: freshId(), command: "echo a; sleep 1; echo b" },
+            { stream: true },
+          ),
+        );
+        const events = eventReader(response);
+        const seen: StreamEvent[] = [];
+        for (let event = await events.next(); event; event = await events.next()) seen.push(event);
+        expect(seen[0]?.type).toBe("start");
+        expect(seen.filter((e) => e.type === "heartbeat").length).toBeGreaterThanOrEqual(2);
+        const last = seen.at(-1);
+        expect(last?.type).toBe("exit");
+        if (last?.type === "exit") {
+          expect(last.result).toMatchObject({ stdout: "a\nb\n", code: 0, outcome: "exited" });
+        }
+      },
+    );
   });
 }

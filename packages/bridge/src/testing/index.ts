@@ -1,4 +1,8 @@
-export { backendConformanceSuite, type ConformanceOptions } from "./conformance.js";
+export {
+  backendConformanceSuite,
+  type ConformanceCheck,
+  type ConformanceOptions,
+} from "./conformance.js";
 export {
   createFakeBackend,
   type FakeBackend,
