@@ -357,7 +357,9 @@ async function handleExec(
   state.calls.set(exec.sandboxId, call);
 
   const env = exec.env ?? {};
-  const timeoutMs = Math.round((exec.timeoutSeconds ?? DEFAULT_TIMEOUT_SECONDS) * 1000);
+  const timeoutSeconds =
+    exec.timeoutSeconds ?? Math.min(DEFAULT_TIMEOUT_SECONDS, state.limits.maxTimeoutSeconds);
+  const timeoutMs = Math.round(timeoutSeconds * 1000);
   const timer = setTimeout(() => call.end("timeout"), Math.min(timeoutMs, MAX_TIMER_MS));
   const onDisconnect = () => call.end("disconnect");
   if (request.signal.aborted) onDisconnect();

@@ -233,7 +233,7 @@ describe("request validation", () => {
       maxEnvEntryBytes: 8,
       maxTimeoutSeconds: 5,
     };
-    const { exec } = setup({ limits });
+    const { exec, backend } = setup({ limits });
     const paths = async (body: Record<string, unknown>) =>
       (await expectError(await exec(body), "invalid_request")).issues?.map((i) => i.path);
     expect(await paths({ command: "echo 12345678" })).toEqual([["command"]]);
@@ -241,6 +241,9 @@ describe("request validation", () => {
     expect(await paths({ command: "true", timeoutSeconds: 6 })).toEqual([["timeoutSeconds"]]);
     expect(await paths({ command: "true", env: { A: "1", B: "2", C: "3" } })).toEqual([["env"]]);
     expect(await paths({ command: "true", env: { LONG: "12345" } })).toEqual([["env", "LONG"]]);
+    // Without timeoutSeconds the default (120 s) is held to the limit.
+    expect((await exec({ command: "true" })).status).toBe(200);
+    expect(backend.starts.at(-1)?.timeoutMs).toBe(5_000);
     expect(
       (await exec({ command: "true", timeoutSeconds: 5, env: { A: "1", B: "2" } })).status,
     ).toBe(200);
