@@ -482,6 +482,10 @@ function streamExec(
           if (text.length > 0) send({ type: stream, data: text });
         });
         clearInterval(heartbeat);
+        for (const stream of ["stdout", "stderr"] as const) {
+          const rest = gates[stream].flush();
+          if (rest.length > 0) send({ type: stream, data: rest });
+        }
         log(outcome);
         await finish();
         if (outcome.kind === "result") send({ type: "exit", result: outcome.result });

@@ -100,4 +100,9 @@ export class ForwardGate {
     this.forwarded += part.byteLength;
     return this.decoder.decode(part, { stream: true });
   }
+
+  /** What the decoder still holds (an incomplete last character) once the stream has ended. */
+  flush(): string {
+    return this.forwarded < this.cap ? this.decoder.decode() : "";
+  }
 }

@@ -50,6 +50,13 @@ describe("ForwardGate", () => {
     const out = [...bytes].map((b) => gate.take(new Uint8Array([b]))).join("");
     expect(out).toBe("a€b");
     expect(gate.take(new TextEncoder().encode("more"))).toBe("");
+    expect(gate.flush()).toBe("");
+  });
+
+  it("flushes an incomplete last character as U+FFFD when the stream ends below the cap", () => {
+    const gate = new ForwardGate(100);
+    expect(gate.take(new Uint8Array([0x61, 0xe2, 0x82]))).toBe("a");
+    expect(gate.flush()).toBe("\uFFFD");
   });
 });
 
