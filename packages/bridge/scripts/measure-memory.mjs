@@ -1,11 +1,16 @@
 // Peak RSS growth of the bridge process while a command prints N bytes through it.
 // Usage (after `npm run build -w @remote-task/bridge`):
-//   node packages/bridge/scripts/measure-memory.mjs [bytes=200000000] [json|sse]
+//   node packages/bridge/scripts/measure-memory.mjs [bytes=200000000] [json|sse] [auto|bwrap|none]
+import { createLocalBackend } from "../dist/local.js";
 import { startLocalBridge } from "../dist/node.js";
 
 const bytes = Number(process.argv[2] ?? 200_000_000);
 const mode = process.argv[3] ?? "json";
-const bridge = await startLocalBridge({ logger: () => {} });
+const isolation = process.argv[4] ?? "auto";
+const bridge = await startLocalBridge({
+  backend: createLocalBackend({ isolation }),
+  logger: () => {},
+});
 const headers = { authorization: `Bearer ${bridge.token}`, "content-type": "application/json" };
 if (mode === "sse") headers.accept = "text/event-stream";
 
