@@ -6,8 +6,8 @@ import {
   createClient,
   formatOutput,
   InvalidRequestError,
-  type RemoteTaskError,
 } from "../src/index.js";
+import { failure } from "./helpers/assertions.js";
 import { startServer, type TestServer } from "./helpers/server.js";
 
 /**
@@ -50,15 +50,6 @@ let server: (TestServer & { bodies: unknown[] }) | undefined;
 afterEach(async () => {
   await server?.close();
 });
-
-async function failure(promise: Promise<unknown>): Promise<RemoteTaskError> {
-  try {
-    await promise;
-  } catch (error) {
-    return error as RemoteTaskError;
-  }
-  throw new Error("expected the call to fail");
-}
 
 describe("against a bridge that speaks only the reference shape", () => {
   it("runs, reads health, and treats the extensions as optional", async () => {

@@ -16,10 +16,10 @@ import {
   createClient,
   InvalidRequestError,
   ProtocolError,
-  type RemoteTaskError,
   type RetryInfo,
   TimeoutError,
 } from "../src/index.js";
+import { eventually, failure } from "./helpers/assertions.js";
 import {
   capacityBody,
   errorBody,
@@ -46,28 +46,12 @@ function client(fetchImpl: typeof globalThis.fetch, options: Record<string, unkn
   });
 }
 
-async function failure(promise: Promise<unknown>): Promise<RemoteTaskError> {
-  try {
-    await promise;
-  } catch (error) {
-    return error as RemoteTaskError;
-  }
-  throw new Error("expected the call to fail");
-}
-
 const execRequests = (f: { requests: Request[] }) =>
   f.requests.filter((r) => new URL(r.url).pathname.endsWith("/exec"));
 const cancelRequests = (f: { requests: Request[] }) =>
   f.requests.filter((r) => new URL(r.url).pathname.endsWith("/cancel"));
 
 /** Resolves once `predicate` holds, polling briefly (for fire-and-forget effects). */
-async function eventually(predicate: () => boolean, ms = 3000): Promise<void> {
-  const until = Date.now() + ms;
-  while (!predicate()) {
-    if (Date.now() > until) throw new Error("condition not met in time");
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
 
 describe("run: successful answers", () => {
   it("sends a valid request with a fresh id and maps the full result", async () => {

@@ -3,10 +3,10 @@ import {
   AbortError,
   ConnectionError,
   createClient,
-  type RemoteTaskError,
   type RetryInfo,
   TimeoutError,
 } from "../src/index.js";
+import { eventually, failure } from "./helpers/assertions.js";
 import { fullResult, sse } from "./helpers/fixtures.js";
 import { closedPort, type Handler, startServer, type TestServer } from "./helpers/server.js";
 
@@ -36,23 +36,6 @@ async function bridge(exec: Handler): Promise<{ url: string; seen: Seen }> {
     exec(req, res, body);
   });
   return { url: server.url, seen };
-}
-
-async function failure(promise: Promise<unknown>): Promise<RemoteTaskError> {
-  try {
-    await promise;
-  } catch (error) {
-    return error as RemoteTaskError;
-  }
-  throw new Error("expected the call to fail");
-}
-
-async function eventually(predicate: () => boolean, ms = 3000): Promise<void> {
-  const until = Date.now() + ms;
-  while (!predicate()) {
-    if (Date.now() > until) throw new Error("condition not met in time");
-    await new Promise((r) => setTimeout(r, 10));
-  }
 }
 
 const quick = { timeoutSeconds: 0.3, graceSeconds: 0.2 };

@@ -8,8 +8,8 @@ import {
   AuthenticationError,
   createClient,
   type RemoteTaskClient,
-  type RemoteTaskError,
 } from "../src/index.js";
+import { eventually, failure } from "./helpers/assertions.js";
 
 type Bridge = Awaited<ReturnType<typeof startLocalBridge<ReturnType<typeof createLocalBackend>>>>;
 let bridge: Bridge;
@@ -27,23 +27,6 @@ afterAll(async () => {
   await client?.close();
   await bridge?.close();
 });
-
-async function failure(promise: Promise<unknown>): Promise<RemoteTaskError> {
-  try {
-    await promise;
-  } catch (error) {
-    return error as RemoteTaskError;
-  }
-  throw new Error("expected the call to fail");
-}
-
-async function eventually(predicate: () => boolean, ms = 10_000): Promise<void> {
-  const until = Date.now() + ms;
-  while (!predicate()) {
-    if (Date.now() > until) throw new Error("condition not met in time");
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
 
 function processesMatching(text: string): string[] {
   const out = execFileSync("ps", ["-eo", "args"], { encoding: "utf8" });
@@ -131,8 +114,8 @@ describe("against the embedded local bridge (loopback, real commands)", () => {
       },
     });
     expect(AbortError.isInstance(await failure(pending))).toBe(true);
-    await eventually(() => processesMatching(`sleep ${marker}`).length === 0);
-    await eventually(() => bridge.backend.liveSandboxes() === 0);
+    await eventually(() => processesMatching(`sleep ${marker}`).length === 0, 10_000);
+    await eventually(() => bridge.backend.liveSandboxes() === 0, 10_000);
   });
 
   it("cancel() stops a running call, which then ends as cancelled", async () => {
@@ -148,10 +131,10 @@ describe("against the embedded local bridge (loopback, real commands)", () => {
     const results: string[] = [];
     await started;
     expect(await client.cancel(sandboxId)).toBe(true);
-    await eventually(() => results.length === 1);
+    await eventually(() => results.length === 1, 10_000);
     expect(results).toEqual(["cancelled"]);
     expect(await client.cancel(sandboxId)).toBe(false);
-    await eventually(() => processesMatching("sleep 27.1828").length === 0);
+    await eventually(() => processesMatching("sleep 27.1828").length === 0, 10_000);
   });
 
   it("runMany of 200 tasks at concurrency 16 returns every result in order", async () => {
@@ -167,7 +150,7 @@ describe("against the embedded local bridge (loopback, real commands)", () => {
       tasks.map((_, i) => `task-${i}\n`),
     );
     expect(last).toEqual({ done: 200, failed: 0, total: 200 });
-    await eventually(() => bridge.backend.liveSandboxes() === 0);
+    await eventually(() => bridge.backend.liveSandboxes() === 0, 10_000);
   }, 60_000);
 
   it("refuses a wrong token", async () => {

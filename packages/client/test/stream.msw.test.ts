@@ -10,6 +10,7 @@ import {
   type RemoteTaskError,
   TimeoutError,
 } from "../src/index.js";
+import { eventually, failure } from "./helpers/assertions.js";
 import { errorBody, execResult, fullResult, sse } from "./helpers/fixtures.js";
 import { hugeBody, mswFetch, type StreamStep, scriptedBody } from "./helpers/msw.js";
 
@@ -44,15 +45,6 @@ function client(f: typeof globalThis.fetch, options: Record<string, unknown> = {
   return createClient({ url: URL_BASE, token: "tok-xyz", fetch: f, retry: false, ...options });
 }
 
-async function failure(promise: Promise<unknown>): Promise<RemoteTaskError> {
-  try {
-    await promise;
-  } catch (error) {
-    return error as RemoteTaskError;
-  }
-  throw new Error("expected the call to fail");
-}
-
 async function collect(iterable: AsyncIterable<StreamEvent>): Promise<StreamEvent[]> {
   const events: StreamEvent[] = [];
   for await (const event of iterable) events.push(event);
@@ -60,14 +52,6 @@ async function collect(iterable: AsyncIterable<StreamEvent>): Promise<StreamEven
 }
 
 const cancels = (f: { requests: Request[] }) => f.requests.filter((r) => r.url.endsWith("/cancel"));
-
-async function eventually(predicate: () => boolean, ms = 3000): Promise<void> {
-  const until = Date.now() + ms;
-  while (!predicate()) {
-    if (Date.now() > until) throw new Error("condition not met in time");
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
 
 describe("run with onOutput (SSE mode)", () => {
   it("delivers output as it arrives and returns the exit result", async () => {

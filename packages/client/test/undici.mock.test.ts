@@ -9,9 +9,9 @@ import {
   createClient,
   InvalidRequestError,
   ProtocolError,
-  type RemoteTaskError,
   TimeoutError,
 } from "../src/index.js";
+import { failure } from "./helpers/assertions.js";
 import { capacityBody, errorBody, fullHealth, fullResult, sse } from "./helpers/fixtures.js";
 
 const ORIGIN = "http://bridge.mock";
@@ -34,15 +34,6 @@ function client(options: Record<string, unknown> = {}) {
     retry: { initialDelayMs: 1, maxDelayMs: 2 },
     ...options,
   });
-}
-
-async function failure(promise: Promise<unknown>): Promise<RemoteTaskError> {
-  try {
-    await promise;
-  } catch (error) {
-    return error as RemoteTaskError;
-  }
-  throw new Error("expected the call to fail");
 }
 
 const json = { headers: { "content-type": "application/json" } };
