@@ -1,13 +1,14 @@
 import { randomBytes } from "node:crypto";
+import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Duplex } from "node:stream";
-import { serve } from "@hono/node-server";
+import { getRequestListener } from "@hono/node-server";
 import type { Limits } from "@remote-task/protocol";
 import type { SandboxBackend } from "./backend.js";
 import { createBridge } from "./bridge.js";
 import { createLocalBackend } from "./local/index.js";
 import type { BridgeLogger } from "./logger.js";
-import { errorBody } from "./responses.js";
+import { errorBody, errorResponse } from "./responses.js";
 
 export interface LocalBridgeOptions<B extends SandboxBackend = SandboxBackend> {
   /** Port to listen on (default: a random free port). */
@@ -76,12 +77,22 @@ export async function startLocalBridge<
     ...(options.logger === undefined ? {} : { logger: options.logger }),
   });
 
-  const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
-    const s = serve(
-      { fetch: (request) => bridge(request), port: options.port ?? 0, hostname: host },
-      () => resolve(s),
-    );
-    s.once("error", reject);
+  const listener = getRequestListener((request) => bridge(request), {
+    // Leave the embedding program's global Request/Response alone.
+    overrideGlobalObjects: false,
+    // A request Node accepted that cannot become a Fetch Request (e.g. a bad Host header).
+    errorHandler: () =>
+      errorResponse("invalid_request", "The HTTP request could not be read.", {
+        issues: [{ path: [], message: "malformed HTTP request" }],
+      }),
+  });
+  const server = createServer(listener);
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(options.port ?? 0, host, () => {
+      server.off("error", reject);
+      resolve();
+    });
   });
   server.on("clientError", answerClientError);
   const { port } = server.address() as AddressInfo;
@@ -95,7 +106,7 @@ export async function startLocalBridge<
       closing ??= (async () => {
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
         await bridge.shutdown();
-        if ("closeAllConnections" in server) server.closeAllConnections();
+        server.closeAllConnections();
         await closed;
       })();
       return closing;

@@ -1,4 +1,5 @@
 import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { execResultSchema, healthResponseSchema } from "@remote-task/protocol";
@@ -290,5 +291,42 @@ describe("errors over HTTP", () => {
       duplex: "half",
     } as RequestInit);
     await expectError(response, "payload_too_large");
+  });
+});
+
+/** Sends raw bytes and returns the raw HTTP answer. */
+function rawRequest(url: string, text: string): Promise<string> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve, reject) => {
+    const socket = connect(Number(port), hostname, () => socket.end(text));
+    let answer = "";
+    socket.setEncoding("utf8");
+    socket.on("data", (chunk: string) => {
+      answer += chunk;
+    });
+    socket.on("end", () => resolve(answer));
+    socket.on("error", reject);
+  });
+}
+
+describe("malformed HTTP", () => {
+  it("answers requests Node's parser or the Fetch adapter rejects with a protocol body", async () => {
+    const bridge = await start({ backend: createFakeBackend() });
+    for (const text of [
+      "FROB /health HTTP/1.1\r\nHost: x\r\n\r\n",
+      "GET /health HTTP/1.1\r\nHost: [bad\r\nConnection: close\r\n\r\n",
+      "GET /health HTTP/1.1\r\nBad Header\r\n\r\n",
+    ]) {
+      const answer = await rawRequest(bridge.url, text);
+      expect(answer, text).toMatch(/^HTTP\/1\.1 400 /);
+      const body = answer.slice(answer.indexOf("\r\n\r\n") + 4);
+      expect(JSON.parse(body), text).toMatchObject({ code: "invalid_request" });
+    }
+  });
+
+  it("leaves the global Request and Response of the embedding program alone", async () => {
+    const before = [globalThis.Request, globalThis.Response];
+    await start({ backend: createFakeBackend() });
+    expect([globalThis.Request, globalThis.Response]).toEqual(before);
   });
 });
