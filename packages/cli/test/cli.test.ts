@@ -1,11 +1,12 @@
 import { once } from "node:events";
 import { createServer } from "node:net";
-import { startLocalBridge } from "@remote-task/bridge/node";
+import type { LocalBackend } from "@remote-task/bridge/local";
+import { type LocalBridge, startLocalBridge } from "@remote-task/bridge/node";
 import { execResultSchema } from "@remote-task/protocol";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { cleanEnv, runCli, startCli } from "./helpers.js";
 
-let bridge: Awaited<ReturnType<typeof startLocalBridge>>;
+let bridge: LocalBridge<LocalBackend>;
 let env: NodeJS.ProcessEnv;
 
 beforeAll(async () => {
@@ -131,6 +132,34 @@ describe("run", () => {
     expect(code).toBe(125);
     expect(stderr).toContain("AuthenticationError");
     expect(stderr).not.toContain("wrong-secret-token");
+  });
+});
+
+describe("interrupt", () => {
+  it("Ctrl-C cancels the remote command and exits 130", async () => {
+    const child = startCli(["run", "--stream", "--", "echo started; sleep 30"], env);
+    let out = "";
+    let err = "";
+    child.stderr?.setEncoding("utf8").on("data", (d: string) => {
+      err += d;
+    });
+    child.stdout?.setEncoding("utf8");
+    await new Promise<void>((resolve) => {
+      child.stdout?.on("data", (d: string) => {
+        out += d;
+        if (out.includes("started")) resolve();
+      });
+    });
+    expect(bridge.backend.liveSandboxes()).toBe(1);
+    child.kill("SIGINT");
+    const [code] = await once(child, "exit");
+    expect(code).toBe(130);
+    expect(err).toContain("interrupted");
+    const until = Date.now() + 10_000;
+    while (bridge.backend.liveSandboxes() > 0 && Date.now() < until) {
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(bridge.backend.liveSandboxes()).toBe(0);
   });
 });
 

@@ -4,6 +4,7 @@ import type { SettledTask } from "@remote-task/client";
 import { DEFAULT_TIMEOUT_SECONDS } from "@remote-task/protocol";
 import { type Connection, type ConnectionFlags, connect } from "../connect.js";
 import { EXIT } from "../exit-codes.js";
+import { abortOnInterrupt } from "../interrupt.js";
 import { createProgressBar } from "../progress.js";
 import { describeError, exitCodeOf, resultJson, resultNotes } from "../report.js";
 
@@ -65,10 +66,7 @@ export async function runManyCommand(flags: RunManyFlags): Promise<number> {
     return EXIT.usage;
   }
   const timeoutSeconds = flags.timeout ?? DEFAULT_TIMEOUT_SECONDS;
-  const abort = new AbortController();
-  const onSignal = () => abort.abort();
-  process.once("SIGINT", onSignal);
-  process.once("SIGTERM", onSignal);
+  const interrupt = abortOnInterrupt();
   let connection: Connection | undefined;
   const started = Date.now();
   try {
@@ -76,7 +74,11 @@ export async function runManyCommand(flags: RunManyFlags): Promise<number> {
     const bar = createProgressBar(process.stderr, commands.length);
     const results = await connection.client.runMany(
       commands.map((command) => ({ command, timeoutSeconds })),
-      { concurrency: flags.concurrency, signal: abort.signal, onProgress: (p) => bar.update(p) },
+      {
+        concurrency: flags.concurrency,
+        signal: interrupt.signal,
+        onProgress: (p) => bar.update(p),
+      },
     );
     bar.finish();
     if (flags.json) {
@@ -89,14 +91,13 @@ export async function runManyCommand(flags: RunManyFlags): Promise<number> {
     process.stderr.write(
       `remote-task: ${results.length} tasks, ${results.length - failed} succeeded, ${failed} failed in ${seconds}s\n`,
     );
-    if (abort.signal.aborted) return EXIT.interrupted;
+    if (interrupt.signal.aborted) return EXIT.interrupted;
     return failed > 0 ? EXIT.failed : EXIT.ok;
   } catch (error) {
     process.stderr.write(`remote-task: ${describeError(error)}\n`);
     return EXIT.bridge;
   } finally {
-    process.off("SIGINT", onSignal);
-    process.off("SIGTERM", onSignal);
+    interrupt.dispose();
     await connection?.close();
   }
 }

@@ -1,6 +1,7 @@
 import { DEFAULT_TIMEOUT_SECONDS } from "@remote-task/protocol";
 import { type Connection, type ConnectionFlags, connect } from "../connect.js";
 import { EXIT } from "../exit-codes.js";
+import { abortOnInterrupt } from "../interrupt.js";
 import { describeError, exitCodeOf, resultJson, resultNotes } from "../report.js";
 
 export interface RunFlags extends ConnectionFlags {
@@ -15,15 +16,12 @@ export async function runCommand(words: string[], flags: RunFlags): Promise<numb
   const command = words.join(" ");
   const timeoutSeconds = flags.timeout ?? DEFAULT_TIMEOUT_SECONDS;
   let connection: Connection | undefined;
-  const abort = new AbortController();
-  const onSignal = () => abort.abort();
-  process.once("SIGINT", onSignal);
-  process.once("SIGTERM", onSignal);
+  const interrupt = abortOnInterrupt();
   try {
     connection = await connect(flags);
     const result = await connection.client.run(command, {
       timeoutSeconds,
-      signal: abort.signal,
+      signal: interrupt.signal,
       ...(flags.stream && !flags.json
         ? {
             onOutput: (event) =>
@@ -44,15 +42,14 @@ export async function runCommand(words: string[], flags: RunFlags): Promise<numb
     }
     return exitCodeOf(result);
   } catch (error) {
-    if (abort.signal.aborted) {
+    if (interrupt.signal.aborted) {
       process.stderr.write("remote-task: interrupted; the remote command was cancelled.\n");
       return EXIT.interrupted;
     }
     process.stderr.write(`remote-task: ${describeError(error)}\n`);
     return EXIT.bridge;
   } finally {
-    process.off("SIGINT", onSignal);
-    process.off("SIGTERM", onSignal);
+    interrupt.dispose();
     await connection?.close();
   }
 }
