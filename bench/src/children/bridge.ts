@@ -18,7 +18,7 @@ const bridge = await startLocalBridge({ backend, logger: silentLogger });
 serveRpc({
   url: () => ({ url: bridge.url, token: bridge.token, isolation: backend.isolation }),
   live: () => backend.liveSandboxes(),
-  gcMs: () => gcMs(),
+  gc: () => gcMs(),
 });
 process.on("SIGTERM", () => {
   void bridge.close().then(() => process.exit(0));

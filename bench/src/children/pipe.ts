@@ -20,4 +20,4 @@ function runDiscarding(params: { command: string }): Promise<{ ms: number; bytes
 }
 
 const gcMs = gcClock();
-serveRpc({ run: runDiscarding, gcMs: () => gcMs() });
+serveRpc({ run: runDiscarding, gc: () => gcMs() });

@@ -7,6 +7,8 @@ export interface BridgeChildConfig {
   startLatencyMs?: number;
   /** Local backend isolation (default `none`). */
   isolation?: "none" | "bwrap";
+  /** Node/V8 flags for the bridge process (e.g. `--max-semi-space-size=1`). */
+  nodeFlags?: string[];
 }
 
 /** A bridge served from its own Node process on loopback. */
@@ -20,7 +22,7 @@ export interface BridgeProcess {
 }
 
 export async function startBridgeProcess(config: BridgeChildConfig): Promise<BridgeProcess> {
-  const rpc = await ChildRpc.start("bridge", [JSON.stringify(config)]);
+  const rpc = await ChildRpc.start("bridge", [JSON.stringify(config)], config.nodeFlags ?? []);
   const { url, token, isolation } = await rpc.call<{
     url: string;
     token: string;

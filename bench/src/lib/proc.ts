@@ -1,6 +1,6 @@
 import { type ChildProcess, fork } from "node:child_process";
 import { readdirSync, readFileSync, writeFileSync } from "node:fs";
-import { PerformanceObserver } from "node:perf_hooks";
+import { constants, type PerformanceEntry, PerformanceObserver } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 
 /** Resident set now and its high-water mark, in bytes, read from /proc/<pid>/status. */
@@ -211,12 +211,32 @@ export function cpuTimeMs(pid: number | "self"): number {
 /** USER_HZ: 100 on every Linux architecture Node supports. */
 const CLOCK_TICKS_PER_SECOND = 100;
 
-/** Total time this process has spent in garbage collection since the call, in ms. */
-export function gcClock(): () => number {
-  let total = 0;
+/** Garbage collection in this process so far: time and the number of full and young collections. */
+export interface GcTotals {
+  ms: number;
+  major: number;
+  minor: number;
+}
+
+/** Starts counting this process's garbage collections; the function reads the totals so far. */
+export function gcClock(): () => GcTotals {
+  const totals: GcTotals = { ms: 0, major: 0, minor: 0 };
   const observer = new PerformanceObserver((list) => {
-    for (const entry of list.getEntries()) total += entry.duration;
+    for (const entry of list.getEntries()) {
+      totals.ms += entry.duration;
+      const kind = (entry as PerformanceEntry & { detail?: { kind?: number } }).detail?.kind;
+      if (kind === constants.NODE_PERFORMANCE_GC_MAJOR) totals.major++;
+      if (kind === constants.NODE_PERFORMANCE_GC_MINOR) totals.minor++;
+    }
   });
   observer.observe({ entryTypes: ["gc"] });
-  return () => total;
+  return () => ({ ...totals });
+}
+
+export function gcDelta(after: GcTotals, before: GcTotals): GcTotals {
+  return {
+    ms: after.ms - before.ms,
+    major: after.major - before.major,
+    minor: after.minor - before.minor,
+  };
 }

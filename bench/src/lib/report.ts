@@ -20,6 +20,8 @@ export interface ItemResult {
   /** Raw figures for results.json. */
   raw: unknown;
   seconds?: number;
+  /** 1-minute load average of the machine before and after the item. */
+  loadAverage?: [number, number];
 }
 
 export interface BenchOptions {
