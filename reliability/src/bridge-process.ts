@@ -18,10 +18,10 @@ const bridge = await startLocalBridge({
   logger: (entry: BridgeLogEntry) => send({ type: "log", line: JSON.stringify(entry) }),
 });
 
-function memory(): { rss: number; heapUsed: number; external: number } {
+function memory(): { rss: number; heapUsed: number; heapTotal: number; external: number } {
   gc?.();
-  const { rss, heapUsed, external } = process.memoryUsage();
-  return { rss, heapUsed, external };
+  const { rss, heapUsed, heapTotal, external } = process.memoryUsage();
+  return { rss, heapUsed, heapTotal, external };
 }
 
 process.on("message", (message: BridgeProcessRequest) => {

@@ -18,6 +18,8 @@ export type BridgeProcessReply =
       /** Bytes, after a full GC. */
       rss: number;
       heapUsed: number;
+      /** V8 heap committed (used or not). */
+      heapTotal: number;
       /** C++ objects bound to JS (buffers, handles). */
       external: number;
     };

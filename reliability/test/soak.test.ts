@@ -1,16 +1,24 @@
 import { randomUUID } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { startBridgeProcess } from "./support/bridge-process.js";
-import { descendants, processesWithEnv, zombies } from "./support/processes.js";
+import { descendants, processesWithEnv } from "./support/processes.js";
 import { kindOf, MARK_VAR, type SoakKind, type SoakTally, soak } from "./support/soak.js";
 
 /** Tasks per run; CI default is bounded, `SOAK_TASKS=5000` runs the full soak. */
-const TASKS = Number(process.env.SOAK_TASKS ?? 1000);
+const TASKS = Number(process.env.SOAK_TASKS ?? 3000);
 const BWRAP_TASKS = Number(process.env.SOAK_BWRAP_TASKS ?? 100);
 const CONCURRENCY = 32;
-/** Generous: the claim is "back near baseline", not a measurement. */
-const HEAP_SLACK_BYTES = 16 * 1024 * 1024;
-const RSS_SLACK_BYTES = 64 * 1024 * 1024;
+const MIB = 1024 * 1024;
+/**
+ * Memory bounds. The JS heap after a full GC must return to the warmed-up baseline: that is the
+ * leak check. RSS cannot: under load V8 grows its committed heap to a ceiling (~145 MiB here,
+ * with ~13 MiB used) and keeps it, and the allocator keeps its high-water mark, so RSS is bounded
+ * generously against the baseline and, across rounds, must flatten (a leak grows every round).
+ * Measured (20,000 tasks, rounds of 5,000): RSS 120 -> 198, 214, 225, 233 MiB; heap used 11.9 -> 13.2 MiB.
+ */
+const HEAP_SLACK_BYTES = 16 * MIB;
+const RSS_SLACK_BYTES = 160 * MIB;
+const RSS_ROUND_GROWTH_BYTES = 64 * MIB;
 
 function expected(count: number, offset = 0): Record<SoakKind, number> {
   const counts: Record<SoakKind, number> = {
@@ -28,9 +36,7 @@ const MiB = (bytes: number) => (bytes / 1024 / 1024).toFixed(1);
 
 async function soakAgainst(isolation: "none" | "bwrap", count: number): Promise<void> {
   const mark = randomUUID();
-  const zombiesBefore = zombies(["sh", "bwrap", "sleep"]).length;
-  // bubblewrap calls are slower to destroy; a shorter warm-up keeps the suite bounded.
-  const warmupTasks = isolation === "none" ? 200 : 32;
+  const warmupTasks = Math.min(200, Math.max(32, Math.floor(count / 5)));
   const bridge = await startBridgeProcess(isolation);
   try {
     expect(bridge.isolation).toBe(isolation);
@@ -49,7 +55,7 @@ async function soakAgainst(isolation: "none" | "bwrap", count: number): Promise<
     const baseline = await bridge.settled();
 
     // The load runs in rounds so memory can be compared across them: a leak grows every round.
-    const rounds = count >= 1_000 ? 4 : 1;
+    const rounds = count >= 400 ? 4 : count >= 100 ? 2 : 1;
     const tally: SoakTally = {
       ok: { success: 0, nonzero: 0, timeout: 0, cancel: 0, disconnect: 0 },
       wrong: [],
@@ -66,7 +72,6 @@ async function soakAgainst(isolation: "none" | "bwrap", count: number): Promise<
       samples.push(await bridge.settled());
     }
     const after = samples[samples.length - 1] ?? baseline;
-    const zombiesAfter = zombies(["sh", "bwrap", "sleep"]).length;
     const endings = bridge.logLines.map((line) => JSON.parse(line) as { endedBy?: string });
     const endedBy = (reason: string) => endings.filter((entry) => entry.endedBy === reason).length;
     console.info(
@@ -74,8 +79,8 @@ async function soakAgainst(isolation: "none" | "bwrap", count: number): Promise<
         `(${(count / (tally.elapsedMs / 1000)).toFixed(0)} tasks/s); ok ${JSON.stringify(tally.ok)}; wrong ${tally.wrong.length}; ` +
         `bridge ended by timeout ${endedBy("timeout")}, disconnect ${endedBy("disconnect")}, cancel ${endedBy("cancel")}; ` +
         `RSS MiB baseline ${MiB(baseline.rss)} -> rounds ${samples.map((s) => MiB(s.rss)).join(", ")}; ` +
-        `heap MiB ${MiB(baseline.heapUsed)} -> ${MiB(after.heapUsed)}; external MiB ${MiB(baseline.external)} -> ${MiB(after.external)}; ` +
-        `zombies (sh/bwrap/sleep) ${zombiesBefore} -> ${zombiesAfter}`,
+        `heap used MiB ${MiB(baseline.heapUsed)} -> ${MiB(after.heapUsed)}; heap committed MiB ${MiB(baseline.heapTotal)} -> ${MiB(after.heapTotal)}; ` +
+        `external MiB ${MiB(baseline.external)} -> ${MiB(after.external)}`,
     );
 
     // Every result accounted for, each with its expected outcome.
@@ -92,6 +97,8 @@ async function soakAgainst(isolation: "none" | "bwrap", count: number): Promise<
     // Memory back near the warmed-up baseline: the JS heap after GC, and RSS within a generous bound.
     expect(after.heapUsed).toBeLessThan(baseline.heapUsed + HEAP_SLACK_BYTES);
     expect(after.rss).toBeLessThan(baseline.rss + RSS_SLACK_BYTES);
+    const first = samples[0] ?? baseline;
+    expect(after.rss).toBeLessThan(first.rss + RSS_ROUND_GROWTH_BYTES);
   } finally {
     await bridge.close();
   }

@@ -62,8 +62,3 @@ export function descendants(root: number): ProcessInfo[] {
   }
   return found;
 }
-
-/** Zombies (state Z) of the given command names anywhere on the machine. */
-export function zombies(comms: readonly string[]): ProcessInfo[] {
-  return processList().filter((info) => info.state === "Z" && comms.includes(info.comm));
-}
