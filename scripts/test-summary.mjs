@@ -11,31 +11,36 @@ let failed = 0;
 let skipped = 0;
 const rows = [];
 
-for (const pattern of rootPkg.workspaces) {
-  const dir = join(root, pattern.replace(/\/\*$/, ""));
-  for (const name of readdirSync(dir)) {
-    const pkgDir = join(dir, name);
-    const pkgFile = join(pkgDir, "package.json");
-    if (!existsSync(pkgFile)) continue;
-    const pkg = JSON.parse(readFileSync(pkgFile, "utf8"));
-    if (!pkg.scripts?.test) continue;
-    const resultsFile = join(pkgDir, ".vitest-results.json");
-    if (!existsSync(resultsFile)) {
-      failed += 1;
-      rows.push(`${pkg.name}: no test results (the run crashed or never started)`);
-      continue;
-    }
-    const r = JSON.parse(readFileSync(resultsFile, "utf8"));
-    const suiteErrors = r.testResults.filter(
-      (file) => file.status === "failed" && file.assertionResults.length === 0,
-    ).length;
-    passed += r.numPassedTests;
-    failed += r.numFailedTests + suiteErrors;
-    skipped += r.numPendingTests + r.numTodoTests;
-    rows.push(
-      `${pkg.name}: ${r.numPassedTests} passed, ${r.numFailedTests + suiteErrors} failed, ${r.numPendingTests + r.numTodoTests} skipped`,
-    );
+/** Workspace folders: `dir/*` entries expand to their subfolders, others are folders themselves. */
+function workspaceDirs() {
+  return rootPkg.workspaces.flatMap((pattern) => {
+    if (!pattern.endsWith("/*")) return [join(root, pattern)];
+    const parent = join(root, pattern.slice(0, -2));
+    return readdirSync(parent).map((name) => join(parent, name));
+  });
+}
+
+for (const pkgDir of workspaceDirs()) {
+  const pkgFile = join(pkgDir, "package.json");
+  if (!existsSync(pkgFile)) continue;
+  const pkg = JSON.parse(readFileSync(pkgFile, "utf8"));
+  if (!pkg.scripts?.test) continue;
+  const resultsFile = join(pkgDir, ".vitest-results.json");
+  if (!existsSync(resultsFile)) {
+    failed += 1;
+    rows.push(`${pkg.name}: no test results (the run crashed or never started)`);
+    continue;
   }
+  const r = JSON.parse(readFileSync(resultsFile, "utf8"));
+  const suiteErrors = r.testResults.filter(
+    (file) => file.status === "failed" && file.assertionResults.length === 0,
+  ).length;
+  passed += r.numPassedTests;
+  failed += r.numFailedTests + suiteErrors;
+  skipped += r.numPendingTests + r.numTodoTests;
+  rows.push(
+    `${pkg.name}: ${r.numPassedTests} passed, ${r.numFailedTests + suiteErrors} failed, ${r.numPendingTests + r.numTodoTests} skipped`,
+  );
 }
 
 for (const row of rows) console.log(row);
