@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { startBridgeProcess } from "./support/bridge-process.js";
+import { skipBwrap } from "./support/isolation.js";
 import { descendants, processesWithEnv } from "./support/processes.js";
 import { kindOf, MARK_VAR, type SoakKind, type SoakTally, soak } from "./support/soak.js";
 
@@ -109,7 +110,11 @@ describe("soak: mixed tasks against a bridge process with the real local backend
     await soakAgainst("none", TASKS);
   }, 600_000);
 
-  it(`${BWRAP_TASKS} tasks with bubblewrap isolation`, async () => {
-    await soakAgainst("bwrap", BWRAP_TASKS);
-  }, 600_000);
+  it.skipIf(skipBwrap)(
+    `${BWRAP_TASKS} tasks with bubblewrap isolation`,
+    async () => {
+      await soakAgainst("bwrap", BWRAP_TASKS);
+    },
+    600_000,
+  );
 });
