@@ -95,6 +95,11 @@ async function soakAgainst(isolation: "none" | "bwrap", count: number): Promise<
     expect(processesWithEnv(MARK_VAR, mark)).toEqual([]);
     expect(descendants(bridge.pid)).toEqual([]);
     expect(await bridge.leftoverDirs()).toEqual([]);
+    // Thousands of log lines, none with the token or the env value every task carried.
+    expect(bridge.logLines.length).toBe(warmupTasks + count);
+    expect(
+      bridge.logLines.filter((line) => line.includes(mark) || line.includes(bridge.token)),
+    ).toEqual([]);
     // Memory back near the warmed-up baseline: the JS heap after GC, and RSS within a generous bound.
     expect(after.heapUsed).toBeLessThan(baseline.heapUsed + HEAP_SLACK_BYTES);
     expect(after.rss).toBeLessThan(baseline.rss + RSS_SLACK_BYTES);
