@@ -358,6 +358,37 @@ describe("secrets never reach a log line or an error body", () => {
   });
 });
 
+describe("prototype keys in requests", () => {
+  let host: TestBridge;
+  beforeAll(async () => {
+    host = await startTestBridge();
+  });
+  afterAll(async () => {
+    await host.close();
+  });
+
+  it("`__proto__` and friends in the body or in env neither pollute the bridge nor crash it", async () => {
+    const bodies = [
+      '{"sandboxId":"proto-1","command":"env","env":{"__proto__":"x","constructor":"y","toString":"z"}}',
+      '{"sandboxId":"proto-2","command":"env","env":{"__proto__":{"polluted":"yes"}}}',
+      '{"sandboxId":"proto-3","command":"env","__proto__":{"polluted":"yes"}}',
+      '{"sandboxId":"proto-4","command":"env","constructor":{"prototype":{"polluted":"yes"}}}',
+    ];
+    for (const raw of bodies) {
+      const answer = await call(host, "/exec", { raw });
+      expect(answer.status, answer.text).toBeLessThan(500);
+      if (answer.status === 200) {
+        const result = execResultSchema.parse(JSON.parse(answer.text));
+        expect(result.stdout).not.toContain("polluted");
+      } else expectError(answer, "invalid_request");
+    }
+    expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+    expect(Object.prototype).not.toHaveProperty("polluted");
+    expect((await call(host, "/health")).status).toBe(200);
+    await host.settled();
+  });
+});
+
 describe("cwd escapes are refused or confined", () => {
   let none: TestBridge;
   let bwrap: TestBridge | undefined;
