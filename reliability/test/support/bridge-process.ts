@@ -28,33 +28,28 @@ export interface BridgeProcess {
   close(): Promise<void>;
 }
 
-let bundled: Promise<string> | undefined;
-
-/** Bundles the bridge process from the workspace sources once per test run. */
-function bundle(): Promise<string> {
-  bundled ??= (async () => {
-    const dir = await mkdtemp(join(tmpdir(), "rt-bridge-bundle-"));
-    const outfile = join(dir, "bridge-process.mjs");
-    await build({
-      entryPoints: [ENTRY],
-      bundle: true,
-      platform: "node",
-      format: "esm",
-      target: "node20",
-      conditions: ["@remote-task/source"],
-      outfile,
-      logLevel: "error",
-      banner: {
-        js: "import { createRequire } from 'node:module'; const require = createRequire(import.meta.url);",
-      },
-    });
-    return outfile;
-  })();
-  return bundled;
+/** Bundles the bridge process from the workspace sources into a fresh temporary directory. */
+async function bundle(): Promise<{ dir: string; script: string }> {
+  const dir = await mkdtemp(join(tmpdir(), "rt-bridge-bundle-"));
+  const script = join(dir, "bridge-process.mjs");
+  await build({
+    entryPoints: [ENTRY],
+    bundle: true,
+    platform: "node",
+    format: "esm",
+    target: "node20",
+    conditions: ["@remote-task/source"],
+    outfile: script,
+    logLevel: "error",
+    banner: {
+      js: "import { createRequire } from 'node:module'; const require = createRequire(import.meta.url);",
+    },
+  });
+  return { dir, script };
 }
 
 export async function startBridgeProcess(isolation: "none" | "bwrap"): Promise<BridgeProcess> {
-  const script = await bundle();
+  const { dir: bundleDir, script } = await bundle();
   const tmpRoot = await mkdtemp(join(tmpdir(), "rt-soak-"));
   const config: BridgeProcessConfig = {
     isolation,
@@ -76,7 +71,13 @@ export async function startBridgeProcess(isolation: "none" | "bwrap"): Promise<B
       else statsWaiters.shift()?.(reply);
     });
   });
-  const info = await ready;
+  // The bundle is one file, loaded once the process is ready.
+  const info = await ready
+    .catch(async (error: unknown) => {
+      await rm(tmpRoot, { recursive: true, force: true });
+      throw error;
+    })
+    .finally(() => rm(bundleDir, { recursive: true, force: true }));
   const stats = () =>
     new Promise<Stats>((resolve) => {
       statsWaiters.push(resolve);

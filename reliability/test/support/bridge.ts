@@ -59,6 +59,9 @@ export async function startTestBridge(options: TestBridgeOptions = {}): Promise<
     ...(options.heartbeatIntervalMs === undefined
       ? {}
       : { heartbeatIntervalMs: options.heartbeatIntervalMs }),
+  }).catch(async (error: unknown) => {
+    await rm(tmpRoot, { recursive: true, force: true });
+    throw error;
   });
   return {
     bridge,
