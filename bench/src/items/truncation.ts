@@ -2,7 +2,7 @@
 import { MB, sizeLabel } from "../lib/output.ts";
 import { ChildRpc } from "../lib/proc.ts";
 import type { BenchItem, BenchOptions, ItemResult, Table } from "../lib/report.ts";
-import { mib, round, summarize } from "../lib/stats.ts";
+import { round, summarize } from "../lib/stats.ts";
 
 const HEAP = "--max-old-space-size=6144";
 
@@ -47,9 +47,9 @@ async function run(options: BenchOptions): Promise<ItemResult> {
       round(n.p50, 2),
       round(t.p50 / n.p50, 3),
       round(t.p99 / n.p99, 3),
-      mib(tm),
-      mib(nm),
-      nm > 0 ? round(tm / nm, 3) : "n/a",
+      round(tm / 1024, 0),
+      round(nm / 1024, 0),
+      nm > 0 ? round(tm / nm, 4) : "n/a",
     ]);
     raw.push({
       size,
@@ -76,8 +76,8 @@ async function run(options: BenchOptions): Promise<ItemResult> {
           "naive p50 ms",
           "time ratio p50",
           "time ratio p99",
-          "truncateTail peak MiB",
-          "naive peak MiB",
+          "truncateTail peak growth KiB",
+          "naive peak growth KiB",
           "memory ratio",
         ],
         rows,

@@ -38,12 +38,16 @@ function cell(value: Cell): string {
   return typeof value === "number" ? String(value) : value.replaceAll("|", "\\|");
 }
 
+/** A Markdown table with padded columns (the layout the repository's formatter keeps). */
 export function markdownTable(table: Table): string {
-  const lines = [
-    `| ${table.columns.map(cell).join(" | ")} |`,
-    `| ${table.columns.map(() => "---").join(" | ")} |`,
-    ...table.rows.map((row) => `| ${row.map(cell).join(" | ")} |`),
-  ];
+  const header = table.columns.map(cell);
+  const body = table.rows.map((row) => table.columns.map((_, i) => cell(row[i] ?? "")));
+  const widths = header.map((h, i) =>
+    Math.max(3, h.length, ...body.map((row) => (row[i] ?? "").length)),
+  );
+  const line = (cells: string[]) =>
+    `| ${cells.map((c, i) => c.padEnd(widths[i] ?? 3)).join(" | ")} |`;
+  const lines = [line(header), line(widths.map((w) => "-".repeat(w))), ...body.map(line)];
   return table.caption === undefined ? lines.join("\n") : `${table.caption}\n\n${lines.join("\n")}`;
 }
 
