@@ -21,8 +21,22 @@ export interface TruncateResult {
   lastLinePartial: boolean;
 }
 
+type ByteLength = (text: string, encoding: "utf8") => number;
+/** Node's native UTF-8 length (also in Workers with `nodejs_compat`), several times faster. */
+const nativeByteLength = (globalThis as { Buffer?: { byteLength?: ByteLength } }).Buffer
+  ?.byteLength;
+
 /** UTF-8 length of `text.slice(start, end)` without encoding it; lone surrogates count as U+FFFD. */
 export function utf8ByteLength(text: string, start = 0, end = text.length): number {
+  if (nativeByteLength !== undefined) {
+    const part = start === 0 && end === text.length ? text : text.slice(start, end);
+    return nativeByteLength(part, "utf8");
+  }
+  return portableUtf8ByteLength(text, start, end);
+}
+
+/** The same count in plain JavaScript, for runtimes without `Buffer`. */
+export function portableUtf8ByteLength(text: string, start = 0, end = text.length): number {
   let bytes = 0;
   for (let i = start; i < end; i++) {
     const c = text.charCodeAt(i);

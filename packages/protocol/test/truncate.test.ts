@@ -8,6 +8,7 @@ import {
   truncationNotice,
   utf8ByteLength,
 } from "../src/index.js";
+import { portableUtf8ByteLength } from "../src/truncate.js";
 
 const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 const isWellFormed = (s: string) => !LONE_SURROGATE.test(s);
@@ -93,10 +94,21 @@ describe("truncateTail", () => {
     expect(result.keptBytes).toBe(4);
   });
 
-  it("counts bytes like TextEncoder, lone surrogates included", () => {
+  it("counts bytes like TextEncoder, lone surrogates included, with and without Buffer", () => {
     for (const s of ["", "abc", "é", "中文", "😀", "\ud800", "a\udc00b", "\ud83d\ude00x"]) {
       expect(utf8ByteLength(s)).toBe(bytes(s));
+      expect(portableUtf8ByteLength(s)).toBe(bytes(s));
     }
+    fc.assert(
+      fc.property(fc.string({ unit: "binary" }), fc.nat(), fc.nat(), (s, a, b) => {
+        const [start, end] = [Math.min(a, b) % (s.length + 1), Math.max(a, b) % (s.length + 1)];
+        const [from, to] = [Math.min(start, end), Math.max(start, end)];
+        const expected = bytes(s.slice(from, to));
+        expect(utf8ByteLength(s, from, to)).toBe(expected);
+        expect(portableUtf8ByteLength(s, from, to)).toBe(expected);
+      }),
+      { numRuns: 1000 },
+    );
   });
 
   it("refuses nonsensical limits", () => {
