@@ -85,7 +85,7 @@ async function run(options: BenchOptions): Promise<ItemResult> {
     ],
     notes: [
       "Input: lines of 10-130 characters, a tenth of them with a Latin-1 letter (2 UTF-8 bytes); limits 50 KiB / 2000 lines. Both implementations return the same text and counts (checked before timing).",
-      "Time: `truncateTail` measures the UTF-8 size of the whole text with a JavaScript loop over its UTF-16 code units (it has no `Buffer` in Workers), while the naive tail uses Node's native `Buffer.byteLength` and `split`; that loop, linear in the input, is where its time goes. Memory: `truncateTail` keeps no copy of the lines (it scans backwards with `lastIndexOf` and slices the tail once), the naive tail holds one string per line.",
+      "`truncateTail` counts UTF-8 bytes with the runtime's native `Buffer.byteLength` where it exists (a portable loop elsewhere), finds line starts backwards with `lastIndexOf` and slices the kept tail once, so it holds no copy of the lines; the naive tail builds one string per line (`split`) before keeping the last ones, which is where its memory goes.",
       'Naive: `text.split("\\n")`, `Buffer.byteLength` per line from the end, `join`. Time: both alternated on the same string in one process, GC before each run. Memory: a fresh process per implementation and size; peak RSS growth (VmHWM after - VmRSS before) while the function runs on an already built string.',
     ],
     raw,

@@ -8,6 +8,7 @@ export function printCommand(bytes: number): string {
 }
 
 export function sizeLabel(bytes: number): string {
+  if (bytes < MB) return `${bytes} B`;
   return bytes >= 1_000_000_000 ? `${bytes / 1_000_000_000} GB` : `${bytes / MB} MB`;
 }
 
