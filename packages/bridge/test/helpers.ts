@@ -4,11 +4,10 @@ import {
   type ErrorBody,
   type ErrorCode,
   errorBodySchema,
-  type StreamEvent,
-  streamEventSchema,
 } from "@remote-task/protocol";
 import { expect } from "vitest";
 import type { BridgeLogEntry, BridgeLogger } from "../src/index.js";
+import { readStreamEvents } from "../src/testing/index.js";
 
 export const TOKEN = "test-token-0123456789";
 
@@ -61,34 +60,7 @@ export async function expectError(response: Response, code: ErrorCode): Promise<
 }
 
 /** Reads SSE events one at a time. */
-export function events(response: Response) {
-  const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
-  let buffer = "";
-  const next = async (): Promise<StreamEvent | undefined> => {
-    for (;;) {
-      const end = buffer.indexOf("\n\n");
-      if (end >= 0) {
-        const frame = buffer.slice(0, end);
-        buffer = buffer.slice(end + 2);
-        const name = /^event: (.*)$/m.exec(frame)?.[1];
-        const data = /^data: (.*)$/m.exec(frame)?.[1];
-        if (data === undefined) continue;
-        const event = streamEventSchema.parse(JSON.parse(data));
-        expect(name).toBe(event.type);
-        return event;
-      }
-      const { done, value } = await reader.read();
-      if (done) return undefined;
-      buffer += value;
-    }
-  };
-  const all = async (): Promise<StreamEvent[]> => {
-    const out: StreamEvent[] = [];
-    for (let e = await next(); e; e = await next()) out.push(e);
-    return out;
-  };
-  return { next, all, cancel: () => reader.cancel() };
-}
+export const events = readStreamEvents;
 
 export async function eventually(
   check: () => boolean | Promise<boolean>,

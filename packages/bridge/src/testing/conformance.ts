@@ -3,7 +3,6 @@ import {
   errorBodySchema,
   execResultSchema,
   type StreamEvent,
-  streamEventSchema,
   TIMEOUT_EXIT_CODE,
 } from "@remote-task/protocol";
 import { afterEach, describe, expect, it } from "vitest";
@@ -11,6 +10,7 @@ import type { ExecSpec, SandboxBackend } from "../backend.js";
 import { type BridgeHandler, createBridge } from "../bridge.js";
 import { CANCELLED_EXIT_CODE } from "../call.js";
 import { silentLogger } from "../logger.js";
+import { readStreamEvents } from "./stream-events.js";
 
 /** The checks of the suite, by name. */
 export type ConformanceCheck =
@@ -79,34 +79,6 @@ function post(path: string, body: unknown, init: { stream?: boolean; signal?: Ab
     body: JSON.stringify(body),
     ...(init.signal ? { signal: init.signal } : {}),
   });
-}
-
-/** Reads SSE frames of a response one by one. */
-function eventReader(response: Response) {
-  const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
-  let buffer = "";
-  return {
-    reader,
-    async next(): Promise<StreamEvent | undefined> {
-      for (;;) {
-        const end = buffer.indexOf("\n\n");
-        if (end >= 0) {
-          const frame = buffer.slice(0, end);
-          buffer = buffer.slice(end + 2);
-          const data = frame
-            .split("\n")
-            .filter((line) => line.startsWith("data: "))
-            .map((line) => line.slice(6))
-            .join("\n");
-          if (data === "") continue;
-          return streamEventSchema.parse(JSON.parse(data));
-        }
-        const { done, value } = await reader.read();
-        if (done) return undefined;
-        buffer += value;
-      }
-    },
-  };
 }
 
 async function eventually(
@@ -239,7 +211,7 @@ export function backendConformanceSuite(
           ),
         );
         expect(response.headers.get("content-type")).toMatch(/^text\/event-stream/);
-        const events = eventReader(response);
+        const events = readStreamEvents(response);
         let forwarded = 0;
         let exit: ExecResult | undefined;
         for (let event = await events.next(); event; event = await events.next()) {
@@ -274,7 +246,7 @@ export function backendConformanceSuite(
       const response = await bridge(
         post("/exec", { sandboxId, command: "sleep 30" }, { stream: true }),
       );
-      const events = eventReader(response);
+      const events = readStreamEvents(response);
       expect((await events.next())?.type).toBe("start");
       const cancel = await bridge(post("/cancel", { sandboxId }));
       expect(await cancel.json()).toEqual({ ok: true, sandboxId, cancelled: true });
@@ -297,13 +269,13 @@ export function backendConformanceSuite(
         const first = await bridge(
           post("/exec", { sandboxId, command: "sleep 30" }, { stream: true }),
         );
-        const events = eventReader(first);
+        const events = readStreamEvents(first);
         expect((await events.next())?.type).toBe("start");
         const second = await bridge(post("/exec", { sandboxId, command: "echo no" }));
         expect(second.status).toBe(409);
         expect(errorBodySchema.parse(await second.json()).code).toBe("conflict");
         await bridge(post("/cancel", { sandboxId }));
-        await events.reader.cancel();
+        await events.cancel();
       },
     );
 
@@ -316,9 +288,9 @@ export function backendConformanceSuite(
         const response = await bridge(
           post("/exec", { sandboxId, command: "sleep 30" }, { stream: true }),
         );
-        const events = eventReader(response);
+        const events = readStreamEvents(response);
         expect((await events.next())?.type).toBe("start");
-        await events.reader.cancel();
+        await events.cancel();
         await eventually(
           () => rec.destroyed.includes(sandboxId),
           startup,
@@ -357,7 +329,7 @@ export function backendConformanceSuite(
             { stream: true },
           ),
         );
-        const events = eventReader(response);
+        const events = readStreamEvents(response);
         const seen: StreamEvent[] = [];
         for (let event = await events.next(); event; event = await events.next()) seen.push(event);
         expect(seen[0]?.type).toBe("start");

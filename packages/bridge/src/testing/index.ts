@@ -12,3 +12,4 @@ export {
   type FakeScriptFor,
   interpretCommand,
 } from "./fake-backend.js";
+export { readStreamEvents, type StreamEventReader } from "./stream-events.js";
