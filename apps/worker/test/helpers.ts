@@ -1,7 +1,8 @@
 import { createExecutionContext, waitOnExecutionContext } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import type { BridgeLogEntry } from "@remote-task/bridge";
-import { newSandboxId, type StreamEvent, streamEventSchema } from "@remote-task/protocol";
+import { readStreamEvents } from "@remote-task/bridge/testing";
+import { newSandboxId, type StreamEvent } from "@remote-task/protocol";
 import { expect } from "vitest";
 import type { WorkerEnv } from "../src/config.js";
 import worker from "../src/index.js";
@@ -67,18 +68,8 @@ export function exec(
 }
 
 /** Parses an SSE body into protocol stream events (each one validated). */
-export function events(text: string): StreamEvent[] {
-  return text
-    .split("\n\n")
-    .filter((frame) => frame.trim() !== "")
-    .map((frame) => {
-      const data = frame
-        .split("\n")
-        .filter((line) => line.startsWith("data:"))
-        .map((line) => line.slice(5).trimStart())
-        .join("\n");
-      return streamEventSchema.parse(JSON.parse(data));
-    });
+export function events(text: string): Promise<StreamEvent[]> {
+  return readStreamEvents(new Response(text)).all();
 }
 
 export function fakeNamespace(): DurableObjectNamespace<FakeSandbox> {

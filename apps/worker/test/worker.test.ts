@@ -326,7 +326,7 @@ describe("commands through the fake Sandbox Durable Object", () => {
       { handler, stream: true, env: workerEnv({ HEARTBEAT_INTERVAL_MS: "50" }) },
     );
     expect(answer.headers.get("content-type")).toContain("text/event-stream");
-    const stream = events(answer.text);
+    const stream = await events(answer.text);
     expect(stream[0]).toEqual({ type: "start", sandboxId: id, protocol: 1 });
     expect(stream.filter((event) => event.type === "stdout").map((event) => event.data)).toEqual([
       "one\n",
@@ -388,7 +388,9 @@ describe("commands through the fake Sandbox Durable Object", () => {
     await expectDestroyed(jsonId);
 
     const sseId = sandboxId();
-    const sse = events((await exec({ sandboxId: sseId, command }, { handler, stream: true })).text);
+    const sse = await events(
+      (await exec({ sandboxId: sseId, command }, { handler, stream: true })).text,
+    );
     expect(sse.find((event) => event.type === "stdout")).toEqual({
       type: "stdout",
       data: "partial\n",

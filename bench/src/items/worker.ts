@@ -1,7 +1,8 @@
 // 6. The Worker's handler in workerd (Miniflare, through wrangler's unstable_dev) with the fake
 // sandbox emitting 100 MB: output bytes vs the bytes the Worker retains, time, workerd RSS.
 import { fileURLToPath } from "node:url";
-import { execResultSchema, newSandboxId, streamEventSchema } from "@remote-task/protocol";
+import { readStreamEvents } from "@remote-task/bridge/testing";
+import { execResultSchema, newSandboxId } from "@remote-task/protocol";
 import { request } from "undici";
 import { unstable_dev } from "wrangler";
 import { MB, sizeLabel, throughput } from "../lib/output.ts";
@@ -47,14 +48,7 @@ async function exec(base: string, pid: number, command: string, sse: boolean): P
   if (sse) {
     // Frames are small (the stream is capped), so reading the whole body is fine here.
     const text = await response.body.text();
-    for (const frame of text.split("\n\n")) {
-      const data = frame
-        .split("\n")
-        .filter((line) => line.startsWith("data:"))
-        .map((line) => line.slice(5).trimStart())
-        .join("\n");
-      if (data === "") continue;
-      const event = streamEventSchema.parse(JSON.parse(data));
+    for (const event of await readStreamEvents(new Response(text)).all()) {
       if (event.type === "stdout") retainedBytes += Buffer.byteLength(event.data);
       if (event.type === "exit") result = event.result;
     }
