@@ -13,6 +13,7 @@ import {
 import { parseJson, readBounded } from "./body.js";
 import {
   type Env,
+  NO_RETRY,
   optionsFromEnv,
   processEnv,
   type ResolvedConfig,
@@ -61,13 +62,6 @@ import type {
 const MAX_ERROR_BODY_BYTES = 64 * 1024;
 /** Deadline of the best-effort cancel sent after an abort, timeout or broken call. */
 const BACKGROUND_CANCEL_MS = 5_000;
-const NO_RETRY: RetryPolicy = {
-  maxAttempts: 1,
-  initialDelayMs: 0,
-  maxDelayMs: 0,
-  maxTotalMs: 0,
-  onRetry: undefined,
-};
 
 /** Whether the call's command may be running on the bridge right now (then cancel on failure). */
 interface CallState {

@@ -39,7 +39,8 @@ export interface ResolvedConfig {
   maxConnections: number;
 }
 
-const NO_RETRY: RetryPolicy = {
+/** A policy of one attempt: nothing is retried. */
+export const NO_RETRY: RetryPolicy = {
   maxAttempts: 1,
   initialDelayMs: 0,
   maxDelayMs: 0,

@@ -19,7 +19,7 @@ import {
   type RetryInfo,
   TimeoutError,
 } from "../src/index.js";
-import { eventually, failure } from "./helpers/assertions.js";
+import { eventually, expectedErrorClass, failure } from "./helpers/assertions.js";
 import {
   capacityBody,
   errorBody,
@@ -145,19 +145,6 @@ describe("run: successful answers", () => {
   });
 });
 
-const expectedClass: Record<ErrorCode, { isInstance(v: unknown): boolean }> = {
-  unauthorized: AuthenticationError,
-  invalid_request: InvalidRequestError,
-  not_found: InvalidRequestError,
-  method_not_allowed: InvalidRequestError,
-  conflict: InvalidRequestError,
-  payload_too_large: InvalidRequestError,
-  capacity_exceeded: CapacityError,
-  sandbox_error: BridgeError,
-  not_configured: BridgeError,
-  internal: BridgeError,
-};
-
 describe("run: every error status", () => {
   it.each(Object.entries(ERROR_STATUS) as [ErrorCode, number][])(
     "%s (HTTP %i) becomes its error class, carrying status and code",
@@ -170,7 +157,7 @@ describe("run: every error status", () => {
         ),
       );
       const error = await failure(client(f, { retry: false }).run("x"));
-      expect(expectedClass[code].isInstance(error)).toBe(true);
+      expect(expectedErrorClass[code].isInstance(error)).toBe(true);
       expect(error.status).toBe(status);
       expect(error.code).toBe(code);
       expect(error.sandboxId).toMatch(/^mikan-task-/);

@@ -1,17 +1,8 @@
 import { ERROR_STATUS, type ErrorCode, execRequestSchema } from "@remote-task/protocol";
 import { MockAgent } from "undici";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import {
-  AuthenticationError,
-  BridgeError,
-  CapacityError,
-  ConnectionError,
-  createClient,
-  InvalidRequestError,
-  ProtocolError,
-  TimeoutError,
-} from "../src/index.js";
-import { failure } from "./helpers/assertions.js";
+import { ConnectionError, createClient, ProtocolError, TimeoutError } from "../src/index.js";
+import { expectedErrorClass, failure } from "./helpers/assertions.js";
 import { capacityBody, errorBody, fullHealth, fullResult, sse } from "./helpers/fixtures.js";
 
 const ORIGIN = "http://bridge.mock";
@@ -72,18 +63,7 @@ describe("through an injected undici dispatcher", () => {
         .intercept({ path: "/exec", method: "POST" })
         .reply(status, errorBody(code), json);
       const error = await failure(client({ retry: false }).run("x"));
-      const expected = {
-        unauthorized: AuthenticationError,
-        invalid_request: InvalidRequestError,
-        not_found: InvalidRequestError,
-        method_not_allowed: InvalidRequestError,
-        conflict: InvalidRequestError,
-        payload_too_large: InvalidRequestError,
-        capacity_exceeded: CapacityError,
-        sandbox_error: BridgeError,
-        not_configured: BridgeError,
-        internal: BridgeError,
-      }[code];
+      const expected = expectedErrorClass[code];
       expect(expected.isInstance(error)).toBe(true);
       expect([error.status, error.code]).toEqual([status, code]);
     },

@@ -1,4 +1,11 @@
-import type { RemoteTaskError } from "../../src/index.js";
+import type { ErrorCode } from "@remote-task/protocol";
+import {
+  AuthenticationError,
+  BridgeError,
+  CapacityError,
+  InvalidRequestError,
+  type RemoteTaskError,
+} from "../../src/index.js";
 
 /** The error a call fails with; throws when it does not fail. */
 export async function failure(promise: Promise<unknown>): Promise<RemoteTaskError> {
@@ -18,3 +25,17 @@ export async function eventually(predicate: () => boolean, ms = 3000): Promise<v
     await new Promise((r) => setTimeout(r, 10));
   }
 }
+
+/** The error class a bridge error code must surface as. */
+export const expectedErrorClass: Record<ErrorCode, { isInstance(v: unknown): boolean }> = {
+  unauthorized: AuthenticationError,
+  invalid_request: InvalidRequestError,
+  not_found: InvalidRequestError,
+  method_not_allowed: InvalidRequestError,
+  conflict: InvalidRequestError,
+  payload_too_large: InvalidRequestError,
+  capacity_exceeded: CapacityError,
+  sandbox_error: BridgeError,
+  not_configured: BridgeError,
+  internal: BridgeError,
+};
