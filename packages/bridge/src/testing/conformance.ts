@@ -99,6 +99,17 @@ async function eventually(
  * `createFakeBackend()` both understand: `echo WORDS`, `echo WORDS >&2`, `exit N`, `sleep N`,
  * `yes | head -c N`, `pwd`, joined by `; `. No `node:` import, so it also runs inside workerd.
  */
+/** Starts a streamed `sleep 30` for a fresh id and reads its `start` event. */
+async function startSleeping(bridge: BridgeHandler) {
+  const sandboxId = freshId();
+  const response = await bridge(
+    post("/exec", { sandboxId, command: "sleep 30" }, { stream: true }),
+  );
+  const events = readStreamEvents(response);
+  expect((await events.next())?.type).toBe("start");
+  return { sandboxId, events };
+}
+
 export function backendConformanceSuite(
   name: string,
   makeBackend: () => SandboxBackend | Promise<SandboxBackend>,
@@ -242,12 +253,7 @@ export function backendConformanceSuite(
 
     check("cancel", "cancels a running command through /cancel, idempotently", async () => {
       const { bridge, rec } = await setup();
-      const sandboxId = freshId();
-      const response = await bridge(
-        post("/exec", { sandboxId, command: "sleep 30" }, { stream: true }),
-      );
-      const events = readStreamEvents(response);
-      expect((await events.next())?.type).toBe("start");
+      const { sandboxId, events } = await startSleeping(bridge);
       const cancel = await bridge(post("/cancel", { sandboxId }));
       expect(await cancel.json()).toEqual({ ok: true, sandboxId, cancelled: true });
       let exit: ExecResult | undefined;
@@ -265,12 +271,7 @@ export function backendConformanceSuite(
       "refuses a second concurrent call for the same sandbox id with 409 conflict",
       async () => {
         const { bridge } = await setup();
-        const sandboxId = freshId();
-        const first = await bridge(
-          post("/exec", { sandboxId, command: "sleep 30" }, { stream: true }),
-        );
-        const events = readStreamEvents(first);
-        expect((await events.next())?.type).toBe("start");
+        const { sandboxId, events } = await startSleeping(bridge);
         const second = await bridge(post("/exec", { sandboxId, command: "echo no" }));
         expect(second.status).toBe(409);
         expect(errorBodySchema.parse(await second.json()).code).toBe("conflict");
@@ -284,12 +285,7 @@ export function backendConformanceSuite(
       "destroys the sandbox when a streaming client goes away",
       async () => {
         const { bridge, rec } = await setup();
-        const sandboxId = freshId();
-        const response = await bridge(
-          post("/exec", { sandboxId, command: "sleep 30" }, { stream: true }),
-        );
-        const events = readStreamEvents(response);
-        expect((await events.next())?.type).toBe("start");
+        const { sandboxId, events } = await startSleeping(bridge);
         await events.cancel();
         await eventually(
           () => rec.destroyed.includes(sandboxId),
