@@ -52,6 +52,13 @@ const textArb = fc.oneof(
     .map((parts) => parts.join("")),
 );
 
+/** Text, maxBytes and maxLines small enough that every limit is hit often. */
+const truncationCase = [
+  textArb,
+  fc.integer({ min: 0, max: 64 }),
+  fc.integer({ min: 1, max: 12 }),
+] as const;
+
 describe("truncateTail", () => {
   it("returns short text unchanged", () => {
     const result = truncateTail("hello\nworld\n");
@@ -118,40 +125,30 @@ describe("truncateTail", () => {
 
   it("matches the split-based reference on arbitrary text", () => {
     fc.assert(
-      fc.property(
-        textArb,
-        fc.integer({ min: 0, max: 64 }),
-        fc.integer({ min: 1, max: 12 }),
-        (text, maxBytes, maxLines) => {
-          const result = truncateTail(text, { maxBytes, maxLines });
-          const expected = naiveTruncateTail(text, maxBytes, maxLines);
-          expect(result.text).toBe(expected.text);
-          expect(result.truncated).toBe(expected.truncated);
-        },
-      ),
+      fc.property(...truncationCase, (text, maxBytes, maxLines) => {
+        const result = truncateTail(text, { maxBytes, maxLines });
+        const expected = naiveTruncateTail(text, maxBytes, maxLines);
+        expect(result.text).toBe(expected.text);
+        expect(result.truncated).toBe(expected.truncated);
+      }),
       { numRuns: 2000 },
     );
   });
 
   it("keeps a suffix within the limits, with exact counts and no broken characters", () => {
     fc.assert(
-      fc.property(
-        textArb,
-        fc.integer({ min: 0, max: 64 }),
-        fc.integer({ min: 1, max: 12 }),
-        (text, maxBytes, maxLines) => {
-          const result = truncateTail(text, { maxBytes, maxLines });
-          expect(text.endsWith(result.text)).toBe(true);
-          expect(result.keptBytes).toBe(bytes(result.text));
-          expect(result.totalBytes).toBe(bytes(text));
-          expect(result.totalLines).toBe(text.split("\n").length);
-          if (result.truncated) {
-            expect(result.keptBytes).toBeLessThanOrEqual(maxBytes);
-            expect(result.keptLines).toBeLessThanOrEqual(maxLines);
-          }
-          if (isWellFormed(text)) expect(isWellFormed(result.text)).toBe(true);
-        },
-      ),
+      fc.property(...truncationCase, (text, maxBytes, maxLines) => {
+        const result = truncateTail(text, { maxBytes, maxLines });
+        expect(text.endsWith(result.text)).toBe(true);
+        expect(result.keptBytes).toBe(bytes(result.text));
+        expect(result.totalBytes).toBe(bytes(text));
+        expect(result.totalLines).toBe(text.split("\n").length);
+        if (result.truncated) {
+          expect(result.keptBytes).toBeLessThanOrEqual(maxBytes);
+          expect(result.keptLines).toBeLessThanOrEqual(maxLines);
+        }
+        if (isWellFormed(text)) expect(isWellFormed(result.text)).toBe(true);
+      }),
       { numRuns: 2000 },
     );
   });
