@@ -6,26 +6,55 @@ import { sharedTestOptions } from "../../vitest.shared";
 process.env.CLOUDFLARE_CF_FETCH_ENABLED ??= "false";
 process.env.WRANGLER_SEND_METRICS ??= "false";
 
+// Reporters and the results file are run-wide; the timeouts and glob are per project.
+const { reporters: _r, outputFile: _o, ...perProject } = sharedTestOptions;
+const { include: _i, testTimeout: _t, hookTimeout: _h, ...runWide } = sharedTestOptions;
+
 /**
- * The Worker's tests run inside workerd through @cloudflare/vitest-plugin. `env.Sandbox` is bound
- * to a fake Durable Object (test/fake-sandbox.ts) because the runtime has no containers here.
+ * Two projects, one results file:
+ * - `workerd`: the Worker's unit tests inside workerd through @cloudflare/vitest-plugin, with
+ *   `env.Sandbox` bound to a fake Durable Object (test/fake-sandbox.ts).
+ * - `harness`: in Node, the built Worker bundle in Miniflare with the SDK's real `Sandbox`
+ *   Durable Object and workerd's container client, against the harness's fake Docker engine
+ *   whose containers are bubblewrap processes running a container server (test/harness/).
  */
 export default defineConfig({
-  plugins: [
-    cloudflareTest({
-      main: "./test/worker-entry.ts",
-      wrangler: { configPath: "./wrangler.jsonc", environment: "ci" },
-      miniflare: {
-        durableObjects: {
-          Sandbox: "FakeSandbox",
-          RealSandbox: "Sandbox",
+  test: {
+    ...runWide,
+    projects: [
+      {
+        plugins: [
+          cloudflareTest({
+            main: "./test/worker-entry.ts",
+            wrangler: { configPath: "./wrangler.jsonc", environment: "ci" },
+            miniflare: {
+              durableObjects: {
+                Sandbox: "FakeSandbox",
+                RealSandbox: "Sandbox",
+              },
+              bindings: { BRIDGE_TOKEN: "test-token" },
+            },
+          }),
+        ],
+        resolve: { conditions: ["@remote-task/source"] },
+        ssr: { resolve: { conditions: ["@remote-task/source"] } },
+        test: {
+          ...perProject,
+          name: "workerd",
+          include: ["test/*.test.ts"],
         },
-        bindings: { BRIDGE_TOKEN: "test-token" },
       },
-    }),
-  ],
-  resolve: { conditions: ["@remote-task/source"] },
-  ssr: { resolve: { conditions: ["@remote-task/source"] } },
-  // Same reporters, JSON results file, timeouts and test glob as every other package.
-  test: sharedTestOptions,
+      {
+        test: {
+          name: "harness",
+          environment: "node",
+          include: ["test/harness/**/*.test.ts", "test/stand-in-server/**/*.test.ts"],
+          // One engine, one Miniflare and their containers per file: files run one at a time.
+          fileParallelism: false,
+          testTimeout: 60_000,
+          hookTimeout: 60_000,
+        },
+      },
+    ],
+  },
 });

@@ -1,0 +1,202 @@
+/**
+ * One harness "container": a local process tree under bubblewrap with its own network, PID, IPC
+ * and UTS namespaces, the host's system directories read-only, a private /tmp, its own
+ * /workspace (a fresh host directory), the server's files read-only, and a relay (relay.ts)
+ * through which the host reaches the container's ports. Killing it kills every process in it:
+ * bwrap runs as PID 1 of the namespace and takes its descendants with it.
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import { existsSync, lstatSync, readlinkSync } from "node:fs";
+import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import { createConnection, type Socket } from "node:net";
+import { constants, tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+/** What a container runs: the files it needs and its command (its "image"). */
+export interface ContainerImage {
+  /** Shown in records and errors. */
+  name: string;
+  /** Host path -> path inside the container, bound read-only. */
+  mounts: ReadonlyArray<{ host: string; inside: string }>;
+  /** The server's command line inside the container. */
+  command: readonly string[];
+  /** Environment the image itself sets (the container's create request adds its own). */
+  env: Readonly<Record<string, string>>;
+}
+
+const RELAY_SOURCE = fileURLToPath(new URL("./relay.ts", import.meta.url));
+const SYSTEM_DIRS = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"];
+/** Where the harness's own files (the relay, the Node binary running it) sit inside. */
+const HARNESS_DIR = "/opt/remote-task-harness";
+const NODE_INSIDE = `${HARNESS_DIR}/node`;
+const RELAY_SOCKET_INSIDE = `${HARNESS_DIR}/run/relay.sock`;
+const LOG_LIMIT = 64 * 1024;
+
+function systemMounts(): string[] {
+  const args: string[] = [];
+  for (const dir of SYSTEM_DIRS) {
+    if (!existsSync(dir)) continue;
+    if (lstatSync(dir).isSymbolicLink()) args.push("--symlink", readlinkSync(dir), dir);
+    else args.push("--ro-bind", dir, dir);
+  }
+  return args;
+}
+
+function shellQuote(word: string): string {
+  return `'${word.replaceAll("'", `'\\''`)}'`;
+}
+
+export interface ContainerOptions {
+  image: ContainerImage;
+  /** `NAME=value` entries of the create request. */
+  env: readonly string[];
+  /** Run nothing on the port (a server that never comes up). */
+  neverListens?: boolean;
+  /** Receives the container's stdout and stderr lines. */
+  onLog?: (line: string) => void;
+}
+
+export class Container {
+  readonly #root: string;
+  readonly #child: ChildProcess;
+  /** The last bytes the container printed (stdout and stderr). */
+  log = "";
+  readonly exited: Promise<{ code: number }>;
+
+  private constructor(root: string, child: ChildProcess, onLog?: (line: string) => void) {
+    this.#root = root;
+    this.#child = child;
+    let partial = "";
+    const collect = (chunk: Buffer) => {
+      const text = chunk.toString("utf8");
+      this.log = (this.log + text).slice(-LOG_LIMIT);
+      if (onLog === undefined) return;
+      const lines = (partial + text).split("\n");
+      partial = lines.pop() ?? "";
+      for (const line of lines) onLog(line);
+    };
+    child.stdout?.on("data", collect);
+    child.stderr?.on("data", collect);
+    this.exited = new Promise((resolve) => {
+      child.once("exit", (code, signal) => {
+        resolve({ code: code ?? 128 + (signal === null ? 0 : constants.signals[signal]) });
+      });
+      child.once("error", () => resolve({ code: 127 }));
+    });
+  }
+
+  /** The container's /workspace, as a host directory. */
+  get workspace(): string {
+    return join(this.#root, "workspace");
+  }
+
+  get pid(): number | undefined {
+    return this.#child.pid;
+  }
+
+  static async start(options: ContainerOptions): Promise<Container> {
+    const root = await mkdtemp(join(tmpdir(), "rt-harness-container-"));
+    await mkdir(join(root, "workspace"));
+    await mkdir(join(root, "run"));
+    const { image } = options;
+    const env: Record<string, string> = { ...image.env };
+    for (const entry of options.env) {
+      const equals = entry.indexOf("=");
+      if (equals > 0) env[entry.slice(0, equals)] = entry.slice(equals + 1);
+    }
+    const settings = ["--clearenv"];
+    for (const [name, value] of Object.entries(env)) settings.push("--setenv", name, value);
+    const mounts = image.mounts.flatMap((m) => ["--ro-bind", m.host, m.inside]);
+    const server = options.neverListens ? ["sleep", "infinity"] : image.command;
+    const entry = `${shellQuote(NODE_INSIDE)} ${shellQuote(`${HARNESS_DIR}/relay.ts`)} ${shellQuote(RELAY_SOCKET_INSIDE)} & exec ${server.map(shellQuote).join(" ")}`;
+    const child = spawn(
+      "bwrap",
+      [
+        "--unshare-net",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--die-with-parent",
+        "--hostname",
+        "container",
+        ...systemMounts(),
+        "--tmpfs",
+        "/tmp",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--bind",
+        join(root, "workspace"),
+        "/workspace",
+        "--ro-bind",
+        process.execPath,
+        NODE_INSIDE,
+        "--ro-bind",
+        RELAY_SOURCE,
+        `${HARNESS_DIR}/relay.ts`,
+        "--bind",
+        join(root, "run"),
+        `${HARNESS_DIR}/run`,
+        ...mounts,
+        ...settings,
+        "--chdir",
+        "/workspace",
+        "--",
+        "/bin/sh",
+        "-c",
+        entry,
+      ],
+      { stdio: ["ignore", "pipe", "pipe"], detached: true, env: { PATH: "/usr/bin:/bin" } },
+    );
+    return new Container(root, child, options.onLog);
+  }
+
+  /**
+   * Opens a connection to `port` inside the container through the relay; resolves `undefined`
+   * when nothing listens there (yet).
+   */
+  connect(port: number): Promise<Socket | undefined> {
+    return new Promise((resolve) => {
+      const socket = createConnection(join(this.#root, "run", "relay.sock"));
+      let answer = "";
+      const fail = () => {
+        socket.destroy();
+        resolve(undefined);
+      };
+      socket.once("error", fail);
+      socket.once("connect", () => socket.write(`${port}\n`));
+      const onData = (chunk: Buffer) => {
+        answer += chunk.toString("latin1");
+        if (answer.length < 2) return;
+        socket.off("data", onData);
+        socket.off("error", fail);
+        if (!answer.startsWith("+\n")) return fail();
+        socket.pause();
+        if (answer.length > 2) socket.unshift(Buffer.from(answer.slice(2), "latin1"));
+        resolve(socket);
+      };
+      socket.on("data", onData);
+    });
+  }
+
+  /** Sends `signal` to every process of the container. */
+  signal(signal: NodeJS.Signals): void {
+    const pid = this.#child.pid;
+    if (pid === undefined || this.#child.exitCode !== null || this.#child.signalCode !== null)
+      return;
+    try {
+      process.kill(-pid, signal);
+    } catch {
+      // already gone
+    }
+  }
+
+  /** Kills the container (if running), waits for it, and removes its directories. */
+  async remove(): Promise<void> {
+    this.signal("SIGKILL");
+    await this.exited;
+    await rm(this.#root, { recursive: true, force: true });
+  }
+}

@@ -1,0 +1,507 @@
+/**
+ * A fake Docker Engine API on a unix socket: what workerd's container client talks to when a
+ * Durable Object uses `ctx.container` locally (Miniflare `containerEngine.localDocker`). Each app
+ * container is a local bubblewrap process tree (container.ts) running a container server; each
+ * `-proxy` sidecar is emulated in-process: workerd reaches the app container's ports through it
+ * with HTTP CONNECT (`X-Dst-Addr`), and calls `GET /ca` and `PUT /egress` on it.
+ *
+ * Every create, start, kill, stop and delete is recorded with the Durable Object the container
+ * served and the HTTP requests it received, and faults can be injected per container: a slow
+ * (cold) start, a server that never listens, a refused create (capacity), a kill mid-command.
+ * A request the engine does not know answers 500 and is kept in `problems`, so a workerd upgrade
+ * that changes the wire shows up as a failure. Docker's restart policy is not emulated: a
+ * container that dies stays dead (as on Cloudflare).
+ */
+import { randomBytes } from "node:crypto";
+import { mkdtemp, rm } from "node:fs/promises";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo, Socket } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Container, type ContainerImage } from "./container.ts";
+
+/** Faults for the next containers created (read when each is created). */
+export interface Faults {
+  /** Delay between `start` and the container's processes starting (a cold start). */
+  coldStartMs?: number;
+  /** The server never starts: nothing listens on the port. */
+  neverListens?: boolean;
+  /** `containers/create` is refused with this platform message (as when no instance is free). */
+  refuseCreate?: string;
+}
+
+/** The platform's words when no container instance can be placed. */
+export const CAPACITY_MESSAGE =
+  "there is no container instance that can be provided to this durable object";
+
+export type LifecycleEvent =
+  | "create"
+  | "refused"
+  | "start"
+  | "running"
+  | "kill"
+  | "stop"
+  | "exit"
+  | "delete";
+
+export interface ContainerRecord {
+  /** Docker id. */
+  id: string;
+  /** Docker name, as workerd chose it. */
+  name: string;
+  /** The Durable Object id (hex) the container serves, read from its name. */
+  durableObjectId: string | undefined;
+  image: string;
+  env: readonly string[];
+  events: Array<{ event: LifecycleEvent; at: number; detail?: string }>;
+  /** Request lines (`POST /api/execute/stream HTTP/1.1`) received through the sidecar. */
+  requests: string[];
+  /** Set while the container runs. */
+  exitCode?: number;
+  deleted: boolean;
+  /** The container's stdout and stderr (last 64 KiB). */
+  log: string;
+  /** The container's /workspace on the host (removed with the container). */
+  workspace?: string;
+}
+
+interface AppContainer {
+  record: ContainerRecord;
+  faults: Faults;
+  sidecar: string;
+  status: "created" | "running" | "exited";
+  process?: Container;
+  /** Resolves when the container has exited (or was never started and was removed). */
+  exited: Promise<void>;
+  markExited: () => void;
+  removed: Promise<void>;
+  markRemoved: () => void;
+}
+
+interface Sidecar {
+  name: string;
+  record: ContainerRecord;
+  server?: Server | undefined;
+  port?: number;
+  egress: unknown[];
+}
+
+const SIDECAR_INGRESS_PORT = 39001;
+const FAKE_CA =
+  "-----BEGIN CERTIFICATE-----\nremote-task harness: no TLS interception\n-----END CERTIFICATE-----\n";
+
+function deferred(): { promise: Promise<void>; resolve: () => void } {
+  let resolve!: () => void;
+  const promise = new Promise<void>((r) => {
+    resolve = r;
+  });
+  return { promise, resolve };
+}
+
+function send(response: ServerResponse, status: number, body?: unknown): void {
+  if (body === undefined) {
+    response.writeHead(status, { "content-length": "0" });
+    response.end();
+    return;
+  }
+  const text = typeof body === "string" ? body : JSON.stringify(body);
+  response.writeHead(status, {
+    "content-type": typeof body === "string" ? "text/plain" : "application/json",
+    "content-length": Buffer.byteLength(text),
+  });
+  response.end(text);
+}
+
+async function readBody(request: IncomingMessage): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of request) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks).toString("utf8");
+}
+
+export interface EngineOptions {
+  /** The image every app container runs. */
+  image: ContainerImage;
+  /** Receives each line a container prints (default: kept in the record only). */
+  onLog?: (record: ContainerRecord, line: string) => void;
+}
+
+export class FakeDockerEngine {
+  readonly socketPath: string;
+  readonly #dir: string;
+  readonly #server: Server;
+  readonly #options: EngineOptions;
+  readonly #containers = new Map<string, AppContainer>();
+  readonly #sidecars = new Map<string, Sidecar>();
+  /** Every app container ever created, in order (also refused ones). */
+  readonly records: ContainerRecord[] = [];
+  /** Requests the engine or a container server did not know; a test fails if any. */
+  readonly problems: string[] = [];
+  /** Faults applied to containers created from now on. */
+  faults: Faults = {};
+  /** Faults for containers of one Durable Object id, taking precedence over `faults`. */
+  readonly faultsFor = new Map<string, Faults>();
+
+  private constructor(dir: string, options: EngineOptions) {
+    this.#dir = dir;
+    this.#options = options;
+    this.socketPath = join(dir, "docker.sock");
+    this.#server = createServer((request, response) => {
+      this.#route(request, response).catch((error: unknown) => {
+        this.problems.push(`engine error on ${request.method} ${request.url}: ${String(error)}`);
+        if (!response.headersSent) send(response, 500, { message: String(error) });
+      });
+    });
+  }
+
+  static async start(options: EngineOptions): Promise<FakeDockerEngine> {
+    const dir = await mkdtemp(join(tmpdir(), "rt-harness-engine-"));
+    const engine = new FakeDockerEngine(dir, options);
+    await new Promise<void>((resolve) => engine.#server.listen(engine.socketPath, resolve));
+    return engine;
+  }
+
+  /** Containers that were started and are not deleted yet. */
+  get live(): ContainerRecord[] {
+    return [...this.#containers.values()].map((c) => c.record).filter((r) => !r.deleted);
+  }
+
+  /** SIGKILLs the running app container of `record` (it dies mid-command). */
+  kill(record: ContainerRecord): void {
+    const container = this.#containers.get(record.name);
+    container?.process?.signal("SIGKILL");
+  }
+
+  /** Kills every container and sidecar, removes their directories and closes the socket. */
+  async close(): Promise<void> {
+    await Promise.all([...this.#containers.values()].map((c) => this.#remove(c)));
+    for (const sidecar of this.#sidecars.values()) await this.#closeSidecar(sidecar);
+    this.#server.closeAllConnections();
+    await new Promise<void>((resolve) => this.#server.close(() => resolve()));
+    await rm(this.#dir, { recursive: true, force: true });
+  }
+
+  #note(record: ContainerRecord, event: LifecycleEvent, detail?: string): void {
+    record.events.push({ event, at: Date.now(), ...(detail === undefined ? {} : { detail }) });
+  }
+
+  async #route(request: IncomingMessage, response: ServerResponse): Promise<void> {
+    const url = new URL(request.url ?? "/", "http://engine");
+    const path = url.pathname.replace(/^\/v\d+\.\d+/, "");
+    const method = request.method ?? "GET";
+    const body = await readBody(request);
+    if (method === "GET" && path === "/_ping") return send(response, 200, "OK");
+    if (method === "GET" && path === "/info") {
+      return send(response, 200, {
+        OSType: "linux",
+        SecurityOptions: [],
+        ServerVersion: "harness",
+      });
+    }
+    if (method === "GET" && path === "/networks/bridge") {
+      return send(response, 200, {
+        Name: "bridge",
+        Id: "harness-bridge",
+        IPAM: { Driver: "default", Config: [{ Subnet: "127.0.0.0/8", Gateway: "127.0.0.1" }] },
+      });
+    }
+    if (method === "GET" && path === "/volumes") {
+      return send(response, 200, { Volumes: [], Warnings: [] });
+    }
+    if (method === "POST" && path === "/containers/create") {
+      return this.#create(url.searchParams.get("name") ?? "", body, response);
+    }
+    const match = /^\/containers\/([^/]+)(\/[a-z]+)?$/.exec(path);
+    if (match !== null) {
+      const name = decodeURIComponent(match[1] ?? "");
+      const action = match[2] ?? "";
+      const sidecar = this.#sidecars.get(name);
+      if (sidecar !== undefined) return this.#sidecarRoute(sidecar, method, action, response);
+      const container = this.#containers.get(name);
+      if (container !== undefined && !container.record.deleted) {
+        return this.#containerRoute(container, method, action, url, response);
+      }
+      if (method === "DELETE" || action === "/json" || action === "/wait") {
+        return send(response, 404, { message: `No such container: ${name}` });
+      }
+    }
+    this.problems.push(`unknown Docker API request: ${method} ${url.pathname}${url.search}`);
+    send(response, 500, { message: `harness engine: unknown request ${method} ${path}` });
+  }
+
+  #newRecord(name: string, image: string, env: readonly string[]): ContainerRecord {
+    const doId = /([0-9a-f]{64})(?:-proxy)?$/.exec(name)?.[1];
+    return {
+      id: randomBytes(32).toString("hex"),
+      name,
+      durableObjectId: doId,
+      image,
+      env,
+      events: [],
+      requests: [],
+      deleted: false,
+      log: "",
+    };
+  }
+
+  #create(name: string, body: string, response: ServerResponse) {
+    const config = JSON.parse(body) as {
+      Image?: string;
+      Env?: string[];
+      HostConfig?: { NetworkMode?: string };
+    };
+    const decoded = decodeURIComponent(name);
+    if (decoded.endsWith("-proxy")) {
+      if (this.#sidecars.has(decoded)) return send(response, 409, { message: "Conflict" });
+      const record = this.#newRecord(decoded, config.Image ?? "", config.Env ?? []);
+      this.#note(record, "create");
+      this.#sidecars.set(decoded, { name: decoded, record, egress: [] });
+      return send(response, 201, { Id: record.id, Warnings: [] });
+    }
+    const existing = this.#containers.get(decoded);
+    if (existing !== undefined && !existing.record.deleted) {
+      return send(response, 409, { message: `Conflict: name ${decoded} is in use` });
+    }
+    const record = this.#newRecord(decoded, config.Image ?? "", config.Env ?? []);
+    this.records.push(record);
+    const faults = {
+      ...this.faults,
+      ...(record.durableObjectId === undefined ? {} : this.faultsFor.get(record.durableObjectId)),
+    };
+    if (faults.refuseCreate !== undefined) {
+      this.#note(record, "refused");
+      record.deleted = true;
+      return send(response, 503, { message: faults.refuseCreate });
+    }
+    this.#note(record, "create");
+    const exited = deferred();
+    const removed = deferred();
+    const sidecar = decodeURIComponent(
+      (config.HostConfig?.NetworkMode ?? "").replace(/^container:/, ""),
+    );
+    this.#containers.set(decoded, {
+      record,
+      faults,
+      sidecar,
+      status: "created",
+      exited: exited.promise,
+      markExited: exited.resolve,
+      removed: removed.promise,
+      markRemoved: removed.resolve,
+    });
+    send(response, 201, { Id: record.id, Warnings: [] });
+  }
+
+  async #containerRoute(
+    container: AppContainer,
+    method: string,
+    action: string,
+    url: URL,
+    response: ServerResponse,
+  ): Promise<void> {
+    const { record } = container;
+    if (method === "GET" && action === "/json") {
+      const running = container.status === "running";
+      return send(response, 200, {
+        Id: record.id,
+        Name: `/${record.name}`,
+        State: {
+          Status: container.status,
+          Running: running,
+          ExitCode: record.exitCode ?? 0,
+          Pid: container.process?.pid ?? 0,
+        },
+        Config: { Image: record.image, Env: record.env },
+        NetworkSettings: { Ports: {} },
+      });
+    }
+    if (method === "POST" && action === "/start") {
+      if (container.status === "running") return send(response, 304);
+      this.#start(container);
+      return send(response, 204);
+    }
+    if (method === "POST" && action === "/wait") {
+      if (url.searchParams.get("condition") === "removed") await container.removed;
+      else await container.exited;
+      return send(response, 200, { StatusCode: record.exitCode ?? 0, Error: null });
+    }
+    if (method === "POST" && (action === "/kill" || action === "/stop")) {
+      const signal = (
+        url.searchParams.get("signal") ?? (action === "/stop" ? "SIGTERM" : "SIGKILL")
+      )
+        .toUpperCase()
+        .replace(/^(?!SIG)/, "SIG") as NodeJS.Signals;
+      this.#note(record, action === "/kill" ? "kill" : "stop", signal);
+      if (container.status !== "running") return send(response, 409, { message: "not running" });
+      container.process?.signal(signal);
+      if (action === "/stop") await container.exited;
+      return send(response, 204);
+    }
+    if (method === "DELETE" && action === "") {
+      await this.#remove(container);
+      return send(response, 204);
+    }
+    this.problems.push(`unknown container request: ${method} ${action} on ${record.name}`);
+    send(response, 500, { message: "harness engine: unknown container request" });
+  }
+
+  #start(container: AppContainer): void {
+    const { record, faults } = container;
+    container.status = "running";
+    this.#note(record, "start");
+    const launch = async () => {
+      if (container.record.deleted || container.status !== "running") return;
+      const process = await Container.start({
+        image: this.#options.image,
+        env: record.env,
+        ...(faults.neverListens ? { neverListens: true } : {}),
+        onLog: (line) => {
+          if (line.includes("STAND-IN UNKNOWN REQUEST")) this.problems.push(line);
+          this.#options.onLog?.(record, line);
+        },
+      });
+      container.process = process;
+      record.workspace = process.workspace;
+      this.#note(record, "running", String(process.pid));
+      const { code } = await process.exited;
+      record.log = process.log;
+      record.exitCode = code;
+      container.status = "exited";
+      this.#note(record, "exit", String(code));
+      container.markExited();
+    };
+    const cold = faults.coldStartMs ?? 0;
+    const run = () =>
+      launch().catch((error: unknown) => {
+        this.problems.push(`container ${record.name} failed to launch: ${String(error)}`);
+        record.exitCode = 127;
+        container.status = "exited";
+        container.markExited();
+      });
+    if (cold > 0) setTimeout(run, cold);
+    else void run();
+  }
+
+  async #remove(container: AppContainer): Promise<void> {
+    const { record } = container;
+    if (record.deleted) return;
+    record.deleted = true;
+    this.#note(record, "delete");
+    if (container.process !== undefined) {
+      await container.process.remove();
+    } else {
+      // Never launched (or still in its cold start): it can no longer run.
+      record.exitCode ??= 137;
+      container.status = "exited";
+      container.markExited();
+    }
+    await container.exited;
+    container.markRemoved();
+  }
+
+  async #sidecarRoute(
+    sidecar: Sidecar,
+    method: string,
+    action: string,
+    response: ServerResponse,
+  ): Promise<void> {
+    const { record } = sidecar;
+    if (method === "POST" && action === "/start") {
+      if (sidecar.server !== undefined) return send(response, 304);
+      this.#note(record, "start");
+      await this.#openSidecar(sidecar);
+      return send(response, 204);
+    }
+    if (method === "GET" && action === "/json") {
+      const running = sidecar.server !== undefined;
+      return send(response, 200, {
+        Id: record.id,
+        Name: `/${record.name}`,
+        State: { Status: running ? "running" : "created", Running: running, ExitCode: 0, Pid: 0 },
+        Config: { Image: record.image },
+        NetworkSettings: {
+          Ports: running
+            ? {
+                [`${SIDECAR_INGRESS_PORT}/tcp`]: [
+                  { HostIp: "127.0.0.1", HostPort: String(sidecar.port) },
+                ],
+              }
+            : {},
+        },
+      });
+    }
+    if (method === "POST" && action === "/wait") {
+      return send(response, 200, { StatusCode: 0, Error: null });
+    }
+    if (method === "DELETE" && action === "") {
+      this.#note(record, "delete");
+      record.deleted = true;
+      await this.#closeSidecar(sidecar);
+      this.#sidecars.delete(sidecar.name);
+      return send(response, 204);
+    }
+    this.problems.push(`unknown sidecar request: ${method} ${action} on ${record.name}`);
+    send(response, 500, { message: "harness engine: unknown sidecar request" });
+  }
+
+  /** The sidecar's ingress: CONNECT into the app container, `GET /ca`, `PUT /egress`. */
+  async #openSidecar(sidecar: Sidecar): Promise<void> {
+    const server = createServer((request, response) => {
+      void readBody(request).then((body) => {
+        if (request.method === "GET" && request.url === "/ca") return send(response, 200, FAKE_CA);
+        if (request.method === "PUT" && request.url === "/egress") {
+          sidecar.egress.push(JSON.parse(body));
+          return send(response, 200, {});
+        }
+        this.problems.push(`unknown sidecar ingress request: ${request.method} ${request.url}`);
+        send(response, 500, { message: "harness sidecar: unknown request" });
+      });
+    });
+    server.on("connect", (request: IncomingMessage, client: Socket, head: Buffer) => {
+      void this.#tunnel(sidecar, request, client, head);
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    sidecar.server = server;
+    sidecar.port = (server.address() as AddressInfo).port;
+  }
+
+  async #tunnel(sidecar: Sidecar, request: IncomingMessage, client: Socket, head: Buffer) {
+    client.on("error", () => {});
+    const target = String(request.headers["x-dst-addr"] ?? request.url ?? "");
+    const port = Number(target.split(":").at(-1));
+    const container = [...this.#containers.values()].find(
+      (c) => c.sidecar === sidecar.name && c.status === "running" && !c.record.deleted,
+    );
+    const upstream = await container?.process?.connect(port);
+    if (container === undefined || upstream === undefined) {
+      client.end("HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n");
+      return;
+    }
+    client.write("HTTP/1.1 200 Connection Established\r\n\r\n");
+    upstream.on("error", () => client.destroy());
+    client.on("close", () => upstream.destroy());
+    upstream.on("close", () => client.destroy());
+    let sniffed = false;
+    const sniff = (chunk: Buffer) => {
+      if (sniffed) return;
+      sniffed = true;
+      const line = chunk.toString("latin1", 0, Math.min(chunk.length, 200)).split("\r\n")[0];
+      if (line !== undefined) container.record.requests.push(line);
+    };
+    if (head.length > 0) {
+      sniff(head);
+      upstream.write(head);
+    }
+    client.on("data", sniff);
+    client.pipe(upstream);
+    upstream.pipe(client);
+    upstream.resume();
+  }
+
+  async #closeSidecar(sidecar: Sidecar): Promise<void> {
+    const server = sidecar.server;
+    if (server === undefined) return;
+    sidecar.server = undefined;
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+}
