@@ -26,8 +26,13 @@ export interface Faults {
   coldStartMs?: number;
   /** The server never starts: nothing listens on the port. */
   neverListens?: boolean;
-  /** `containers/create` is refused with this platform message (as when no instance is free). */
-  refuseCreate?: string;
+  /** `containers/create` is refused: the container can never be created (a start failure). */
+  refuseCreate?: boolean;
+  /**
+   * No instance can be placed: the container is accepted but never runs, and waiting on it fails
+   * with the platform's capacity message, which is how @cloudflare/containers learns of it.
+   */
+  noInstance?: boolean;
 }
 
 /** The platform's words when no container instance can be placed. */
@@ -43,6 +48,14 @@ export type LifecycleEvent =
   | "stop"
   | "exit"
   | "delete";
+
+/**
+ * Still holding resources: not deleted and not exited. (A container that died, or that no
+ * instance was ever placed for, is gone on Cloudflare even when Docker keeps its record.)
+ */
+export function isLive(record: ContainerRecord): boolean {
+  return !record.deleted && record.exitCode === undefined;
+}
 
 export interface ContainerRecord {
   /** Docker id. */
@@ -160,9 +173,9 @@ export class FakeDockerEngine {
     return engine;
   }
 
-  /** Containers that were started and are not deleted yet. */
+  /** Containers neither deleted nor exited: what a call may have left behind. */
   get live(): ContainerRecord[] {
-    return [...this.#containers.values()].map((c) => c.record).filter((r) => !r.deleted);
+    return this.records.filter(isLive);
   }
 
   /** SIGKILLs the running app container of `record` (it dies mid-command). */
@@ -267,10 +280,10 @@ export class FakeDockerEngine {
       ...this.faults,
       ...(record.durableObjectId === undefined ? {} : this.faultsFor.get(record.durableObjectId)),
     };
-    if (faults.refuseCreate !== undefined) {
+    if (faults.refuseCreate) {
       this.#note(record, "refused");
       record.deleted = true;
-      return send(response, 503, { message: faults.refuseCreate });
+      return send(response, 500, { message: "harness engine: create refused (fault)" });
     }
     this.#note(record, "create");
     const exited = deferred();
@@ -320,6 +333,9 @@ export class FakeDockerEngine {
       return send(response, 204);
     }
     if (method === "POST" && action === "/wait") {
+      if (container.faults.noInstance && url.searchParams.get("condition") !== "removed") {
+        return send(response, 500, { message: CAPACITY_MESSAGE });
+      }
       if (url.searchParams.get("condition") === "removed") await container.removed;
       else await container.exited;
       return send(response, 200, { StatusCode: record.exitCode ?? 0, Error: null });
@@ -346,8 +362,14 @@ export class FakeDockerEngine {
 
   #start(container: AppContainer): void {
     const { record, faults } = container;
-    container.status = "running";
     this.#note(record, "start");
+    if (faults.noInstance) {
+      record.exitCode = 137;
+      container.status = "exited";
+      container.markExited();
+      return;
+    }
+    container.status = "running";
     const launch = async () => {
       if (container.record.deleted || container.status !== "running") return;
       const process = await Container.start({

@@ -1,0 +1,313 @@
+/**
+ * The Worker bundle against the real container plumbing: the SDK's `Sandbox` Durable Object,
+ * @cloudflare/containers and workerd's container client, with containers served by the harness
+ * (test/harness/engine.ts) running the stand-in container server, or the real one on request
+ * (test/harness/images.ts). Nothing here talks to a fake Durable Object.
+ */
+import { readdirSync, readFileSync } from "node:fs";
+import { readStreamEvents } from "@remote-task/bridge/testing";
+import {
+  errorBodySchema,
+  execResultSchema,
+  newSandboxId,
+  type StreamEvent,
+} from "@remote-task/protocol";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { type ContainerRecord, isLive } from "./engine.ts";
+import { imageUnderTest } from "./images.ts";
+import { type Answer, peakRssGrowth, TOKEN, WorkerHarness } from "./worker.ts";
+
+let harness: WorkerHarness;
+/**
+ * Growth of workerd's resident memory allowed while 200 MB of output passes through: half the
+ * output. Buffering it anywhere (the Worker or the Durable Object) would cost at least all of it.
+ */
+const MEMORY_BOUND_BYTES = 100 * 1024 * 1024;
+
+beforeAll(async () => {
+  harness = await WorkerHarness.start({
+    image: imageUnderTest(),
+    // Quick heartbeats, so a disconnected SSE client is noticed within a second.
+    vars: { HEARTBEAT_INTERVAL_MS: "1000" },
+  });
+}, 120_000);
+
+afterEach(() => {
+  // Nothing the engine or the container server did not know was asked of them.
+  expect(harness.engine.problems).toEqual([]);
+});
+
+afterAll(async () => {
+  try {
+    // Destroy on every path: every container any test created is deleted, none served two calls.
+    const deadline = Date.now() + 15_000;
+    while (harness.engine.live.length > 0 && Date.now() < deadline) await sleep(100);
+    expect(harness.engine.live.map((r) => r.name)).toEqual([]);
+    for (const record of harness.engine.records) {
+      expect(executions(record), record.name).toBeLessThanOrEqual(1);
+    }
+    expect(harness.engine.records.length).toBeGreaterThan(20);
+  } finally {
+    await harness?.close();
+  }
+}, 60_000);
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+function executions(record: ContainerRecord): number {
+  return record.requests.filter((line) => line.startsWith("POST /api/execute/stream ")).length;
+}
+
+function id(): string {
+  return newSandboxId("harness");
+}
+
+function result(answer: Answer) {
+  expect(answer.status, answer.text).toBe(200);
+  return execResultSchema.parse(JSON.parse(answer.text));
+}
+
+function events(answer: Answer): Promise<StreamEvent[]> {
+  return readStreamEvents(new Response(answer.text)).all();
+}
+
+/** Waits until no container of `sandboxId` is left running; returns them all. */
+async function destroyed(sandboxId: string, timeout = 10_000): Promise<ContainerRecord[]> {
+  await expect
+    .poll(async () => (await harness.containersOf(sandboxId)).filter(isLive).length, {
+      timeout,
+    })
+    .toBe(0);
+  return harness.containersOf(sandboxId);
+}
+
+/** Pids of host processes whose command line contains `marker` (container processes included). */
+function processesWith(marker: string): number[] {
+  const found: number[] = [];
+  for (const entry of readdirSync("/proc")) {
+    const pid = Number(entry);
+    if (!Number.isInteger(pid) || pid === process.pid) continue;
+    try {
+      if (readFileSync(`/proc/${pid}/cmdline`, "utf8").includes(marker)) found.push(pid);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return found;
+}
+
+describe("the Worker with the real Sandbox Durable Object", () => {
+  it("returns exit codes and keeps stdout and stderr apart, in a fresh container per call", async () => {
+    const sandboxId = id();
+    const answer = result(
+      await harness.exec({ sandboxId, command: "echo out; echo err >&2; exit 3" }),
+    );
+    expect(answer).toMatchObject({ stdout: "out\n", stderr: "err\n", code: 3, outcome: "exited" });
+    const ok = result(await harness.exec({ sandboxId: id(), command: "true" }));
+    expect(ok).toMatchObject({ stdout: "", stderr: "", code: 0, outcome: "exited" });
+    const containers = await destroyed(sandboxId);
+    expect(containers).toHaveLength(1);
+    expect(containers[0]?.events.map((e) => e.event)).toEqual(
+      expect.arrayContaining(["create", "start", "running", "delete", "exit"]),
+    );
+  });
+
+  it("runs in /workspace by default, or in the cwd asked for, with the env given", async () => {
+    const sandboxId = id();
+    const answer = result(
+      await harness.exec({ sandboxId, command: 'pwd; echo "$GREETING"', env: { GREETING: "hi" } }),
+    );
+    expect(answer.stdout).toBe("/workspace\nhi\n");
+    const inTmp = result(await harness.exec({ sandboxId: id(), command: "pwd", cwd: "/tmp" }));
+    expect(inTmp.stdout).toBe("/tmp\n");
+    await destroyed(sandboxId);
+  });
+
+  it("kills a command at its deadline: outcome timeout, container deleted, no process left", async () => {
+    const sandboxId = id();
+    const marker = `deadline-${sandboxId.slice(-12)}`;
+    const answer = result(
+      await harness.exec({
+        sandboxId,
+        command: `echo started; sleep 30 # ${marker}`,
+        timeoutSeconds: 3,
+      }),
+    );
+    expect(answer).toMatchObject({ outcome: "timeout", code: 124, stdout: "started\n" });
+    await destroyed(sandboxId);
+    expect(processesWith(marker)).toEqual([]);
+  });
+
+  it("streams over SSE with the same result", async () => {
+    const sandboxId = id();
+    const stream = await events(
+      await harness.exec({ sandboxId, command: "echo a; echo b >&2; exit 7" }, { stream: true }),
+    );
+    expect(stream[0]).toMatchObject({ type: "start", sandboxId });
+    expect(stream.at(-1)).toMatchObject({
+      type: "exit",
+      result: { stdout: "a\n", stderr: "b\n", code: 7 },
+    });
+    await destroyed(sandboxId);
+  });
+});
+
+/** Waits until a container of `sandboxId` has received the command. */
+async function commandSent(sandboxId: string): Promise<ContainerRecord> {
+  let found: ContainerRecord | undefined;
+  await expect
+    .poll(
+      async () => {
+        found = (await harness.containersOf(sandboxId)).find((r) => executions(r) > 0);
+        return found !== undefined;
+      },
+      { timeout: 15_000 },
+    )
+    .toBe(true);
+  return found as ContainerRecord;
+}
+
+/** The bridge's log line for the call on `sandboxId`. */
+function logged(sandboxId: string): Record<string, unknown> | undefined {
+  return harness
+    .bridgeLog()
+    .find((entry) => entry.event === "exec" && entry.sandboxId === sandboxId);
+}
+
+describe("calls that end early, through the real Durable Object", () => {
+  it("cancels a running call with POST /cancel: cancelled, container deleted, no process left", async () => {
+    const sandboxId = id();
+    const marker = `cancel-${sandboxId.slice(-12)}`;
+    const running = harness.exec({
+      sandboxId,
+      command: `echo started; sleep 30 # ${marker}`,
+      timeoutSeconds: 60,
+    });
+    await commandSent(sandboxId);
+    const cancel = await harness.cancel(sandboxId);
+    expect(JSON.parse(cancel.text)).toEqual({ ok: true, sandboxId, cancelled: true });
+    expect(result(await running)).toMatchObject({ outcome: "cancelled", code: 130 });
+    await destroyed(sandboxId);
+    expect(processesWith(marker)).toEqual([]);
+  });
+
+  it("ends an SSE call whose client disconnects by the next heartbeat and deletes its container", async () => {
+    const sandboxId = id();
+    const marker = `sse-gone-${sandboxId.slice(-12)}`;
+    const controller = new AbortController();
+    const response = await fetch(new URL("/exec", harness.url), {
+      method: "POST",
+      headers: {
+        authorization: `Bearer ${TOKEN}`,
+        "content-type": "application/json",
+        accept: "text/event-stream",
+      },
+      body: JSON.stringify({ sandboxId, command: `sleep 30 # ${marker}`, timeoutSeconds: 60 }),
+      signal: controller.signal,
+    });
+    const reader = (response.body as ReadableStream<Uint8Array>).getReader();
+    await reader.read();
+    await commandSent(sandboxId);
+    const gone = Date.now();
+    controller.abort();
+    await destroyed(sandboxId, 5_000);
+    // The heartbeat interval is 1 s here: the next write fails and ends the call.
+    expect(Date.now() - gone).toBeLessThan(5_000);
+    expect(processesWith(marker)).toEqual([]);
+    await expect.poll(() => logged(sandboxId)?.endedBy).toBe("disconnect");
+  });
+
+  it("ends a JSON call whose client disconnects at its deadline at the latest (workerd #4185)", async () => {
+    const sandboxId = id();
+    const marker = `json-gone-${sandboxId.slice(-12)}`;
+    const controller = new AbortController();
+    const pending = harness
+      .exec(
+        { sandboxId, command: `sleep 30 # ${marker}`, timeoutSeconds: 4 },
+        { signal: controller.signal },
+      )
+      .catch(() => undefined);
+    await commandSent(sandboxId);
+    controller.abort();
+    await pending;
+    await destroyed(sandboxId, 8_000);
+    expect(processesWith(marker)).toEqual([]);
+    // workerd notices a JSON client's disconnect only when it writes the answer, so the call
+    // runs to its deadline; where the platform does notice, it ends at once.
+    await expect.poll(() => logged(sandboxId)?.endedBy).toMatch(/^(timeout|disconnect)$/);
+  });
+
+  it("answers sandbox_error at once when the container dies mid-command", async () => {
+    const sandboxId = id();
+    const running = harness.exec({
+      sandboxId,
+      command: "echo started; sleep 30",
+      timeoutSeconds: 60,
+    });
+    const record = await commandSent(sandboxId);
+    await sleep(300);
+    harness.engine.kill(record);
+    const answer = await running;
+    expect(answer.status, answer.text).toBe(502);
+    expect(errorBodySchema.parse(JSON.parse(answer.text)).code).toBe("sandbox_error");
+    expect(answer.ms).toBeLessThan(20_000);
+    await destroyed(sandboxId);
+  });
+});
+
+describe("container starts, through the real Durable Object", () => {
+  it("waits out a slow (cold) start and runs the command once", async () => {
+    const sandboxId = id();
+    harness.engine.faultsFor.set(await harness.durableObjectId(sandboxId), { coldStartMs: 2_000 });
+    const answer = await harness.exec({ sandboxId, command: "echo warm", timeoutSeconds: 30 });
+    expect(result(answer)).toMatchObject({ stdout: "warm\n", code: 0 });
+    expect(answer.ms).toBeGreaterThanOrEqual(2_000);
+    const containers = await destroyed(sandboxId);
+    expect(containers).toHaveLength(1);
+    expect(executions(containers[0] as ContainerRecord)).toBe(1);
+  });
+});
+
+describe("load through the real Durable Object", () => {
+  it("counts 200 MB of output exactly, keeps its tail, and holds workerd's memory under half of it", async () => {
+    const sandboxId = id();
+    // Twice the 100 MB asked for, so that the memory bound below (half the output) tells
+    // streaming from buffering with room to spare: after a warm-up, workerd's growth measured
+    // 58-78 MiB whether the output was 100, 200 or 400 MB (its heaps' working size).
+    const bytes = 200_000_000;
+    const line = "0123456789abcdefghijklmnopqrstuvwxyz0123456789abc";
+    const command = (size: number) => `yes ${line} | head -c ${size}`;
+    // Warm up: the first large call grows workerd's heaps to their working size.
+    result(
+      await harness.exec({ sandboxId: id(), command: command(bytes / 4), timeoutSeconds: 120 }),
+    );
+    const { value: answer, growthBytes } = await peakRssGrowth(harness.workerdPid(), () =>
+      harness.exec({ sandboxId, command: command(bytes), timeoutSeconds: 120 }),
+    );
+    const body = result(answer);
+    expect(body).toMatchObject({ code: 0, stdoutBytes: bytes, stdoutTruncated: true });
+    // The default cap keeps the last 1 MiB; the output's last line is whole.
+    expect(Buffer.byteLength(body.stdout)).toBeLessThanOrEqual(1024 * 1024);
+    expect(body.stdout.endsWith(`${line}\n`)).toBe(true);
+    expect(growthBytes).toBeLessThan(MEMORY_BOUND_BYTES);
+    await destroyed(sandboxId);
+  }, 120_000);
+
+  it("runs 20 calls in parallel, each in a container of its own", async () => {
+    const ids = Array.from({ length: 20 }, () => id());
+    const answers = await Promise.all(
+      ids.map((sandboxId, i) =>
+        harness.exec({ sandboxId, command: `echo ${i}; sleep 0.5`, timeoutSeconds: 60 }),
+      ),
+    );
+    answers.forEach((answer, i) => {
+      expect(result(answer)).toMatchObject({ stdout: `${i}\n`, code: 0 });
+    });
+    const containers = (await Promise.all(ids.map((sandboxId) => destroyed(sandboxId)))).flat();
+    expect(containers).toHaveLength(20);
+    expect(new Set(containers.map((record) => record.durableObjectId)).size).toBe(20);
+    expect(containers.every((record) => executions(record) === 1)).toBe(true);
+  }, 120_000);
+});

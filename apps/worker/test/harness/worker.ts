@@ -1,0 +1,220 @@
+/**
+ * The Worker as deployed, on this machine: the bundle `npm run build` writes (`wrangler deploy
+ * --dry-run`, the code `wrangler deploy` ships) in Miniflare, configured from wrangler.jsonc, with
+ * the SDK's real `Sandbox` Durable Object whose `ctx.container` is served by workerd's container
+ * client through the harness's fake Docker engine. Calls go over real HTTP to workerd.
+ */
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import { convertV4MiniflareOptions, Miniflare } from "miniflare";
+import { unstable_getMiniflareWorkerOptions } from "wrangler";
+import type { ContainerImage } from "./container.ts";
+import { type ContainerRecord, FakeDockerEngine } from "./engine.ts";
+
+const WORKER_DIR = fileURLToPath(new URL("../../", import.meta.url));
+const BUNDLE = `${WORKER_DIR}dist/index.js`;
+export const TOKEN = "harness-token";
+const LOG_LINES = 5_000;
+
+export interface WorkerHarnessOptions {
+  image: ContainerImage;
+  /** Worker variables added to (or replacing) those of wrangler.jsonc. */
+  vars?: Record<string, string>;
+}
+
+export interface Answer {
+  status: number;
+  headers: Headers;
+  text: string;
+  ms: number;
+}
+
+export class WorkerHarness {
+  readonly engine: FakeDockerEngine;
+  readonly #mf: Miniflare;
+  readonly url: URL;
+  /** workerd's output (the bridge's JSON log lines and the SDK's), last lines first dropped. */
+  readonly logs: string[];
+
+  private constructor(engine: FakeDockerEngine, mf: Miniflare, url: URL, logs: string[]) {
+    this.engine = engine;
+    this.#mf = mf;
+    this.url = url;
+    this.logs = logs;
+  }
+
+  static async start(options: WorkerHarnessOptions): Promise<WorkerHarness> {
+    if (!existsSync(BUNDLE)) {
+      throw new Error(`${BUNDLE} is missing: run \`npm run build -w apps/worker\` first.`);
+    }
+    const engine = await FakeDockerEngine.start({ image: options.image });
+    const logs: string[] = [];
+    const collect = (text: string) => {
+      logs.push(...text.split("\n"));
+      if (logs.length > LOG_LINES) logs.splice(0, logs.length - LOG_LINES);
+    };
+    try {
+      // What wrangler.jsonc sets for the Worker (the `ci` environment, which `npm run build` uses).
+      const wrangler = unstable_getMiniflareWorkerOptions(`${WORKER_DIR}wrangler.jsonc`, "ci")
+        .workerOptions as {
+        compatibilityDate: string;
+        compatibilityFlags: string[];
+        bindings: Record<string, string>;
+      };
+      const mf = new Miniflare(
+        convertV4MiniflareOptions({
+          host: "127.0.0.1",
+          port: 0,
+          containerEngine: { localDocker: { socketPath: `unix:${engine.socketPath}` } },
+          handleStructuredLogs: ({ message }: { message: string }) => collect(message),
+          workers: [
+            {
+              name: "remote-task-bridge",
+              modules: true,
+              scriptPath: BUNDLE,
+              compatibilityDate: wrangler.compatibilityDate,
+              compatibilityFlags: wrangler.compatibilityFlags,
+              bindings: { ...wrangler.bindings, BRIDGE_TOKEN: TOKEN, ...options.vars },
+              durableObjects: {
+                Sandbox: {
+                  className: "Sandbox",
+                  useSQLite: true,
+                  container: { imageName: "remote-task-harness" },
+                },
+              },
+            },
+          ],
+        }),
+      );
+      const url = await mf.ready;
+      return new WorkerHarness(engine, mf, url, logs);
+    } catch (error) {
+      await engine.close();
+      throw error;
+    }
+  }
+
+  /** `POST /exec` with the token; SSE when `stream` is set. Reads the whole answer. */
+  async exec(
+    body: Record<string, unknown>,
+    options: { stream?: boolean; signal?: AbortSignal } = {},
+  ): Promise<Answer> {
+    const started = Date.now();
+    const response = await fetch(new URL("/exec", this.url), {
+      method: "POST",
+      headers: {
+        authorization: `Bearer ${TOKEN}`,
+        "content-type": "application/json",
+        ...(options.stream ? { accept: "text/event-stream" } : {}),
+      },
+      body: JSON.stringify(body),
+      ...(options.signal === undefined ? {} : { signal: options.signal }),
+    });
+    const text = await response.text();
+    return { status: response.status, headers: response.headers, text, ms: Date.now() - started };
+  }
+
+  /** `POST /cancel`. */
+  async cancel(sandboxId: string): Promise<Answer> {
+    const started = Date.now();
+    const response = await fetch(new URL("/cancel", this.url), {
+      method: "POST",
+      headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+      body: JSON.stringify({ sandboxId }),
+    });
+    const text = await response.text();
+    return { status: response.status, headers: response.headers, text, ms: Date.now() - started };
+  }
+
+  /** The hex id of the Durable Object (and so of the container) serving `sandboxId`. */
+  async durableObjectId(sandboxId: string): Promise<string> {
+    const namespace = await this.#mf.getDurableObjectNamespace("Sandbox");
+    return namespace.idFromName(sandboxId).toString();
+  }
+
+  /** Every container created for `sandboxId`, in order. */
+  async containersOf(sandboxId: string): Promise<ContainerRecord[]> {
+    const id = await this.durableObjectId(sandboxId);
+    return this.engine.records.filter((record) => record.durableObjectId === id);
+  }
+
+  /** The bridge's JSON log entries (`event: "exec"`, `destroy_failed`, ...). */
+  bridgeLog(): Array<Record<string, unknown>> {
+    return this.logs.flatMap((line) => {
+      if (!line.startsWith('{"time"')) return [];
+      try {
+        return [JSON.parse(line) as Record<string, unknown>];
+      } catch {
+        return [];
+      }
+    });
+  }
+
+  /** The workerd process running the Worker and the Durable Objects. */
+  workerdPid(): number {
+    const pids = descendants(process.pid).filter((pid) => commandName(pid) === "workerd");
+    if (pids.length !== 1) throw new Error(`expected one workerd process, found ${pids.length}`);
+    return pids[0] as number;
+  }
+
+  async close(): Promise<void> {
+    try {
+      await this.#mf.dispose();
+    } finally {
+      await this.engine.close();
+    }
+  }
+}
+
+/**
+ * Runs `work` and returns how far the resident memory of process `pid` rose above where it
+ * stood before, at its highest (the kernel's high-water mark, reset first).
+ */
+export async function peakRssGrowth<T>(
+  pid: number,
+  work: () => Promise<T>,
+): Promise<{ value: T; growthBytes: number }> {
+  writeFileSync(`/proc/${pid}/clear_refs`, "5");
+  const before = statusKiB(pid, "VmRSS");
+  const value = await work();
+  return { value, growthBytes: (statusKiB(pid, "VmHWM") - before) * 1024 };
+}
+
+function statusKiB(pid: number, field: string): number {
+  const status = readFileSync(`/proc/${pid}/status`, "utf8");
+  const match = new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(status);
+  if (match === null) throw new Error(`no ${field} for process ${pid}`);
+  return Number(match[1]);
+}
+
+function commandName(pid: number): string {
+  try {
+    return readFileSync(`/proc/${pid}/comm`, "utf8").trim();
+  } catch {
+    return "";
+  }
+}
+
+function descendants(root: number): number[] {
+  const children = new Map<number, number[]>();
+  for (const entry of readdirSync("/proc")) {
+    const pid = Number(entry);
+    if (!Number.isInteger(pid)) continue;
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      const parent = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+      children.set(parent, [...(children.get(parent) ?? []), pid]);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  const found: number[] = [];
+  const queue = [root];
+  while (queue.length > 0) {
+    for (const child of children.get(queue.shift() as number) ?? []) {
+      found.push(child);
+      queue.push(child);
+    }
+  }
+  return found;
+}
