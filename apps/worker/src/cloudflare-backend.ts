@@ -23,14 +23,17 @@ import {
 export { Sandbox } from "@cloudflare/sandbox";
 
 /** The part of the SDK's sandbox stub this backend uses (typed against the real SDK). */
-export type SandboxHandle = Pick<Sandbox, "execStream" | "destroy">;
+export type SandboxHandle = Pick<Sandbox, "startAndWaitForPorts" | "execStream" | "destroy">;
 
 export interface CloudflareSandboxBackendOptions {
   /** The `Sandbox` Durable Object namespace binding (`env.Sandbox`). */
   namespace: DurableObjectNamespace<Sandbox>;
   /** Passed to `getSandbox` as `sleepAfter`; a backstop, since every sandbox is destroyed. */
   sleepAfter?: string | number;
-  /** Longest wait for one `destroy()` before it is logged as failed (default 30 s). */
+  /**
+   * Longest wait for one `destroy()` before it is logged as failed, and for a container start
+   * still in flight when the call ended (default 30 s).
+   */
   destroyTimeoutMs?: number;
   /** Receives a `destroy_failed` entry when a sandbox could not be destroyed. */
   logger?: BridgeLogger;
@@ -42,6 +45,17 @@ const SDK_TIMEOUT_GRACE_MS = 5_000;
 const DEFAULT_RETRY_AFTER_SECONDS = 10;
 const DEFAULT_DESTROY_TIMEOUT_MS = 30_000;
 const MAX_SDK_MESSAGE_LENGTH = 300;
+/** The container server's port, which the SDK sends every command to. */
+const CONTROL_PORT = 3000;
+/** The SDK's own defaults for placing a container and for its server to come up. */
+const MAX_INSTANCE_WAIT_MS = 30_000;
+const MAX_PORT_READY_MS = 90_000;
+const START_POLL_INTERVAL_MS = 300;
+/**
+ * A container start may use the call's timeout less this much: a start that runs out is then
+ * reported as a start failure before the bridge's deadline would report it as a command timeout.
+ */
+const START_DEADLINE_MARGIN_MS = 250;
 
 /** Lower-case fragments of the platform's messages when no container can be placed. */
 const CAPACITY_SIGNATURES = [
@@ -71,19 +85,27 @@ export class CloudflareSandboxBackend implements SandboxBackend {
     this.#logger = options.logger ?? jsonLineLogger;
   }
 
+  /** SDK calls that may still bring a sandbox's container up, per sandbox id. */
+  readonly #inFlight = new Map<string, Set<Promise<unknown>>>();
+
   async start(spec: ExecSpec): Promise<RunningCommand> {
     if (spec.signal.aborted) throw abortedError();
     let stream: ReadableStream<Uint8Array>;
     try {
       const sandbox = this.#sandbox(spec.sandboxId);
+      await this.#startContainer(sandbox, spec);
+      if (spec.signal.aborted) throw abortedError();
       // The signal is not passed over RPC (an AbortSignal cannot cross it); aborting while
-      // the container starts is handled by racing it, and `destroy()` follows in every case.
+      // the command is being sent is handled by racing it, and `destroy()` follows in every case.
       stream = await untilAborted(
-        sandbox.execStream(spec.command, {
-          timeout: spec.timeoutMs + SDK_TIMEOUT_GRACE_MS,
-          cwd: spec.cwd,
-          env: { ...spec.env },
-        }),
+        this.#track(
+          spec.sandboxId,
+          sandbox.execStream(spec.command, {
+            timeout: spec.timeoutMs + SDK_TIMEOUT_GRACE_MS,
+            cwd: spec.cwd,
+            env: { ...spec.env },
+          }),
+        ),
         spec.signal,
       );
     } catch (error) {
@@ -92,20 +114,109 @@ export class CloudflareSandboxBackend implements SandboxBackend {
     return readCommand(stream, spec);
   }
 
-  async destroy(sandboxId: string): Promise<void> {
-    const timeoutMs = this.#options.destroyTimeoutMs ?? DEFAULT_DESTROY_TIMEOUT_MS;
-    let timer: ReturnType<typeof setTimeout> | undefined;
+  /**
+   * Starts the container before the command is sent, within the call's timeout. Left to
+   * `execStream`, a container that cannot start is retried inside the Durable Object for minutes
+   * (the call would end as a command timeout although nothing ran), and a start that completes
+   * after the call ended would still run the command.
+   */
+  async #startContainer(sandbox: SandboxHandle, spec: ExecSpec): Promise<void> {
+    const budgetMs = Math.min(
+      spec.timeoutMs - START_DEADLINE_MARGIN_MS,
+      MAX_INSTANCE_WAIT_MS + MAX_PORT_READY_MS,
+    );
+    const starting = this.#track(
+      spec.sandboxId,
+      sandbox.startAndWaitForPorts({
+        ports: CONTROL_PORT,
+        cancellationOptions: {
+          // Half the budget for placement, so that "no instance" is reported (capacity) while
+          // the call can still answer it.
+          instanceGetTimeoutMS: Math.max(
+            START_POLL_INTERVAL_MS,
+            Math.min(MAX_INSTANCE_WAIT_MS, budgetMs / 2),
+          ),
+          portReadyTimeoutMS: Math.max(START_POLL_INTERVAL_MS, budgetMs),
+          waitInterval: START_POLL_INTERVAL_MS,
+        },
+      }),
+    );
     try {
-      const destroyed = this.#sandbox(sandboxId).destroy();
+      await untilAborted(
+        budgetMs > 0
+          ? withinMs(starting, budgetMs, () => notStartedError(spec.timeoutMs))
+          : starting,
+        spec.signal,
+      );
+    } catch (error) {
+      if (BackendError.isInstance(error)) throw error;
+      const mapped = toBackendError(error, spec.env);
+      if (mapped.code !== "sandbox_error" || mapped.message === CONTAINERS_DISABLED_MESSAGE) {
+        throw mapped;
+      }
+      throw sandboxError(
+        `The sandbox's container could not be started, so the command did not run (${mapped.message}).`,
+        error,
+      );
+    }
+  }
+
+  /** Remembers `promise` as in flight for `sandboxId` until it settles. */
+  #track<T>(sandboxId: string, promise: Promise<T>): Promise<T> {
+    let pending = this.#inFlight.get(sandboxId);
+    if (pending === undefined) {
+      pending = new Set();
+      this.#inFlight.set(sandboxId, pending);
+    }
+    const set = pending;
+    set.add(promise);
+    const forget = () => {
+      set.delete(promise);
+      if (set.size === 0 && this.#inFlight.get(sandboxId) === set) this.#inFlight.delete(sandboxId);
+    };
+    promise.then(forget, forget);
+    return promise;
+  }
+
+  /**
+   * Destroys the sandbox. A start or command still in flight for it (the call ended while the
+   * container was starting) could bring the container back afterwards: it is awaited, a stream
+   * it produced is cancelled, and the sandbox destroyed again, so no container outlives its call.
+   */
+  async destroy(sandboxId: string): Promise<void> {
+    await this.#destroyOnce(sandboxId);
+    const late = this.#inFlight.get(sandboxId);
+    if (late === undefined) return;
+    const timeoutMs = this.#options.destroyTimeoutMs ?? DEFAULT_DESTROY_TIMEOUT_MS;
+    const results = await withinMs(Promise.allSettled([...late]), timeoutMs, () =>
+      sandboxError(`A container start was still running ${timeoutMs} ms after the call ended.`),
+    ).catch((error: unknown) => {
+      this.#logger({
+        event: "destroy_failed",
+        level: "error",
+        sandboxId,
+        detail: describeError(error),
+      });
+      return [];
+    });
+    for (const result of results) {
+      if (result.status === "fulfilled" && isStream(result.value)) {
+        result.value.cancel().catch(() => {});
+      }
+    }
+    await this.#destroyOnce(sandboxId);
+  }
+
+  async #destroyOnce(sandboxId: string): Promise<void> {
+    const timeoutMs = this.#options.destroyTimeoutMs ?? DEFAULT_DESTROY_TIMEOUT_MS;
+    try {
       // The SDK coalesces destroys but never bounds them; a stuck control plane must not keep
       // the Worker's `waitUntil` alive forever.
-      const timedOut = new Promise<never>((_, reject) => {
-        timer = setTimeout(
-          () => reject(new Error(`destroy() did not finish within ${timeoutMs} ms`)),
-          timeoutMs,
-        );
-      });
-      await Promise.race([destroyed, timedOut]);
+      await withinMs(
+        this.#sandbox(sandboxId).destroy(),
+        timeoutMs,
+        () => new Error(`destroy() did not finish within ${timeoutMs} ms`),
+      );
     } catch (error) {
       // Logged and swallowed: the call's result is already decided, and the container stops by
       // itself once its `sleepAfter` expires.
@@ -115,8 +226,6 @@ export class CloudflareSandboxBackend implements SandboxBackend {
         sandboxId,
         detail: describeError(error),
       });
-    } finally {
-      if (timer !== undefined) clearTimeout(timer);
     }
   }
 
@@ -218,6 +327,25 @@ function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
 
 function isStream(value: unknown): value is ReadableStream {
   return value instanceof ReadableStream;
+}
+
+/** Settles as `promise` does, or rejects with `timeoutError()` after `ms`. */
+function withinMs<T>(promise: Promise<T>, ms: number, timeoutError: () => Error): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timedOut = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(timeoutError()), ms);
+  });
+  return Promise.race([promise, timedOut]).finally(() => {
+    if (timer !== undefined) clearTimeout(timer);
+  });
+}
+
+function notStartedError(timeoutMs: number): BackendError {
+  return sandboxError(
+    `The sandbox's container did not become ready within the call's timeout (${timeoutMs / 1000} s), ` +
+      "so the command did not run. Cold starts can take several seconds: allow a longer " +
+      "timeoutSeconds, or retry.",
+  );
 }
 
 function abortedError(): BackendError {

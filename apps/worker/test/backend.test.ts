@@ -76,6 +76,30 @@ describe("CloudflareSandboxBackend", () => {
     });
   });
 
+  it("starts the container on the control port within the call's timeout before sending the command", async () => {
+    const { sandboxId } = await run({}, { timeoutMs: 8_000 });
+    const state = await sandboxState(sandboxId);
+    // Placement gets half of the budget (timeout less a margin), so "no instance" is reported
+    // as capacity while the call can still answer it; the server's readiness the whole budget.
+    expect(state.starts).toEqual([
+      { ports: 3000, instanceGetTimeoutMS: 3_875, portReadyTimeoutMS: 7_750 },
+    ]);
+    expect(state.execs).toHaveLength(1);
+  });
+
+  it("never sends the command when the call ends while the container starts", async () => {
+    const controller = new AbortController();
+    const b = backend();
+    const s = spec({ signal: controller.signal });
+    const starting = b.start(s);
+    controller.abort();
+    await expect(starting).rejects.toSatisfy(BackendError.isInstance);
+    await b.destroy(s.sandboxId);
+    const state = await sandboxState(s.sandboxId);
+    expect(state.execs).toEqual([]);
+    expect(state.destroyed).toBe(true);
+  });
+
   it("keeps no per-id SDK state in the isolate: every handle configures its sandbox again", async () => {
     const { sandboxId } = await run({});
     const state = await sandboxState(sandboxId);

@@ -12,7 +12,7 @@ import { interpretCommand } from "@remote-task/bridge/testing";
 
 type SandboxSurface = Pick<
   Sandbox,
-  "configure" | "execStream" | "execStreamWithSessionToken" | "destroy"
+  "configure" | "startAndWaitForPorts" | "execStream" | "execStreamWithSessionToken" | "destroy"
 >;
 type StreamOptions = NonNullable<Parameters<Sandbox["execStream"]>[1]>;
 type Configuration = Parameters<Sandbox["configure"]>[0];
@@ -52,6 +52,8 @@ export interface FakeScenario {
 
 export interface FakeState {
   configurations: Configuration[];
+  /** Explicit container starts (`startAndWaitForPorts`): the port and the time limits asked for. */
+  starts: Array<{ ports?: number; instanceGetTimeoutMS?: number; portReadyTimeoutMS?: number }>;
   execs: Array<{
     command: string;
     sessionId: string | null;
@@ -97,6 +99,7 @@ export class FakeSandbox extends DurableObject implements SandboxSurface {
 
   #state: FakeState = {
     configurations: [],
+    starts: [],
     execs: [],
     destroyCalls: 0,
     destroyed: false,
@@ -124,6 +127,22 @@ export class FakeSandbox extends DurableObject implements SandboxSurface {
   async configure(configuration: Configuration): Promise<void> {
     await this.#update((state) => {
       state.configurations.push(configuration);
+    });
+  }
+
+  async startAndWaitForPorts(...args: Parameters<Sandbox["startAndWaitForPorts"]>): Promise<void> {
+    const options = args[0];
+    const start: FakeState["starts"][number] = {};
+    if (typeof options === "object" && !Array.isArray(options)) {
+      if (typeof options.ports === "number") start.ports = options.ports;
+      const limits = options.cancellationOptions;
+      if (limits?.instanceGetTimeoutMS !== undefined)
+        start.instanceGetTimeoutMS = limits.instanceGetTimeoutMS;
+      if (limits?.portReadyTimeoutMS !== undefined)
+        start.portReadyTimeoutMS = limits.portReadyTimeoutMS;
+    }
+    await this.#update((state) => {
+      state.starts.push(start);
     });
   }
 

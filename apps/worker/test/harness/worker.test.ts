@@ -152,6 +152,19 @@ describe("the Worker with the real Sandbox Durable Object", () => {
     });
     await destroyed(sandboxId);
   });
+
+  it("answers capacity errors with 503 capacity_exceeded and Retry-After", async () => {
+    const sandboxId = id();
+    harness.engine.faultsFor.set(await harness.durableObjectId(sandboxId), { noInstance: true });
+    const answer = await harness.exec({ sandboxId, command: "echo never", timeoutSeconds: 6 });
+    expect(answer.status, answer.text).toBe(503);
+    expect(errorBodySchema.parse(JSON.parse(answer.text)).code).toBe("capacity_exceeded");
+    expect(Number(answer.headers.get("retry-after"))).toBeGreaterThan(0);
+    expect(answer.ms).toBeLessThan(6_000);
+    const containers = await destroyed(sandboxId);
+    expect(containers.length).toBeGreaterThan(0);
+    expect(containers.every((record) => executions(record) === 0)).toBe(true);
+  });
 });
 
 /** Waits until a container of `sandboxId` has received the command. */
@@ -267,6 +280,47 @@ describe("container starts, through the real Durable Object", () => {
     const containers = await destroyed(sandboxId);
     expect(containers).toHaveLength(1);
     expect(executions(containers[0] as ContainerRecord)).toBe(1);
+  });
+
+  it("answers sandbox_error, not a timeout, when the container cannot be created", async () => {
+    const sandboxId = id();
+    harness.engine.faultsFor.set(await harness.durableObjectId(sandboxId), { refuseCreate: true });
+    const answer = await harness.exec({ sandboxId, command: "echo never", timeoutSeconds: 10 });
+    expect(answer.status, answer.text).toBe(502);
+    const body = errorBodySchema.parse(JSON.parse(answer.text));
+    expect(body.code).toBe("sandbox_error");
+    expect(body.error).toContain("did not run");
+    await destroyed(sandboxId);
+  });
+
+  it("answers sandbox_error before the deadline when the server never listens", async () => {
+    const sandboxId = id();
+    harness.engine.faultsFor.set(await harness.durableObjectId(sandboxId), { neverListens: true });
+    const answer = await harness.exec({ sandboxId, command: "echo never", timeoutSeconds: 3 });
+    expect(answer.status, answer.text).toBe(502);
+    const body = errorBodySchema.parse(JSON.parse(answer.text));
+    expect(body).toMatchObject({ code: "sandbox_error" });
+    expect(body.error).toContain("did not become ready within the call's timeout (3 s)");
+    const containers = await destroyed(sandboxId);
+    expect(containers.every((record) => executions(record) === 0)).toBe(true);
+  });
+
+  it("leaves no container behind and runs nothing when the timeout ends a slow start", async () => {
+    // A 3 s cold start and a 2 s timeout: the SDK's start completes after the call has ended.
+    const sandboxId = id();
+    harness.engine.faultsFor.set(await harness.durableObjectId(sandboxId), { coldStartMs: 3_000 });
+    const answer = await harness.exec({
+      sandboxId,
+      command: "echo ran > /workspace/ran",
+      timeoutSeconds: 2,
+    });
+    expect(answer.status, answer.text).toBe(502);
+    expect(answer.ms).toBeLessThan(3_000);
+    // Past the late start: every container of this call is deleted and none got the command.
+    await sleep(3_000);
+    const containers = await destroyed(sandboxId, 15_000);
+    expect(containers.length).toBeGreaterThan(0);
+    expect(containers.every((record) => executions(record) === 0)).toBe(true);
   });
 });
 
