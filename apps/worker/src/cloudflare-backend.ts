@@ -19,6 +19,7 @@ import {
   type RunningCommand,
   type SandboxBackend,
 } from "@remote-task/bridge";
+import { missingCwdMarker, SCRIPT_CWD, taskScript } from "./task-script.js";
 
 export { Sandbox } from "@cloudflare/sandbox";
 
@@ -90,6 +91,7 @@ export class CloudflareSandboxBackend implements SandboxBackend {
 
   async start(spec: ExecSpec): Promise<RunningCommand> {
     if (spec.signal.aborted) throw abortedError();
+    const nonce = crypto.randomUUID();
     let stream: ReadableStream<Uint8Array>;
     try {
       const sandbox = this.#sandbox(spec.sandboxId);
@@ -97,21 +99,31 @@ export class CloudflareSandboxBackend implements SandboxBackend {
       if (spec.signal.aborted) throw abortedError();
       // The signal is not passed over RPC (an AbortSignal cannot cross it); aborting while
       // the command is being sent is handled by racing it, and `destroy()` follows in every case.
+      // The command runs inside a script that enters the cwd, scrubs the environment and ends
+      // with the command's shell (task-script.ts); the env values travel as the SDK's `env`.
       stream = await untilAborted(
         this.#track(
           spec.sandboxId,
-          sandbox.execStream(spec.command, {
-            timeout: spec.timeoutMs + SDK_TIMEOUT_GRACE_MS,
-            cwd: spec.cwd,
-            env: { ...spec.env },
-          }),
+          sandbox.execStream(
+            taskScript({
+              command: spec.command,
+              cwd: spec.cwd,
+              envNames: Object.keys(spec.env),
+              nonce,
+            }),
+            {
+              timeout: spec.timeoutMs + SDK_TIMEOUT_GRACE_MS,
+              cwd: SCRIPT_CWD,
+              env: { ...spec.env },
+            },
+          ),
         ),
         spec.signal,
       );
     } catch (error) {
       throw toBackendError(error, spec.env);
     }
-    return readCommand(stream, spec);
+    return readCommand(stream, spec, missingCwdMarker(nonce));
   }
 
   /**
@@ -256,8 +268,15 @@ function singleUse(namespace: DurableObjectNamespace<Sandbox>): DurableObjectNam
   return view as DurableObjectNamespace<Sandbox>;
 }
 
-/** Turns the SDK's SSE stream into the bridge's output iterable and exit promise. */
-function readCommand(stream: ReadableStream<Uint8Array>, spec: ExecSpec): RunningCommand {
+/**
+ * Turns the SDK's SSE stream into the bridge's output iterable and exit promise. `cwdMissing` is
+ * what the task script prints, before any output, when it cannot enter the cwd.
+ */
+function readCommand(
+  stream: ReadableStream<Uint8Array>,
+  spec: ExecSpec,
+  cwdMissing: string,
+): RunningCommand {
   let settled = false;
   let settle!: (outcome: { code: number } | { error: unknown }) => void;
   const exit = new Promise<number>((resolve, reject) => {
@@ -273,8 +292,14 @@ function readCommand(stream: ReadableStream<Uint8Array>, spec: ExecSpec): Runnin
 
   async function* output(): AsyncGenerator<OutputChunk> {
     try {
+      let first = true;
       for await (const event of parseSSEStream<ExecEvent>(stream, spec.signal)) {
         if (event.type === "stdout" || event.type === "stderr") {
+          if (first && event.type === "stderr" && event.data === cwdMissing) {
+            settle({ error: missingCwdError(spec.cwd) });
+            return;
+          }
+          first = false;
           if (event.data) yield { stream: event.type, data: event.data };
         } else if (event.type === "complete") {
           const code = event.exitCode ?? event.result?.exitCode;
@@ -345,6 +370,15 @@ function notStartedError(timeoutMs: number): BackendError {
     `The sandbox's container did not become ready within the call's timeout (${timeoutMs / 1000} s), ` +
       "so the command did not run. Cold starts can take several seconds: allow a longer " +
       "timeoutSeconds, or retry.",
+  );
+}
+
+function missingCwdError(cwd: string): BackendError {
+  return new BackendError(
+    "invalid_request",
+    `cwd ${cwd.slice(0, 200)} is not a directory in the sandbox, so the command did not run. ` +
+      "Use an existing directory (default /workspace), or create it first: mkdir -p <dir> && cd <dir> && ...",
+    { path: ["cwd"] },
   );
 }
 

@@ -181,16 +181,21 @@ export class FakeSandbox extends DurableObject implements SandboxSurface {
   }
 
   async #start(
-    command: string,
+    script: string,
     sessionId: string | null,
     options: StreamOptions | undefined,
   ): Promise<ReadableStream<Uint8Array>> {
-    this.#scenario = scenarioOf(command, options);
+    // The backend sends the caller's command inside its task script; read the command and the
+    // cwd back out of it (anything else is taken as sent).
+    const task = readTaskScript(script);
+    const command = task?.command ?? script;
+    const cwd = task?.cwd ?? options?.cwd;
+    this.#scenario = scenarioOf(command, cwd);
     await this.#update((state) => {
       state.execs.push({
         command,
         sessionId,
-        ...(options?.cwd === undefined ? {} : { cwd: options.cwd }),
+        ...(cwd === undefined ? {} : { cwd }),
         envNames: Object.keys(options?.env ?? {}),
         ...(options?.timeout === undefined ? {} : { timeout: options.timeout }),
       });
@@ -288,9 +293,23 @@ export class FakeSandbox extends DurableObject implements SandboxSurface {
   }
 }
 
-function scenarioOf(command: string, options: StreamOptions | undefined): FakeScenario {
+/** The quoted shell word at the start of `text`, unquoted. */
+function unquote(word: string): string {
+  return word.slice(1, -1).replaceAll(`'\\''`, "'");
+}
+
+/** The caller's command and cwd in a script of src/task-script.ts, or `undefined`. */
+export function readTaskScript(script: string): { command: string; cwd: string } | undefined {
+  const quoted = `('(?:[^']|'\\\\'')*')`;
+  const cwd = new RegExp(`^cd -- ${quoted} `, "m").exec(script)?.[1];
+  const command = new RegExp(`^/usr/bin/setsid /bin/bash -c ${quoted} &$`, "m").exec(script)?.[1];
+  if (cwd === undefined || command === undefined) return undefined;
+  return { command: unquote(command), cwd: unquote(cwd) };
+}
+
+function scenarioOf(command: string, cwd: string | undefined): FakeScenario {
   if (command.startsWith("fake ")) return JSON.parse(command.slice(5)) as FakeScenario;
-  const script = interpretCommand(command, options?.cwd ?? "/workspace");
+  const script = interpretCommand(command, cwd ?? "/workspace");
   const scenario: FakeScenario = {
     steps: (script.chunks ?? []).map((chunk) => ({
       stream: chunk.stream ?? "stdout",

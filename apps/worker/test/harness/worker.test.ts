@@ -189,6 +189,73 @@ function logged(sandboxId: string): Record<string, unknown> | undefined {
     .find((entry) => entry.event === "exec" && entry.sandboxId === sandboxId);
 }
 
+describe("what a task sees, through the real Durable Object", () => {
+  it("gets the local backend's environment: PATH, HOME, LANG, TMPDIR and its env, nothing of the server's", async () => {
+    const sandboxId = id();
+    const answer = result(
+      await harness.exec({ sandboxId, command: "env", env: { GIVEN: "given" } }),
+    );
+    const variables = Object.fromEntries(
+      answer.stdout
+        .trim()
+        .split("\n")
+        .map((line) => [line.slice(0, line.indexOf("=")), line.slice(line.indexOf("=") + 1)]),
+    );
+    // bash itself sets PWD, SHLVL and _.
+    expect(Object.keys(variables).sort()).toEqual(
+      ["GIVEN", "HOME", "LANG", "PATH", "PWD", "SHLVL", "TMPDIR", "_"].sort(),
+    );
+    expect(variables).toMatchObject({
+      GIVEN: "given",
+      HOME: "/workspace",
+      LANG: "C.UTF-8",
+      TMPDIR: "/tmp",
+      PWD: "/workspace",
+    });
+    expect(answer.stdout).not.toContain("CLOUDFLARE_");
+    await destroyed(sandboxId);
+  });
+
+  it("ends the call when the command's shell exits, killing what it left running", async () => {
+    const sandboxId = id();
+    const marker = `left-behind-${sandboxId.slice(-12)}`;
+    const answer = await harness.exec({
+      sandboxId,
+      command: `(exec -a ${marker} sleep 40 &); echo done`,
+      timeoutSeconds: 60,
+    });
+    expect(result(answer)).toMatchObject({ stdout: "done\n", code: 0, outcome: "exited" });
+    expect(answer.ms).toBeLessThan(10_000);
+    expect(processesWith(marker)).toEqual([]);
+    await destroyed(sandboxId);
+  });
+
+  it("answers a cwd that does not exist with 400 invalid_request naming it", async () => {
+    const sandboxId = id();
+    const answer = await harness.exec({ sandboxId, command: "pwd", cwd: "/no/such/dir" });
+    expect(answer.status, answer.text).toBe(400);
+    const body = errorBodySchema.parse(JSON.parse(answer.text));
+    expect(body.code).toBe("invalid_request");
+    expect(body.error).toContain("cwd /no/such/dir is not a directory in the sandbox");
+    expect(body.error).not.toContain("/bin/bash");
+    expect(body.issues?.[0]?.path).toEqual(["cwd"]);
+    await destroyed(sandboxId);
+  });
+
+  it("counts output bytes as the UTF-8 text the container server sends (README: byte counts)", async () => {
+    // The server decodes the command's output as UTF-8: each invalid byte arrives as U+FFFD (3
+    // bytes), so 5 raw bytes of binary count as 9. Valid UTF-8 counts exactly.
+    const sandboxId = id();
+    const binary = result(
+      await harness.exec({ sandboxId, command: "printf '\\377\\376\\000\\001\\002'" }),
+    );
+    expect(binary).toMatchObject({ stdout: "\ufffd\ufffd\u0000\u0001\u0002", stdoutBytes: 9 });
+    const text = result(await harness.exec({ sandboxId: id(), command: "printf 'h\\303\\251'" }));
+    expect(text).toMatchObject({ stdout: "hé", stdoutBytes: 3 });
+    await destroyed(sandboxId);
+  });
+});
+
 describe("calls that end early, through the real Durable Object", () => {
   it("cancels a running call with POST /cancel: cancelled, container deleted, no process left", async () => {
     const sandboxId = id();
