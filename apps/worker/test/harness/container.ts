@@ -12,6 +12,7 @@ import { createConnection, type Socket } from "node:net";
 import { constants, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { pidNamespaceOf, processesIn } from "./proc.ts";
 
 /** What a container runs: the files it needs and its command (its "image"). */
 export interface ContainerImage {
@@ -62,6 +63,7 @@ export class Container {
   readonly #child: ChildProcess;
   /** The last bytes the container printed (stdout and stderr). */
   log = "";
+  /** Settles once bwrap has exited and no process of the container's PID namespace is left. */
   readonly exited: Promise<{ code: number }>;
 
   private constructor(root: string, child: ChildProcess, onLog?: (line: string) => void) {
@@ -78,9 +80,13 @@ export class Container {
     };
     child.stdout?.on("data", collect);
     child.stderr?.on("data", collect);
+    const namespace = child.pid === undefined ? undefined : pidNamespaceOf(child.pid);
     this.exited = new Promise((resolve) => {
       child.once("exit", (code, signal) => {
-        resolve({ code: code ?? 128 + (signal === null ? 0 : constants.signals[signal]) });
+        // The namespace's processes die just after bwrap, its PID 1, does.
+        void emptied(namespace).then(() =>
+          resolve({ code: code ?? 128 + (signal === null ? 0 : constants.signals[signal]) }),
+        );
       });
       child.once("error", () => resolve({ code: 127 }));
     });
@@ -198,5 +204,15 @@ export class Container {
     this.signal("SIGKILL");
     await this.exited;
     await rm(this.#root, { recursive: true, force: true });
+  }
+}
+
+/** Resolves once no process is left in the PID namespace (bounded: 5 s). */
+async function emptied(namespace: Promise<string | undefined> | undefined): Promise<void> {
+  const id = await namespace;
+  if (id === undefined) return;
+  const deadline = Date.now() + 5_000;
+  while (processesIn(id).length > 0 && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 10));
   }
 }

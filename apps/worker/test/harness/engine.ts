@@ -89,6 +89,8 @@ interface AppContainer {
   markExited: () => void;
   removed: Promise<void>;
   markRemoved: () => void;
+  /** Set once a delete has begun. */
+  removing?: Promise<void>;
 }
 
 interface Sidecar {
@@ -405,19 +407,23 @@ export class FakeDockerEngine {
 
   async #remove(container: AppContainer): Promise<void> {
     const { record } = container;
-    if (record.deleted) return;
-    record.deleted = true;
+    if (container.removing !== undefined) return container.removing;
     this.#note(record, "delete");
-    if (container.process !== undefined) {
-      await container.process.remove();
-    } else {
-      // Never launched (or still in its cold start): it can no longer run.
-      record.exitCode ??= 137;
-      container.status = "exited";
-      container.markExited();
-    }
-    await container.exited;
-    container.markRemoved();
+    container.removing = (async () => {
+      if (container.process !== undefined) {
+        await container.process.remove();
+      } else {
+        // Never launched (or still in its cold start): it can no longer run.
+        record.exitCode ??= 137;
+        container.status = "exited";
+        container.markExited();
+      }
+      await container.exited;
+      // Deleted once no process of it is left.
+      record.deleted = true;
+      container.markRemoved();
+    })();
+    return container.removing;
   }
 
   async #sidecarRoute(

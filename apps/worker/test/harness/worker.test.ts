@@ -4,7 +4,6 @@
  * (test/harness/engine.ts) running the stand-in container server, or the real one on request
  * (test/harness/images.ts). Nothing here talks to a fake Durable Object.
  */
-import { readdirSync, readFileSync } from "node:fs";
 import { readStreamEvents } from "@remote-task/bridge/testing";
 import {
   errorBodySchema,
@@ -15,14 +14,15 @@ import {
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { type ContainerRecord, isLive } from "./engine.ts";
 import { imageUnderTest } from "./images.ts";
-import { type Answer, peakRssGrowth, TOKEN, WorkerHarness } from "./worker.ts";
+import { peakRssGrowth, processesWith } from "./proc.ts";
+import { type Answer, TOKEN, WorkerHarness } from "./worker.ts";
 
 let harness: WorkerHarness;
 /**
- * Growth of workerd's resident memory allowed while 200 MB of output passes through: half the
- * output. Buffering it anywhere (the Worker or the Durable Object) would cost at least all of it.
+ * Growth of workerd's resident memory allowed while 200 MB of output passes through: 80% of the
+ * output. Buffering it anywhere (the Worker or the Durable Object) would cost all of it and more.
  */
-const MEMORY_BOUND_BYTES = 100 * 1024 * 1024;
+const MEMORY_BOUND_BYTES = 160_000_000;
 
 beforeAll(async () => {
   harness = await WorkerHarness.start({
@@ -81,21 +81,6 @@ async function destroyed(sandboxId: string, timeout = 10_000): Promise<Container
     })
     .toBe(0);
   return harness.containersOf(sandboxId);
-}
-
-/** Pids of host processes whose command line contains `marker` (container processes included). */
-function processesWith(marker: string): number[] {
-  const found: number[] = [];
-  for (const entry of readdirSync("/proc")) {
-    const pid = Number(entry);
-    if (!Number.isInteger(pid) || pid === process.pid) continue;
-    try {
-      if (readFileSync(`/proc/${pid}/cmdline`, "utf8").includes(marker)) found.push(pid);
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return found;
 }
 
 describe("the Worker with the real Sandbox Durable Object", () => {
@@ -315,8 +300,9 @@ describe("calls that end early, through the real Durable Object", () => {
     await destroyed(sandboxId, 8_000);
     expect(processesWith(marker)).toEqual([]);
     // workerd notices a JSON client's disconnect only when it writes the answer, so the call
-    // runs to its deadline; where the platform does notice, it ends at once.
-    await expect.poll(() => logged(sandboxId)?.endedBy).toMatch(/^(timeout|disconnect)$/);
+    // runs to its deadline (README, How this is tested). Should this become "disconnect", the
+    // platform has started noticing: update the README.
+    await expect.poll(() => logged(sandboxId)?.endedBy).toBe("timeout");
   });
 
   it("answers sandbox_error at once when the container dies mid-command", async () => {
@@ -392,11 +378,11 @@ describe("container starts, through the real Durable Object", () => {
 });
 
 describe("load through the real Durable Object", () => {
-  it("counts 200 MB of output exactly, keeps its tail, and holds workerd's memory under half of it", async () => {
+  it("counts 200 MB of output exactly, keeps its tail, and holds workerd's memory below the output's size", async () => {
     const sandboxId = id();
-    // Twice the 100 MB asked for, so that the memory bound below (half the output) tells
-    // streaming from buffering with room to spare: after a warm-up, workerd's growth measured
-    // 58-78 MiB whether the output was 100, 200 or 400 MB (its heaps' working size).
+    // Twice the 100 MB asked for, so that the memory bound tells streaming from buffering with
+    // room to spare: after a warm-up, workerd's growth measured 58-108 MiB whether the output
+    // was 100, 200 or 400 MB, with either container server (its heaps' working size).
     const bytes = 200_000_000;
     const line = "0123456789abcdefghijklmnopqrstuvwxyz0123456789abc";
     const command = (size: number) => `yes ${line} | head -c ${size}`;

@@ -4,12 +4,13 @@
  * the SDK's real `Sandbox` Durable Object whose `ctx.container` is served by workerd's container
  * client through the harness's fake Docker engine. Calls go over real HTTP to workerd.
  */
-import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { convertV4MiniflareOptions, Miniflare } from "miniflare";
 import { unstable_getMiniflareWorkerOptions } from "wrangler";
 import type { ContainerImage } from "./container.ts";
 import { type ContainerRecord, FakeDockerEngine } from "./engine.ts";
+import { commandName, descendants } from "./proc.ts";
 
 const WORKER_DIR = fileURLToPath(new URL("../../", import.meta.url));
 const BUNDLE = `${WORKER_DIR}dist/index.js`;
@@ -164,57 +165,4 @@ export class WorkerHarness {
       await this.engine.close();
     }
   }
-}
-
-/**
- * Runs `work` and returns how far the resident memory of process `pid` rose above where it
- * stood before, at its highest (the kernel's high-water mark, reset first).
- */
-export async function peakRssGrowth<T>(
-  pid: number,
-  work: () => Promise<T>,
-): Promise<{ value: T; growthBytes: number }> {
-  writeFileSync(`/proc/${pid}/clear_refs`, "5");
-  const before = statusKiB(pid, "VmRSS");
-  const value = await work();
-  return { value, growthBytes: (statusKiB(pid, "VmHWM") - before) * 1024 };
-}
-
-function statusKiB(pid: number, field: string): number {
-  const status = readFileSync(`/proc/${pid}/status`, "utf8");
-  const match = new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(status);
-  if (match === null) throw new Error(`no ${field} for process ${pid}`);
-  return Number(match[1]);
-}
-
-function commandName(pid: number): string {
-  try {
-    return readFileSync(`/proc/${pid}/comm`, "utf8").trim();
-  } catch {
-    return "";
-  }
-}
-
-function descendants(root: number): number[] {
-  const children = new Map<number, number[]>();
-  for (const entry of readdirSync("/proc")) {
-    const pid = Number(entry);
-    if (!Number.isInteger(pid)) continue;
-    try {
-      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-      const parent = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-      children.set(parent, [...(children.get(parent) ?? []), pid]);
-    } catch {
-      // gone meanwhile
-    }
-  }
-  const found: number[] = [];
-  const queue = [root];
-  while (queue.length > 0) {
-    for (const child of children.get(queue.shift() as number) ?? []) {
-      found.push(child);
-      queue.push(child);
-    }
-  }
-  return found;
 }
