@@ -13,6 +13,7 @@ import { fanout } from "./items/fanout.ts";
 import { overhead } from "./items/overhead.ts";
 import { truncation } from "./items/truncation.ts";
 import { workerOutput } from "./items/worker.ts";
+import { workerLatency } from "./items/worker-latency.ts";
 import {
   type BenchItem,
   type ItemResult,
@@ -30,6 +31,7 @@ const ITEMS: BenchItem[] = [
   truncation,
   workerOutput,
   coldStart,
+  workerLatency,
 ];
 
 const { values } = parseArgs({

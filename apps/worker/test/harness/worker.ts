@@ -73,6 +73,8 @@ export class WorkerHarness {
               name: "remote-task-bridge",
               modules: true,
               scriptPath: BUNDLE,
+              // Module names relative to the package, whatever the working directory.
+              modulesRoot: WORKER_DIR,
               compatibilityDate: wrangler.compatibilityDate,
               compatibilityFlags: wrangler.compatibilityFlags,
               bindings: { ...wrangler.bindings, BRIDGE_TOKEN: TOKEN, ...options.vars },
