@@ -319,7 +319,7 @@ function readCommand(
           : sandboxError("The sandbox closed the output stream before the command exited."),
       });
     } catch (error) {
-      settle({ error: spec.signal.aborted ? abortedError() : toBackendError(error, spec.env) });
+      settle({ error: spec.signal.aborted ? abortedError() : brokenStreamError(error, spec.env) });
     } finally {
       // Reached early when the reader stops (abort or a consumer that breaks out).
       if (!settled) settle({ error: abortedError() });
@@ -379,6 +379,17 @@ function missingCwdError(cwd: string): BackendError {
     `cwd ${cwd.slice(0, 200)} is not a directory in the sandbox, so the command did not run. ` +
       "Use an existing directory (default /workspace), or create it first: mkdir -p <dir> && cd <dir> && ...",
     { path: ["cwd"] },
+  );
+}
+
+/** The output stream failed mid-command: the SDK's words say how, not what it means. */
+function brokenStreamError(error: unknown, env: Readonly<Record<string, string>>): BackendError {
+  const mapped = toBackendError(error, env);
+  if (mapped.code !== "sandbox_error") return mapped;
+  return sandboxError(
+    "The connection to the sandbox broke while the command ran (its container may have " +
+      `stopped), so how the command ended is unknown (${mapped.message}).`,
+    error,
   );
 }
 

@@ -126,6 +126,15 @@ describe("CloudflareSandboxBackend", () => {
     }
   });
 
+  it("says a broken stream mid-command means the command's end is unknown", async () => {
+    const { exit } = await run({ steps: [{ data: "partial\n" }], failMidStream: "throw" });
+    const error = (exit as { error: unknown }).error;
+    expect(BackendError.isInstance(error) && error.code).toBe("sandbox_error");
+    expect((error as Error).message).toContain(
+      "The connection to the sandbox broke while the command ran",
+    );
+  });
+
   it("stops reading and cancels the SDK stream when the signal aborts", async () => {
     const controller = new AbortController();
     const b = backend();

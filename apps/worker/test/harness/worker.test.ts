@@ -317,7 +317,9 @@ describe("calls that end early, through the real Durable Object", () => {
     harness.engine.kill(record);
     const answer = await running;
     expect(answer.status, answer.text).toBe(502);
-    expect(errorBodySchema.parse(JSON.parse(answer.text)).code).toBe("sandbox_error");
+    const body = errorBodySchema.parse(JSON.parse(answer.text));
+    expect(body.code).toBe("sandbox_error");
+    expect(body.error).toContain("The connection to the sandbox broke while the command ran");
     expect(answer.ms).toBeLessThan(20_000);
     await destroyed(sandboxId);
   });
