@@ -1,3 +1,5 @@
+import { hasBrand } from "@remote-task/internal";
+
 /**
  * The one seam between the bridge core and a sandbox technology. A backend starts one command in
  * a fresh sandbox per sandbox id, streams its output, reports its exit, and destroys the sandbox.
@@ -45,18 +47,21 @@ export interface SandboxBackend {
   readonly isolation: string;
   /** Creates a fresh sandbox for `spec.sandboxId` and starts the command in it. */
   start(spec: ExecSpec): Promise<RunningCommand>;
-  /** Stops everything in the sandbox and removes it. Idempotent; safe for a never-started id. */
+  /**
+   * Stops everything in the sandbox and removes it. Idempotent; safe for a never-started id.
+   * A failure rejects (with a message safe to log); the bridge logs it as `destroy_failed`.
+   */
   destroy(sandboxId: string): Promise<void>;
 }
 
 export type BackendErrorCode = "invalid_request" | "capacity_exceeded" | "sandbox_error";
 
+const BACKEND_ERROR_BRAND: unique symbol = Symbol.for("remote-task.BackendError");
+
 /**
  * The only error a backend should throw on purpose. `message` must be safe to show to the
  * caller (no env values, no secrets); anything else thrown becomes a generic `sandbox_error`.
  */
-const BACKEND_ERROR_BRAND: unique symbol = Symbol.for("remote-task.BackendError");
-
 export class BackendError extends Error {
   static readonly brand: typeof BACKEND_ERROR_BRAND = BACKEND_ERROR_BRAND;
   readonly [BACKEND_ERROR_BRAND] = true;
@@ -77,6 +82,6 @@ export class BackendError extends Error {
   }
 
   static isInstance(value: unknown): value is BackendError {
-    return typeof value === "object" && value !== null && BACKEND_ERROR_BRAND in value;
+    return hasBrand(value, BACKEND_ERROR_BRAND);
   }
 }

@@ -3,6 +3,7 @@ import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Duplex } from "node:stream";
 import { getRequestListener } from "@hono/node-server";
+import { BRIDGE_TEXTS } from "@remote-task/internal";
 import type { Limits } from "@remote-task/protocol";
 import type { SandboxBackend } from "./backend.js";
 import { createBridge } from "./bridge.js";
@@ -46,8 +47,8 @@ function answerClientError(error: NodeJS.ErrnoException, socket: Duplex): void {
     return;
   }
   const body = JSON.stringify(
-    errorBody("invalid_request", "The HTTP request could not be parsed.", {
-      issues: [{ path: [], message: "malformed HTTP request" }],
+    errorBody("invalid_request", BRIDGE_TEXTS.unparsableRequest, {
+      issues: [{ path: [], message: BRIDGE_TEXTS.malformedRequestIssue }],
     }),
   );
   socket.end(
@@ -82,8 +83,8 @@ export async function startLocalBridge<
     overrideGlobalObjects: false,
     // A request Node accepted that cannot become a Fetch Request (e.g. a bad Host header).
     errorHandler: () =>
-      errorResponse("invalid_request", "The HTTP request could not be read.", {
-        issues: [{ path: [], message: "malformed HTTP request" }],
+      errorResponse("invalid_request", BRIDGE_TEXTS.unreadableRequest, {
+        issues: [{ path: [], message: BRIDGE_TEXTS.malformedRequestIssue }],
       }),
   });
   const server = createServer(listener);
