@@ -12,13 +12,12 @@ import {
 } from "@cloudflare/sandbox";
 import {
   BackendError,
-  type BridgeLogger,
   type ExecSpec,
-  jsonLineLogger,
   type OutputChunk,
   type RunningCommand,
   type SandboxBackend,
 } from "@remote-task/bridge";
+import { CLOUDFLARE_TEXTS, raceAbort, redact, shorten } from "@remote-task/internal";
 
 export { Sandbox } from "@cloudflare/sandbox";
 
@@ -29,11 +28,9 @@ export interface CloudflareSandboxBackendOptions {
   /** The `Sandbox` Durable Object namespace binding (`env.Sandbox`). */
   namespace: DurableObjectNamespace<Sandbox>;
   /** Passed to `getSandbox` as `sleepAfter`; a backstop, since every sandbox is destroyed. */
-  sleepAfter?: string | number;
-  /** Longest wait for one `destroy()` before it is logged as failed (default 30 s). */
-  destroyTimeoutMs?: number;
-  /** Receives a `destroy_failed` entry when a sandbox could not be destroyed. */
-  logger?: BridgeLogger;
+  sleepAfter?: string | number | undefined;
+  /** Longest wait for one `destroy()` before it fails (default 30 s). */
+  destroyTimeoutMs?: number | undefined;
 }
 
 /** Extra time given to the SDK's own command timeout so the bridge's deadline always fires first. */
@@ -51,10 +48,7 @@ const CAPACITY_SIGNATURES = [
 ];
 const CONTAINERS_DISABLED_SIGNATURE = "containers have not been enabled";
 
-export const CONTAINERS_DISABLED_MESSAGE =
-  "Containers are not available to this Worker: it runs with containers off (local `wrangler dev` " +
-  "turns them off because they need Docker). Deploy it with `npm run deploy -w apps/worker`, or " +
-  "run `npx wrangler dev --enable-containers` with Docker running.";
+export const CONTAINERS_DISABLED_MESSAGE = CLOUDFLARE_TEXTS.containersDisabled;
 
 /**
  * Runs each command in a fresh Cloudflare container (one `Sandbox` Durable Object per
@@ -64,11 +58,9 @@ export class CloudflareSandboxBackend implements SandboxBackend {
   readonly name = "cloudflare";
   readonly isolation = "container";
   readonly #options: CloudflareSandboxBackendOptions;
-  readonly #logger: BridgeLogger;
 
   constructor(options: CloudflareSandboxBackendOptions) {
     this.#options = options;
-    this.#logger = options.logger ?? jsonLineLogger;
   }
 
   async start(spec: ExecSpec): Promise<RunningCommand> {
@@ -78,20 +70,29 @@ export class CloudflareSandboxBackend implements SandboxBackend {
       const sandbox = this.#sandbox(spec.sandboxId);
       // The signal is not passed over RPC (an AbortSignal cannot cross it); aborting while
       // the container starts is handled by racing it, and `destroy()` follows in every case.
-      stream = await untilAborted(
-        sandbox.execStream(spec.command, {
-          timeout: spec.timeoutMs + SDK_TIMEOUT_GRACE_MS,
-          cwd: spec.cwd,
-          env: { ...spec.env },
-        }),
-        spec.signal,
+      const pending = sandbox.execStream(spec.command, {
+        timeout: spec.timeoutMs + SDK_TIMEOUT_GRACE_MS,
+        cwd: spec.cwd,
+        env: { ...spec.env },
+      });
+      // A stream that arrives after the abort is released at once.
+      pending.then(
+        (late) => {
+          if (spec.signal.aborted) late.cancel().catch(() => {});
+        },
+        () => {},
       );
+      stream = await raceAbort(pending, spec.signal, abortedError);
     } catch (error) {
       throw toBackendError(error, spec.env);
     }
     return readCommand(stream, spec);
   }
 
+  /**
+   * A failure (or a destroy stuck past `destroyTimeoutMs`) rejects, and the bridge logs it; the
+   * container then stops by itself once its `sleepAfter` expires.
+   */
   async destroy(sandboxId: string): Promise<void> {
     const timeoutMs = this.#options.destroyTimeoutMs ?? DEFAULT_DESTROY_TIMEOUT_MS;
     let timer: ReturnType<typeof setTimeout> | undefined;
@@ -106,15 +107,6 @@ export class CloudflareSandboxBackend implements SandboxBackend {
         );
       });
       await Promise.race([destroyed, timedOut]);
-    } catch (error) {
-      // Logged and swallowed: the call's result is already decided, and the container stops by
-      // itself once its `sleepAfter` expires.
-      this.#logger({
-        event: "destroy_failed",
-        level: "error",
-        sandboxId,
-        detail: describeError(error),
-      });
     } finally {
       if (timer !== undefined) clearTimeout(timer);
     }
@@ -170,19 +162,18 @@ function readCommand(stream: ReadableStream<Uint8Array>, spec: ExecSpec): Runnin
         } else if (event.type === "complete") {
           const code = event.exitCode ?? event.result?.exitCode;
           if (typeof code === "number" && Number.isInteger(code)) settle({ code });
-          else
-            settle({ error: sandboxError("The sandbox reported an exit without an exit code.") });
+          else settle({ error: sandboxError(CLOUDFLARE_TEXTS.noExitCode) });
           return;
         } else if (event.type === "error") {
           const reason = event.error ?? event.data ?? "the command could not be run";
-          settle({ error: sandboxError(`The sandbox failed: ${safeText(reason, spec.env)}`) });
+          settle({
+            error: sandboxError(CLOUDFLARE_TEXTS.failed(undefined, safeText(reason, spec.env))),
+          });
           return;
         }
       }
       settle({
-        error: spec.signal.aborted
-          ? abortedError()
-          : sandboxError("The sandbox closed the output stream before the command exited."),
+        error: spec.signal.aborted ? abortedError() : sandboxError(CLOUDFLARE_TEXTS.closedEarly),
       });
     } catch (error) {
       settle({ error: spec.signal.aborted ? abortedError() : toBackendError(error, spec.env) });
@@ -196,32 +187,8 @@ function readCommand(stream: ReadableStream<Uint8Array>, spec: ExecSpec): Runnin
   return { output: output(), exit };
 }
 
-/** Rejects as soon as `signal` aborts; the underlying promise is left to settle unobserved. */
-function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) return Promise.reject(abortedError());
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(abortedError());
-    signal.addEventListener("abort", onAbort, { once: true });
-    promise.then(
-      (value) => {
-        signal.removeEventListener("abort", onAbort);
-        if (signal.aborted && isStream(value)) value.cancel().catch(() => {});
-        resolve(value);
-      },
-      (error: unknown) => {
-        signal.removeEventListener("abort", onAbort);
-        reject(error);
-      },
-    );
-  });
-}
-
-function isStream(value: unknown): value is ReadableStream {
-  return value instanceof ReadableStream;
-}
-
 function abortedError(): BackendError {
-  return sandboxError("The command was stopped before it finished.");
+  return sandboxError(CLOUDFLARE_TEXTS.stopped);
 }
 
 function sandboxError(message: string, cause?: unknown): BackendError {
@@ -239,19 +206,15 @@ export function toBackendError(error: unknown, env: Readonly<Record<string, stri
   const message = messageOf(error);
   const lower = message.toLowerCase();
   if (isCapacityError(error, lower)) {
-    return new BackendError(
-      "capacity_exceeded",
-      "No sandbox container is free right now (the deployment's max_instances are busy or none " +
-        "could be placed). Try again shortly.",
-      { retryAfterSeconds: retryAfterSeconds(error), cause: error },
-    );
+    return new BackendError("capacity_exceeded", CLOUDFLARE_TEXTS.noContainer, {
+      retryAfterSeconds: retryAfterSeconds(error),
+      cause: error,
+    });
   }
   if (lower.includes(CONTAINERS_DISABLED_SIGNATURE)) {
     return sandboxError(CONTAINERS_DISABLED_MESSAGE, error);
   }
-  const code = sdkCode(error);
-  const detail = message ? `: ${safeText(message, env)}` : "";
-  return sandboxError(`The sandbox failed${code ? ` (${code})` : ""}${detail}`, error);
+  return sandboxError(CLOUDFLARE_TEXTS.failed(sdkCode(error), safeText(message, env)), error);
 }
 
 function isCapacityError(error: unknown, lowerMessage: string): boolean {
@@ -286,18 +249,9 @@ function messageOf(error: unknown): string {
   return typeof error === "string" ? error : "";
 }
 
-function describeError(error: unknown): string {
-  const name = isRecord(error) && typeof error.name === "string" ? error.name : "Error";
-  return `${name}: ${messageOf(error).slice(0, MAX_SDK_MESSAGE_LENGTH)}`;
-}
-
 /** Shortens an SDK message and removes any env value the caller sent. */
 function safeText(text: string, env: Readonly<Record<string, string>>): string {
-  let safe = text;
-  for (const value of Object.values(env)) {
-    if (value.length > 0) safe = safe.split(value).join("[redacted]");
-  }
-  return safe.length > MAX_SDK_MESSAGE_LENGTH ? `${safe.slice(0, MAX_SDK_MESSAGE_LENGTH)}…` : safe;
+  return shorten(redact(text, Object.values(env)), MAX_SDK_MESSAGE_LENGTH);
 }
 
 function isRecord(value: unknown): value is Record<string, unknown> {

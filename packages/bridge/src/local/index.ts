@@ -4,6 +4,7 @@ import { chmod, mkdir, mkdtemp, readdir, rm } from "node:fs/promises";
 import { constants, tmpdir } from "node:os";
 import { join, posix } from "node:path";
 import type { Writable } from "node:stream";
+import { hasBrand } from "@remote-task/internal";
 import {
   BackendError,
   type ExecSpec,
@@ -56,7 +57,7 @@ export class IsolationUnavailableError extends Error {
   }
 
   static isInstance(value: unknown): value is IsolationUnavailableError {
-    return typeof value === "object" && value !== null && IsolationUnavailableError.brand in value;
+    return hasBrand(value, IsolationUnavailableError.brand);
   }
 }
 
