@@ -30,6 +30,11 @@ export interface ClientOptions {
   url: string | URL;
   /** Bearer token the bridge expects. */
   token?: string | undefined;
+  /**
+   * How an `AuthenticationError` names where `token` came from, e.g. `--token` for a command
+   * line flag (default: the `token` option; `clientFromEnv` names the variable it read).
+   */
+  tokenSource?: string | undefined;
   /** Default working directory inside each sandbox (default `/workspace`). */
   cwd?: string | undefined;
   /** Prefix of generated sandbox ids (default `mikan-task`). */
