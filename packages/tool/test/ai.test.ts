@@ -2,7 +2,7 @@ import type { LanguageModelV4CallOptions, LanguageModelV4GenerateResult } from "
 import { generateText, isStepCount } from "ai";
 import { MockLanguageModelV4 } from "ai/test";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createRemoteTaskAiTool, remoteTaskTool, remoteTaskToolSet } from "../src/ai.js";
+import { createRemoteTaskAiTool, remoteTaskToolSet } from "../src/ai.js";
 import { startTestBridge, type TestBridge } from "./helpers/bridge.js";
 
 const usage: LanguageModelV4GenerateResult["usage"] = {

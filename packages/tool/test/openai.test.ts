@@ -10,7 +10,7 @@ import type {
   ResponseInputItem,
 } from "openai/resources/responses/responses";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createRemoteTaskOpenAI, createRemoteTaskOpenAITool } from "../src/openai.js";
+import { createRemoteTaskOpenAITool } from "../src/openai.js";
 import { startTestBridge, type TestBridge } from "./helpers/bridge.js";
 
 function fixture<T>(name: string): T {
