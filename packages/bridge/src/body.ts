@@ -1,4 +1,4 @@
-import { BRIDGE_TEXTS, issuesOf, type SchemaIssue } from "@remote-task/internal";
+import { BRIDGE_TEXTS, concatBytes, issuesOf, type SchemaIssue } from "@remote-task/internal";
 import { HttpError, invalidRequest } from "./responses.js";
 
 function tooLarge(maxBytes: number): HttpError {
@@ -31,13 +31,7 @@ export async function readBodyLimited(request: Request, maxBytes: number): Promi
     }
     parts.push(value);
   }
-  const body = new Uint8Array(size);
-  let offset = 0;
-  for (const part of parts) {
-    body.set(part, offset);
-    offset += part.byteLength;
-  }
-  return body;
+  return concatBytes(parts);
 }
 
 const strictDecoder = new TextDecoder("utf-8", { fatal: true });

@@ -6,7 +6,7 @@
  */
 import { raceAbort, redact, shorten, timerDelay } from "@remote-task/internal";
 import { type ExecResult, type Outcome, TIMEOUT_EXIT_CODE } from "@remote-task/protocol";
-import type { RunningCommand, SandboxBackend } from "./backend.js";
+import type { ExecSpec, RunningCommand, SandboxBackend } from "./backend.js";
 import { mapBackendError } from "./backend-errors.js";
 import type { BridgeLogger, EndReason } from "./logger.js";
 import { chunkBytes, ForwardGate, TailBuffer } from "./output.js";
@@ -27,14 +27,8 @@ export interface CallHost {
   released(call: ExecCall): void;
 }
 
-/** One call to run, as the route accepted it. */
-export interface CallSpec {
-  sandboxId: string;
-  command: string;
-  cwd: string;
-  env: Readonly<Record<string, string>>;
-  /** The deadline; when it passes the call ends with `outcome: "timeout"`. */
-  timeoutMs: number;
+/** One call to run, as the route accepted it: what the backend gets, and how to answer. */
+export interface CallSpec extends Omit<ExecSpec, "signal"> {
   /** Bytes of each stream retained for the result, and forwarded by a stream. */
   cap: number;
   /** Whether the caller reads the call as an event stream. */

@@ -1,4 +1,4 @@
-import { raceAbort } from "@remote-task/internal";
+import { concatBytes, raceAbort } from "@remote-task/internal";
 import { formatSize } from "@remote-task/protocol";
 import { ProtocolError } from "./errors.js";
 import type { CallFacts } from "./responses.js";
@@ -57,14 +57,7 @@ export async function readBounded(
     if (size > maxBytes) throw tooLarge();
     chunks.push(chunk);
   }
-  if (chunks.length === 1) return chunks[0] as Uint8Array;
-  const all = new Uint8Array(size);
-  let offset = 0;
-  for (const chunk of chunks) {
-    all.set(chunk, offset);
-    offset += chunk.byteLength;
-  }
-  return all;
+  return concatBytes(chunks);
 }
 
 const decoder = new TextDecoder();

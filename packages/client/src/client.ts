@@ -438,18 +438,7 @@ class Client implements RemoteTaskClient {
       if (response.status >= 200 && response.status < 300) return response;
       // The bridge answered with an error: it is not (or no longer) running the command.
       scope.settled();
-      let bytes: Uint8Array;
-      try {
-        bytes = await readBounded(response, MAX_ERROR_BODY_BYTES, scope.signal, {
-          status: response.status,
-          ...scope.facts,
-        });
-      } catch (error) {
-        response.discard();
-        if (scope.reason) throw scope.reason;
-        if (!ProtocolError.isInstance(error)) throw connectionFailure(error, false, scope.facts);
-        bytes = new Uint8Array();
-      }
+      const bytes = await this.#read(scope, response, MAX_ERROR_BODY_BYTES, true);
       throw errorFromResponse(
         bytes,
         { status: response.status, contentType: response.header("content-type") },
@@ -465,18 +454,7 @@ class Client implements RemoteTaskClient {
     schema: Schema<T>,
     what: string,
   ): Promise<T> {
-    let bytes: Uint8Array;
-    try {
-      bytes = await readBounded(response, this.#config.maxResponseBytes, scope.signal, {
-        status: response.status,
-        ...scope.facts,
-      });
-    } catch (error) {
-      response.discard();
-      if (scope.reason) throw scope.reason;
-      if (RemoteTaskError.isInstance(error)) throw error;
-      throw connectionFailure(error, false, scope.facts);
-    }
+    const bytes = await this.#read(scope, response, this.#config.maxResponseBytes, false);
     const parsed = parseJson(bytes);
     if (!parsed.ok) throw notJson(response.status, response.header("content-type"), scope.facts);
     scope.settled();
@@ -485,6 +463,30 @@ class Client implements RemoteTaskClient {
       throw protocolMismatch(what, response.status, checked.error, scope.facts);
     }
     return checked.data;
+  }
+
+  /**
+   * Reads a whole body within `maxBytes`; a failure is the call's typed error. An error answer's
+   * body over its limit (`errorBody`) reads as empty: the status alone then explains the error.
+   */
+  async #read(
+    scope: CallScope,
+    response: TransportResponse,
+    maxBytes: number,
+    errorBody: boolean,
+  ): Promise<Uint8Array> {
+    try {
+      return await readBounded(response, maxBytes, scope.signal, {
+        status: response.status,
+        ...scope.facts,
+      });
+    } catch (error) {
+      response.discard();
+      if (scope.reason) throw scope.reason;
+      if (errorBody && ProtocolError.isInstance(error)) return new Uint8Array();
+      if (RemoteTaskError.isInstance(error)) throw error;
+      throw connectionFailure(error, false, scope.facts);
+    }
   }
 
   /** The error a failed call ends with; aborts the scope so every exchange of the call stops. */

@@ -3,7 +3,8 @@ import { createFakeBackend } from "@remote-task/bridge/testing";
 import { BRIDGE_TEXTS, CLOUDFLARE_TEXTS } from "@remote-task/internal";
 import { afterEach, describe, expect, it } from "vitest";
 import { clientFromEnv, createClient } from "../src/client.js";
-import { AuthenticationError, BridgeError, type RemoteTaskError } from "../src/errors.js";
+import { AuthenticationError, BridgeError } from "../src/errors.js";
+import { failure } from "./helpers/assertions.js";
 
 const BRIDGE_TOKEN = "the-bridge-token";
 const URL_BASE = "https://bridge.test";
@@ -21,15 +22,6 @@ function bridgeFetch(startError?: unknown): typeof globalThis.fetch {
   handlers.push(bridge);
   return (async (input: RequestInfo | URL, init?: RequestInit) =>
     bridge(new Request(input, init))) as typeof globalThis.fetch;
-}
-
-async function failure(promise: Promise<unknown>): Promise<RemoteTaskError> {
-  try {
-    await promise;
-  } catch (error) {
-    return error as RemoteTaskError;
-  }
-  throw new Error("expected the call to fail");
 }
 
 describe("authentication errors", () => {

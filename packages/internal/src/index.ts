@@ -1,5 +1,6 @@
 export { raceAbort } from "./abort.js";
 export { hasBrand } from "./brand.js";
+export { concatBytes } from "./bytes.js";
 export { issuesOf, type PathIssue, type SchemaIssue, summarizeIssues } from "./issues.js";
 export { MIN_SECRET_LENGTH, REDACTED, redact, shorten } from "./redact.js";
 export { retryAfterHeader } from "./retry-after.js";

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { raceAbort } from "../src/abort.js";
 import { hasBrand } from "../src/brand.js";
+import { concatBytes } from "../src/bytes.js";
 import { issuesOf, summarizeIssues } from "../src/issues.js";
 import { retryAfterHeader } from "../src/retry-after.js";
 import { MAX_TIMER_MS, timerDelay } from "../src/timers.js";
@@ -94,5 +95,14 @@ describe("timerDelay", () => {
     expect(MAX_TIMER_MS).toBe(2_147_483_647);
     expect(timerDelay(10)).toBe(10);
     expect(timerDelay(30 * 24 * 3600 * 1000)).toBe(MAX_TIMER_MS);
+  });
+});
+
+describe("concatBytes", () => {
+  it("joins parts in order, and returns a lone part as is", () => {
+    const one = new Uint8Array([1, 2]);
+    expect(concatBytes([one])).toBe(one);
+    expect([...concatBytes([one, new Uint8Array([]), new Uint8Array([3])])]).toEqual([1, 2, 3]);
+    expect(concatBytes([]).byteLength).toBe(0);
   });
 });
