@@ -10,7 +10,7 @@ import { ConfigError, readConfig, type WorkerEnv } from "./config.js";
 
 export interface WorkerHandlerOptions {
   /** Receives the bridge's structured log entries (default: JSON lines on the console). */
-  logger?: BridgeLogger;
+  logger?: BridgeLogger | undefined;
 }
 
 /**

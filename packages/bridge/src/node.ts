@@ -13,18 +13,18 @@ import { errorBody, errorResponse } from "./responses.js";
 
 export interface LocalBridgeOptions<B extends SandboxBackend = SandboxBackend> {
   /** Port to listen on (default: a random free port). */
-  port?: number;
+  port?: number | undefined;
   /** Interface to listen on (default `127.0.0.1`). */
-  host?: string;
+  host?: string | undefined;
   /** Bearer token (default: 32 random bytes, base64url). */
-  token?: string;
+  token?: string | undefined;
   /** Backend (default: `createLocalBackend({ isolation: "auto" })`). */
-  backend?: B;
+  backend?: B | undefined;
   /** Serve without a token; `token` is then ignored. */
-  allowUnauthenticated?: boolean;
-  limits?: Partial<Limits>;
-  heartbeatIntervalMs?: number;
-  logger?: BridgeLogger;
+  allowUnauthenticated?: boolean | undefined;
+  limits?: Partial<Limits> | undefined;
+  heartbeatIntervalMs?: number | undefined;
+  logger?: BridgeLogger | undefined;
 }
 
 export interface LocalBridge<B extends SandboxBackend = SandboxBackend> {
@@ -71,11 +71,9 @@ export async function startLocalBridge<
   const bridge = createBridge({
     backend,
     ...(unauthenticated ? { allowUnauthenticated: true } : { token }),
-    ...(options.limits === undefined ? {} : { limits: options.limits }),
-    ...(options.heartbeatIntervalMs === undefined
-      ? {}
-      : { heartbeatIntervalMs: options.heartbeatIntervalMs }),
-    ...(options.logger === undefined ? {} : { logger: options.logger }),
+    limits: options.limits,
+    heartbeatIntervalMs: options.heartbeatIntervalMs,
+    logger: options.logger,
   });
 
   const listener = getRequestListener((request) => bridge(request), {

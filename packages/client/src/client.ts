@@ -153,7 +153,7 @@ class Client implements RemoteTaskClient {
     return runMany((command, runOptions) => this.run(command, runOptions), tasks, options);
   }
 
-  async health(options: { signal?: AbortSignal } = {}): Promise<HealthResponse> {
+  async health(options: { signal?: AbortSignal | undefined } = {}): Promise<HealthResponse> {
     this.#assertOpen();
     const scope = new CallScope({
       signal: options.signal,
@@ -170,7 +170,10 @@ class Client implements RemoteTaskClient {
     );
   }
 
-  async cancel(sandboxId: string, options: { signal?: AbortSignal } = {}): Promise<boolean> {
+  async cancel(
+    sandboxId: string,
+    options: { signal?: AbortSignal | undefined } = {},
+  ): Promise<boolean> {
     this.#assertOpen();
     if (!isSandboxId(sandboxId)) {
       throw new InvalidRequestError(

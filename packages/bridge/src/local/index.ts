@@ -19,13 +19,13 @@ export type LocalIsolation = "bwrap" | "none";
 
 export interface LocalBackendOptions {
   /** `auto` (default) uses bubblewrap when a trial run works, else none; `bwrap` requires it. */
-  isolation?: LocalIsolationOption;
+  isolation?: LocalIsolationOption | undefined;
   /** Parent of the per-call temporary directories (default: the OS temp directory). */
-  tmpRoot?: string;
+  tmpRoot?: string | undefined;
   /** Time between SIGTERM and SIGKILL when a command is stopped (default 2000 ms). */
-  killGraceMs?: number;
+  killGraceMs?: number | undefined;
   /** bubblewrap binary (default `bwrap` on PATH). */
-  bwrapPath?: string;
+  bwrapPath?: string | undefined;
 }
 
 export interface LocalBackendStats {

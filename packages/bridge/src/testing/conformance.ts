@@ -31,13 +31,13 @@ export interface ConformanceOptions {
    * Checks this backend cannot take part in, with the reason; they are registered as skipped with
    * the reason in their title, never dropped silently.
    */
-  skip?: Partial<Record<ConformanceCheck, string>>;
+  skip?: Partial<Record<ConformanceCheck, string>> | undefined;
   /** Live sandboxes according to the backend, checked to be 0 after every test when given. */
-  liveSandboxes?: (backend: SandboxBackend) => number | Promise<number>;
+  liveSandboxes?: ((backend: SandboxBackend) => number | Promise<number>) | undefined;
   /** Output size of the large-output test in bytes (default 3 000 000). */
-  largeOutputBytes?: number;
+  largeOutputBytes?: number | undefined;
   /** Extra time allowed for sandbox startup per call, for slow backends (default 10 000 ms). */
-  startupAllowanceMs?: number;
+  startupAllowanceMs?: number | undefined;
 }
 
 /** Records the starts and destroys of any backend so destroy-on-every-path can be checked. */
@@ -135,7 +135,7 @@ export function backendConformanceSuite(
         token: TOKEN,
         logger: silentLogger,
         limits,
-        ...(heartbeatIntervalMs === undefined ? {} : { heartbeatIntervalMs }),
+        heartbeatIntervalMs,
       });
       cleanup.push(async () => {
         await bridge.shutdown();
