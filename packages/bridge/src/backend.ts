@@ -1,10 +1,10 @@
-import { hasBrand } from "@remote-task/internal";
-
 /**
  * The one seam between the bridge core and a sandbox technology. A backend starts one command in
  * a fresh sandbox per sandbox id, streams its output, reports its exit, and destroys the sandbox.
  * The bridge core owns deadlines, output caps, cancellation and the destroy-on-every-path rule.
  */
+
+import { hasBrand } from "@remote-task/internal";
 
 /** What the bridge asks a backend to run. */
 export interface ExecSpec {
@@ -40,6 +40,7 @@ export interface RunningCommand {
   exit: Promise<number>;
 }
 
+/** A sandbox technology as the bridge uses it (see the top of this file). */
 export interface SandboxBackend {
   /** Reported by `/health` as `backend`, e.g. `local`, `cloudflare`. */
   readonly name: string;

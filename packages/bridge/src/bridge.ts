@@ -21,6 +21,7 @@ import { BRIDGE_VERSION } from "./version.js";
 /** Default interval between SSE heartbeats of a quiet command. */
 export const DEFAULT_HEARTBEAT_INTERVAL_MS = 10_000;
 
+/** What `createBridge` takes; only `backend` is required. */
 export interface BridgeOptions {
   /** Runs the commands. */
   backend: SandboxBackend;

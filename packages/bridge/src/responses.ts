@@ -63,6 +63,7 @@ export class HttpError extends Error {
   }
 }
 
+/** A 400 `invalid_request` to throw, with the failing fields. */
 export function invalidRequest(message: string, issues: Issue[]): HttpError {
   return new HttpError("invalid_request", message, { issues });
 }

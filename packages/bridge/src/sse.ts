@@ -10,6 +10,7 @@ const SSE_HEADERS = {
   "x-accel-buffering": "no",
 } as const;
 
+/** The first event of every stream: the call's sandbox id and the protocol version. */
 export function startEvent(sandboxId: string): StreamEvent {
   return { type: "start", sandboxId, protocol: PROTOCOL_VERSION };
 }

@@ -1,4 +1,4 @@
-/**
+/*
  * The redaction rule, the same in the bridge, its backends and the client:
  *
  * - Secrets are the bridge token (the configured one and the one a request presents) and the

@@ -1,4 +1,4 @@
-/**
+/*
  * Every fixed text this project's bridge and backends send back in an answer. They live here, in
  * one list, because a client reads them back inside foreign text: redaction must leave them as
  * written (see redact.ts), so the client has to know them. A text with values in it is a

@@ -152,6 +152,7 @@ export function remoteTaskTools(
 /** Accepts a ready tool or the options to create one (what every adapter takes). */
 export type RemoteTaskToolSource = RemoteTaskTool | RemoteTaskToolOptions;
 
+/** The core tool of `source`: the tool itself, or one created from the options. */
 export function toRemoteTaskTool(source: RemoteTaskToolSource = {}): RemoteTaskTool {
   return isRemoteTaskTool(source) ? source : createRemoteTaskTool(source);
 }

@@ -93,12 +93,6 @@ async function eventually(
   }
 }
 
-/**
- * Registers vitest tests that drive `makeBackend()` through `createBridge` and check the
- * behaviour every backend owes the bridge. Commands use a small vocabulary that a real shell and
- * `createFakeBackend()` both understand: `echo WORDS`, `echo WORDS >&2`, `exit N`, `sleep N`,
- * `yes | head -c N`, `pwd`, joined by `; `. No `node:` import, so it also runs inside workerd.
- */
 /** Starts a streamed `sleep 30` for a fresh id and reads its `start` event. */
 async function startSleeping(bridge: BridgeHandler) {
   const sandboxId = freshId();
@@ -110,6 +104,12 @@ async function startSleeping(bridge: BridgeHandler) {
   return { sandboxId, events };
 }
 
+/**
+ * Registers vitest tests that drive `makeBackend()` through `createBridge` and check the
+ * behaviour every backend owes the bridge. Commands use a small vocabulary that a real shell and
+ * `createFakeBackend()` both understand: `echo WORDS`, `echo WORDS >&2`, `exit N`, `sleep N`,
+ * `yes | head -c N`, `pwd`, joined by `; `. No `node:` import, so it also runs inside workerd.
+ */
 export function backendConformanceSuite(
   name: string,
   makeBackend: () => SandboxBackend | Promise<SandboxBackend>,
