@@ -82,7 +82,7 @@ export class CloudflareSandboxBackend implements SandboxBackend {
         },
         () => {},
       );
-      stream = await raceAbort(pending, spec.signal, abortedError);
+      stream = await raceAbort(pending, spec.signal, { abortError: abortedError });
     } catch (error) {
       throw toBackendError(error, spec.env);
     }

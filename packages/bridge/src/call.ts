@@ -4,7 +4,13 @@
  * and what a stream forwards), where the sandbox is destroyed, and the call's one log line.
  * The routes (exec.ts) and the event stream (sse.ts) only wire requests and responses to it.
  */
-import { raceAbort, redact, shorten, timerDelay } from "@remote-task/internal";
+import {
+  type RaceAbortOptions,
+  raceAbort,
+  redact,
+  shorten,
+  timerDelay,
+} from "@remote-task/internal";
 import { type ExecResult, type Outcome, TIMEOUT_EXIT_CODE } from "@remote-task/protocol";
 import type { ExecSpec, RunningCommand, SandboxBackend } from "./backend.js";
 import { mapBackendError } from "./backend-errors.js";
@@ -103,6 +109,10 @@ export class ExecCall {
   readonly #tails: { stdout: TailBuffer; stderr: TailBuffer };
   readonly #deadline: ReturnType<typeof setTimeout>;
   readonly #onDisconnect = () => this.end("disconnect");
+  /** In a race, the call's own end rejects with `ENDED`, anything else with its reason. */
+  readonly #markEnded = (signal: AbortSignal) =>
+    signal === this.#controller.signal ? ENDED : signal.reason;
+  readonly #endOnly: RaceAbortOptions = { abortError: this.#markEnded };
   readonly #started: Promise<RunningCommand>;
   #running: RunningCommand | undefined;
   #endedBy: EndReason | undefined;
@@ -212,18 +222,15 @@ export class ExecCall {
 
   /**
    * Settles with `value`, or with the end reason if the call is ended first, or rejects when
-   * `failure` aborts first. Listeners are removed after every step: racing against promises that
+   * `options.other` (a backend failure) aborts first. Listeners are removed after every step: racing against promises that
    * stay pending would keep every settled value (every output chunk) reachable.
    */
   async #race<T>(
     value: Promise<T>,
-    failure?: AbortSignal,
+    options: RaceAbortOptions = this.#endOnly,
   ): Promise<{ ended: false; value: T } | { ended: true; reason: EndReason }> {
-    const ended = this.#controller.signal;
     try {
-      const settled = await raceAbort(value, [ended, failure], (signal) =>
-        signal === ended ? ENDED : signal.reason,
-      );
+      const settled = await raceAbort(value, this.#controller.signal, options);
       return { ended: false, value: settled };
     } catch (error) {
       if (error === ENDED) return { ended: true, reason: this.#endedBy ?? "shutdown" };
@@ -236,6 +243,7 @@ export class ExecCall {
     // A backend that reports failure while the output is still open must not be waited out.
     const exitFailed = new AbortController();
     exit.catch((error: unknown) => exitFailed.abort(error));
+    const untilFailure = { other: exitFailed.signal, abortError: this.#markEnded };
     const gates =
       sink === undefined
         ? undefined
@@ -244,7 +252,7 @@ export class ExecCall {
     let finishedIterating = false;
     try {
       for (;;) {
-        const next = await this.#race(quiet(iterator.next()), exitFailed.signal);
+        const next = await this.#race(quiet(iterator.next()), untilFailure);
         if (next.ended) return this.#decided(this.#endedResult(next.reason));
         if (next.value.done) {
           finishedIterating = true;

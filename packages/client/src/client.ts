@@ -160,13 +160,11 @@ class Client implements RemoteTaskClient {
       deadlineMs: this.#shortDeadlineMs(),
       what: "The health check",
     });
-    return this.#within(scope, () =>
-      this.#exchange(
-        scope,
-        { method: "GET", path: "/health", accept: "application/json", ...this.#plain() },
-        healthResponseSchema,
-        "a health check",
-      ),
+    return this.#exchange(
+      scope,
+      { method: "GET", path: "/health", accept: "application/json", ...this.#plain() },
+      healthResponseSchema,
+      "a health check",
     );
   }
 
@@ -265,15 +263,14 @@ class Client implements RemoteTaskClient {
     };
   }
 
-  async #runJson(command: string, options: RunOptions): Promise<TaskResult> {
+  #runJson(command: string, options: RunOptions): Promise<TaskResult> {
     const call = this.#prepare(command, options);
     const scope = this.#execScope(call, options.signal);
     const started = performance.now();
-    return this.#within(scope, async () => {
-      const exchange = this.#execExchange(call, "application/json");
-      const result = await this.#exchange(scope, exchange, execResultSchema, "an exec result");
-      return toTaskResult(result, call.sandboxId, performance.now() - started);
-    });
+    const exchange = this.#execExchange(call, "application/json");
+    return this.#exchange(scope, exchange, execResultSchema, "an exec result").then((result) =>
+      toTaskResult(result, call.sandboxId, performance.now() - started),
+    );
   }
 
   /**
@@ -383,22 +380,10 @@ class Client implements RemoteTaskClient {
   }
 
   /**
-   * Runs a call's work within its scope: a failure aborts the scope (ending every exchange of the
-   * call) and is thrown as the call's typed error; the scope is disposed either way.
-   */
-  async #within<T>(scope: CallScope, work: () => Promise<T>): Promise<T> {
-    try {
-      return await work();
-    } catch (error) {
-      throw this.#settleFailure(error, scope);
-    } finally {
-      scope.dispose();
-    }
-  }
-
-  /**
-   * The one exchange path: send (retrying what provably did not run), read the JSON answer, and
-   * validate it with the protocol schema; an answer of another shape is a `ProtocolError`.
+   * The one exchange path of a call: send (retrying what provably did not run), read the JSON
+   * answer, and validate it with the protocol schema (another shape is a `ProtocolError`). It
+   * ends the call's scope: a failure aborts it (ending every exchange of the call) and is thrown
+   * as the call's typed error; the scope is disposed either way.
    */
   async #exchange<T>(
     scope: CallScope,
@@ -406,8 +391,14 @@ class Client implements RemoteTaskClient {
     schema: Schema<T>,
     what: string,
   ): Promise<T> {
-    const response = await this.#send(scope, exchange);
-    return this.#receive(scope, response, schema, what);
+    try {
+      const response = await this.#send(scope, exchange);
+      return await this.#receive(scope, response, schema, what);
+    } catch (error) {
+      throw this.#settleFailure(error, scope);
+    } finally {
+      scope.dispose();
+    }
   }
 
   /** Sends one request, retrying what provably did not run; resolves with a 2xx response. */
@@ -472,24 +463,20 @@ class Client implements RemoteTaskClient {
    * Reads a whole body within `maxBytes`; a failure is the call's typed error. An error answer's
    * body over its limit (`errorBody`) reads as empty: the status alone then explains the error.
    */
-  async #read(
+  #read(
     scope: CallScope,
     response: TransportResponse,
     maxBytes: number,
     errorBody: boolean,
   ): Promise<Uint8Array> {
-    try {
-      return await readBounded(response, maxBytes, scope.signal, {
-        status: response.status,
-        ...scope.facts,
-      });
-    } catch (error) {
+    const context = { status: response.status, ...scope.facts };
+    return readBounded(response, maxBytes, scope.signal, context).catch((error: unknown) => {
       response.discard();
       if (scope.reason) throw scope.reason;
       if (errorBody && ProtocolError.isInstance(error)) return new Uint8Array();
       if (RemoteTaskError.isInstance(error)) throw error;
       throw connectionFailure(error, false, scope.facts);
-    }
+    });
   }
 
   /** The error a failed call ends with; aborts the scope so every exchange of the call stops. */
@@ -517,9 +504,7 @@ class Client implements RemoteTaskClient {
       ...this.#plain(),
       retry,
     };
-    return this.#within(scope, () =>
-      this.#exchange(scope, exchange, cancelResponseSchema, "a cancel answer"),
-    );
+    return this.#exchange(scope, exchange, cancelResponseSchema, "a cancel answer");
   }
 
   /** Fire and forget: never throws, bounded by its own short deadline; `close()` waits for it. */

@@ -1,43 +1,45 @@
+export interface RaceAbortOptions {
+  /** A second signal that ends the race too (`signal` wins when both are already aborted). */
+  other?: AbortSignal | undefined;
+  /** What to reject with when a signal aborts (default: that signal's reason). */
+  abortError?: ((signal: AbortSignal) => unknown) | undefined;
+}
+
 /**
- * Settles like `promise`, or rejects as soon as one of `signals` aborts (with that signal's
- * reason, or `abortError()` when given), even if `promise` never settles. A signal already
- * aborted wins at once. Listeners are removed as soon as either side settles: racing many
- * promises against one long-lived signal must not keep their values reachable.
+ * Settles like `promise`, or rejects as soon as `signal` (or `options.other`) aborts, even if
+ * `promise` never settles. A signal already aborted wins at once. Listeners are removed as soon
+ * as either side settles: racing many promises against one long-lived signal must not keep their
+ * values reachable.
  */
 export function raceAbort<T>(
   promise: Promise<T>,
-  signals: AbortSignal | ReadonlyArray<AbortSignal | undefined>,
-  abortError?: (signal: AbortSignal) => unknown,
+  signal: AbortSignal,
+  options?: RaceAbortOptions,
 ): Promise<T> {
-  const watched = (Array.isArray(signals) ? signals : [signals]).filter(
-    (signal): signal is AbortSignal => signal !== undefined,
-  );
-  const reasonOf = (signal: AbortSignal) =>
-    abortError === undefined ? signal.reason : abortError(signal);
-  const aborted = watched.find((signal) => signal.aborted);
-  if (aborted !== undefined) {
+  const other = options?.other;
+  const reasonOf = (aborted: AbortSignal): unknown =>
+    options?.abortError === undefined ? aborted.reason : options.abortError(aborted);
+  if (signal.aborted || other?.aborted) {
     promise.catch(() => {});
-    return Promise.reject(reasonOf(aborted));
+    return Promise.reject(reasonOf(signal.aborted ? signal : (other as AbortSignal)));
   }
   return new Promise<T>((resolve, reject) => {
-    const listeners = watched.map((signal) => {
-      const onAbort = () => {
-        detach();
-        reject(reasonOf(signal));
-      };
-      signal.addEventListener("abort", onAbort, { once: true });
-      return () => signal.removeEventListener("abort", onAbort);
-    });
-    const detach = () => {
-      for (const remove of listeners) remove();
+    const onAbort = () => {
+      signal.removeEventListener("abort", onAbort);
+      other?.removeEventListener("abort", onAbort);
+      reject(reasonOf(signal.aborted ? signal : (other as AbortSignal)));
     };
+    signal.addEventListener("abort", onAbort, { once: true });
+    other?.addEventListener("abort", onAbort, { once: true });
     promise.then(
       (value) => {
-        detach();
+        signal.removeEventListener("abort", onAbort);
+        other?.removeEventListener("abort", onAbort);
         resolve(value);
       },
       (error: unknown) => {
-        detach();
+        signal.removeEventListener("abort", onAbort);
+        other?.removeEventListener("abort", onAbort);
         reject(error);
       },
     );

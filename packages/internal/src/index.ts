@@ -1,4 +1,4 @@
-export { raceAbort } from "./abort.js";
+export { type RaceAbortOptions, raceAbort } from "./abort.js";
 export { hasBrand } from "./brand.js";
 export { concatBytes } from "./bytes.js";
 export { issuesOf, type PathIssue, type SchemaIssue, summarizeIssues } from "./issues.js";

@@ -16,19 +16,23 @@ describe("raceAbort", () => {
   it("rejects with the reason of the first signal to abort, even if the promise never settles", async () => {
     const a = new AbortController();
     const b = new AbortController();
-    const raced = raceAbort(new Promise<never>(() => {}), [a.signal, undefined, b.signal]);
+    const raced = raceAbort(new Promise<never>(() => {}), a.signal, { other: b.signal });
     b.abort("b went first");
     a.abort("a");
     await expect(raced).rejects.toBe("b went first");
+    const first = new AbortController();
+    const alone = raceAbort(new Promise<never>(() => {}), first.signal);
+    first.abort("only one");
+    await expect(alone).rejects.toBe("only one");
   });
 
   it("rejects at once for an aborted signal, with the mapped error when given", async () => {
     const controller = new AbortController();
     controller.abort();
     const late = Promise.reject(new Error("ignored"));
-    await expect(raceAbort(late, controller.signal, () => new Error("stopped"))).rejects.toThrow(
-      "stopped",
-    );
+    await expect(
+      raceAbort(late, controller.signal, { abortError: () => new Error("stopped") }),
+    ).rejects.toThrow("stopped");
   });
 
   it("removes its listeners once settled", async () => {
