@@ -6,7 +6,7 @@ describe("redact", () => {
   it("replaces a secret as written and JSON-escaped", () => {
     const secret = 'a"b\nc';
     const text = `raw ${secret} escaped ${JSON.stringify(secret)} other`;
-    expect(redact(text, [secret])).toBe('raw [redacted] escaped "[redacted]" other');
+    expect(redact(text, [secret, ""])).toBe('raw [redacted] escaped "[redacted]" other');
   });
 
   it("replaces every occurrence, the longest secret first, overlapping ones as one", () => {
