@@ -173,22 +173,25 @@ export class ExecCall {
    * its outcome.
    */
   async started(): Promise<CallOutcome | undefined> {
+    let outcome: CallOutcome;
     try {
       const first = await this.#race(this.#started);
       if (!first.ended) {
         this.#running = first.value;
         return undefined;
       }
-      return await this.#close({ kind: "result", result: this.#endedResult(first.reason) });
+      outcome = { kind: "result", result: this.#endedResult(first.reason) };
     } catch (error) {
-      return await this.#close({ kind: "failed", error });
+      outcome = { kind: "failed", error };
     }
+    return this.#close(outcome);
   }
 
   /**
    * Reads the running command's output until it ends, keeping the tail of each stream (and
    * forwarding up to the cap to `sink`), then waits for its exit code; stops at once when the
-   * call is ended. Resolves with the outcome once it is logged and the sandbox destroyed.
+   * call is ended. Resolves with the outcome once it is logged and the sandbox destroyed (or its
+   * destruction handed to `waitUntil`).
    */
   async finish(sink?: OutputSink): Promise<CallOutcome> {
     const running = this.#running;
