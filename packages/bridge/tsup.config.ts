@@ -13,5 +13,7 @@ export default defineConfig({
   clean: true,
   target: "node20",
   external: ["vitest"],
+  // The private helpers package is inlined: the published package never depends on it.
+  noExternal: ["@remote-task/internal"],
   removeNodeProtocol: false,
 });

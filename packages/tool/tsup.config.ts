@@ -12,4 +12,6 @@ export default defineConfig({
   target: "node20",
   // Optional peers and the openai types package stay imports for the user's install to resolve.
   external: ["ai", "@modelcontextprotocol/sdk", "@mariozechner/pi-agent-core", "openai"],
+  // The private helpers package is inlined: the published package never depends on it.
+  noExternal: ["@remote-task/internal"],
 });

@@ -12,13 +12,12 @@ import {
 } from "@cloudflare/sandbox";
 import {
   BackendError,
-  type BridgeLogger,
   type ExecSpec,
-  jsonLineLogger,
   type OutputChunk,
   type RunningCommand,
   type SandboxBackend,
 } from "@remote-task/bridge";
+import { CLOUDFLARE_TEXTS, raceAbort, redact, shorten } from "@remote-task/internal";
 import { missingCwdMarker, SCRIPT_CWD, taskScript } from "./task-script.js";
 
 export { Sandbox } from "@cloudflare/sandbox";
@@ -30,14 +29,12 @@ export interface CloudflareSandboxBackendOptions {
   /** The `Sandbox` Durable Object namespace binding (`env.Sandbox`). */
   namespace: DurableObjectNamespace<Sandbox>;
   /** Passed to `getSandbox` as `sleepAfter`; a backstop, since every sandbox is destroyed. */
-  sleepAfter?: string | number;
+  sleepAfter?: string | number | undefined;
   /**
-   * Longest wait for one `destroy()` before it is logged as failed, and for a container start
-   * still in flight when the call ended (default 30 s).
+   * Longest wait for one `destroy()` before it fails, and for a container start still in flight
+   * when the call ended (default 30 s).
    */
-  destroyTimeoutMs?: number;
-  /** Receives a `destroy_failed` entry when a sandbox could not be destroyed. */
-  logger?: BridgeLogger;
+  destroyTimeoutMs?: number | undefined;
 }
 
 /** Extra time given to the SDK's own command timeout so the bridge's deadline always fires first. */
@@ -66,10 +63,7 @@ const CAPACITY_SIGNATURES = [
 ];
 const CONTAINERS_DISABLED_SIGNATURE = "containers have not been enabled";
 
-export const CONTAINERS_DISABLED_MESSAGE =
-  "Containers are not available to this Worker: it runs with containers off (local `wrangler dev` " +
-  "turns them off because they need Docker). Deploy it with `npm run deploy -w apps/worker`, or " +
-  "run `npx wrangler dev --enable-containers` with Docker running.";
+export const CONTAINERS_DISABLED_MESSAGE = CLOUDFLARE_TEXTS.containersDisabled;
 
 /**
  * Runs each command in a fresh Cloudflare container (one `Sandbox` Durable Object per
@@ -79,11 +73,9 @@ export class CloudflareSandboxBackend implements SandboxBackend {
   readonly name = "cloudflare";
   readonly isolation = "container";
   readonly #options: CloudflareSandboxBackendOptions;
-  readonly #logger: BridgeLogger;
 
   constructor(options: CloudflareSandboxBackendOptions) {
     this.#options = options;
-    this.#logger = options.logger ?? jsonLineLogger;
   }
 
   /** SDK calls that may still bring a sandbox's container up, per sandbox id. */
@@ -101,25 +93,30 @@ export class CloudflareSandboxBackend implements SandboxBackend {
       // the command is being sent is handled by racing it, and `destroy()` follows in every case.
       // The command runs inside a script that enters the cwd, scrubs the environment and ends
       // with the command's shell (task-script.ts); the env values travel as the SDK's `env`.
-      stream = await untilAborted(
-        this.#track(
-          spec.sandboxId,
-          sandbox.execStream(
-            taskScript({
-              command: spec.command,
-              cwd: spec.cwd,
-              envNames: Object.keys(spec.env),
-              nonce,
-            }),
-            {
-              timeout: spec.timeoutMs + SDK_TIMEOUT_GRACE_MS,
-              cwd: SCRIPT_CWD,
-              env: { ...spec.env },
-            },
-          ),
+      const pending = this.#track(
+        spec.sandboxId,
+        sandbox.execStream(
+          taskScript({
+            command: spec.command,
+            cwd: spec.cwd,
+            envNames: Object.keys(spec.env),
+            nonce,
+          }),
+          {
+            timeout: spec.timeoutMs + SDK_TIMEOUT_GRACE_MS,
+            cwd: SCRIPT_CWD,
+            env: { ...spec.env },
+          },
         ),
-        spec.signal,
       );
+      // A stream that arrives after the abort is released at once.
+      pending.then(
+        (late) => {
+          if (spec.signal.aborted) late.cancel().catch(() => {});
+        },
+        () => {},
+      );
+      stream = await raceAbort(pending, spec.signal, { abortError: abortedError });
     } catch (error) {
       throw toBackendError(error, spec.env);
     }
@@ -154,11 +151,12 @@ export class CloudflareSandboxBackend implements SandboxBackend {
       }),
     );
     try {
-      await untilAborted(
+      await raceAbort(
         budgetMs > 0
           ? withinMs(starting, budgetMs, () => notStartedError(spec.timeoutMs))
           : starting,
         spec.signal,
+        { abortError: abortedError },
       );
     } catch (error) {
       if (BackendError.isInstance(error)) throw error;
@@ -166,10 +164,7 @@ export class CloudflareSandboxBackend implements SandboxBackend {
       if (mapped.code !== "sandbox_error" || mapped.message === CONTAINERS_DISABLED_MESSAGE) {
         throw mapped;
       }
-      throw sandboxError(
-        `The sandbox's container could not be started, so the command did not run (${mapped.message}).`,
-        error,
-      );
+      throw sandboxError(CLOUDFLARE_TEXTS.notStarted(mapped.message), error);
     }
   }
 
@@ -194,21 +189,20 @@ export class CloudflareSandboxBackend implements SandboxBackend {
    * Destroys the sandbox. A start or command still in flight for it (the call ended while the
    * container was starting) could bring the container back afterwards: it is awaited, a stream
    * it produced is cancelled, and the sandbox destroyed again, so no container outlives its call.
+   * A failure (or a destroy stuck past `destroyTimeoutMs`) rejects, and the bridge logs it; the
+   * container then stops by itself once its `sleepAfter` expires.
    */
   async destroy(sandboxId: string): Promise<void> {
-    await this.#destroyOnce(sandboxId);
     const late = this.#inFlight.get(sandboxId);
-    if (late === undefined) return;
+    if (late === undefined) return this.#destroyOnce(sandboxId);
+    // A second destroy follows in every case, so a failure of the first is not the last word.
+    await this.#destroyOnce(sandboxId).catch(() => {});
     const timeoutMs = this.#options.destroyTimeoutMs ?? DEFAULT_DESTROY_TIMEOUT_MS;
+    let stillStarting: unknown;
     const results = await withinMs(Promise.allSettled([...late]), timeoutMs, () =>
       sandboxError(`A container start was still running ${timeoutMs} ms after the call ended.`),
     ).catch((error: unknown) => {
-      this.#logger({
-        event: "destroy_failed",
-        level: "error",
-        sandboxId,
-        detail: describeError(error),
-      });
+      stillStarting = error;
       return [];
     });
     for (const result of results) {
@@ -217,28 +211,18 @@ export class CloudflareSandboxBackend implements SandboxBackend {
       }
     }
     await this.#destroyOnce(sandboxId);
+    if (stillStarting !== undefined) throw stillStarting;
   }
 
-  async #destroyOnce(sandboxId: string): Promise<void> {
+  /** One `destroy()` of the SDK, bounded: it coalesces destroys but never bounds them. */
+  #destroyOnce(sandboxId: string): Promise<void> {
     const timeoutMs = this.#options.destroyTimeoutMs ?? DEFAULT_DESTROY_TIMEOUT_MS;
-    try {
-      // The SDK coalesces destroys but never bounds them; a stuck control plane must not keep
-      // the Worker's `waitUntil` alive forever.
-      await withinMs(
-        this.#sandbox(sandboxId).destroy(),
-        timeoutMs,
-        () => new Error(`destroy() did not finish within ${timeoutMs} ms`),
-      );
-    } catch (error) {
-      // Logged and swallowed: the call's result is already decided, and the container stops by
-      // itself once its `sleepAfter` expires.
-      this.#logger({
-        event: "destroy_failed",
-        level: "error",
-        sandboxId,
-        detail: describeError(error),
-      });
-    }
+    // A stuck control plane must not keep the Worker's `waitUntil` alive forever.
+    return withinMs(
+      this.#sandbox(sandboxId).destroy(),
+      timeoutMs,
+      () => new Error(`destroy() did not finish within ${timeoutMs} ms`),
+    );
   }
 
   #sandbox(sandboxId: string): SandboxHandle {
@@ -304,19 +288,18 @@ function readCommand(
         } else if (event.type === "complete") {
           const code = event.exitCode ?? event.result?.exitCode;
           if (typeof code === "number" && Number.isInteger(code)) settle({ code });
-          else
-            settle({ error: sandboxError("The sandbox reported an exit without an exit code.") });
+          else settle({ error: sandboxError(CLOUDFLARE_TEXTS.noExitCode) });
           return;
         } else if (event.type === "error") {
           const reason = event.error ?? event.data ?? "the command could not be run";
-          settle({ error: sandboxError(`The sandbox failed: ${safeText(reason, spec.env)}`) });
+          settle({
+            error: sandboxError(CLOUDFLARE_TEXTS.failed(undefined, safeText(reason, spec.env))),
+          });
           return;
         }
       }
       settle({
-        error: spec.signal.aborted
-          ? abortedError()
-          : sandboxError("The sandbox closed the output stream before the command exited."),
+        error: spec.signal.aborted ? abortedError() : sandboxError(CLOUDFLARE_TEXTS.closedEarly),
       });
     } catch (error) {
       settle({ error: spec.signal.aborted ? abortedError() : brokenStreamError(error, spec.env) });
@@ -328,26 +311,6 @@ function readCommand(
   }
 
   return { output: output(), exit };
-}
-
-/** Rejects as soon as `signal` aborts; the underlying promise is left to settle unobserved. */
-function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) return Promise.reject(abortedError());
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(abortedError());
-    signal.addEventListener("abort", onAbort, { once: true });
-    promise.then(
-      (value) => {
-        signal.removeEventListener("abort", onAbort);
-        if (signal.aborted && isStream(value)) value.cancel().catch(() => {});
-        resolve(value);
-      },
-      (error: unknown) => {
-        signal.removeEventListener("abort", onAbort);
-        reject(error);
-      },
-    );
-  });
 }
 
 function isStream(value: unknown): value is ReadableStream {
@@ -366,35 +329,24 @@ function withinMs<T>(promise: Promise<T>, ms: number, timeoutError: () => Error)
 }
 
 function notStartedError(timeoutMs: number): BackendError {
-  return sandboxError(
-    `The sandbox's container did not become ready within the call's timeout (${timeoutMs / 1000} s), ` +
-      "so the command did not run. Cold starts can take several seconds: allow a longer " +
-      "timeoutSeconds, or retry.",
-  );
+  return sandboxError(CLOUDFLARE_TEXTS.notReady(timeoutMs / 1000));
 }
 
 function missingCwdError(cwd: string): BackendError {
-  return new BackendError(
-    "invalid_request",
-    `cwd ${cwd.slice(0, 200)} is not a directory in the sandbox, so the command did not run. ` +
-      "Use an existing directory (default /workspace), or create it first: mkdir -p <dir> && cd <dir> && ...",
-    { path: ["cwd"] },
-  );
+  return new BackendError("invalid_request", CLOUDFLARE_TEXTS.missingCwd(cwd.slice(0, 200)), {
+    path: ["cwd"],
+  });
 }
 
 /** The output stream failed mid-command: the SDK's words say how, not what it means. */
 function brokenStreamError(error: unknown, env: Readonly<Record<string, string>>): BackendError {
   const mapped = toBackendError(error, env);
   if (mapped.code !== "sandbox_error") return mapped;
-  return sandboxError(
-    "The connection to the sandbox broke while the command ran (its container may have " +
-      `stopped), so how the command ended is unknown (${mapped.message}).`,
-    error,
-  );
+  return sandboxError(CLOUDFLARE_TEXTS.brokenStream(mapped.message), error);
 }
 
 function abortedError(): BackendError {
-  return sandboxError("The command was stopped before it finished.");
+  return sandboxError(CLOUDFLARE_TEXTS.stopped);
 }
 
 function sandboxError(message: string, cause?: unknown): BackendError {
@@ -412,19 +364,15 @@ export function toBackendError(error: unknown, env: Readonly<Record<string, stri
   const message = messageOf(error);
   const lower = message.toLowerCase();
   if (isCapacityError(error, lower)) {
-    return new BackendError(
-      "capacity_exceeded",
-      "No sandbox container is free right now (the deployment's max_instances are busy or none " +
-        "could be placed). Try again shortly.",
-      { retryAfterSeconds: retryAfterSeconds(error), cause: error },
-    );
+    return new BackendError("capacity_exceeded", CLOUDFLARE_TEXTS.noContainer, {
+      retryAfterSeconds: retryAfterSeconds(error),
+      cause: error,
+    });
   }
   if (lower.includes(CONTAINERS_DISABLED_SIGNATURE)) {
     return sandboxError(CONTAINERS_DISABLED_MESSAGE, error);
   }
-  const code = sdkCode(error);
-  const detail = message ? `: ${safeText(message, env)}` : "";
-  return sandboxError(`The sandbox failed${code ? ` (${code})` : ""}${detail}`, error);
+  return sandboxError(CLOUDFLARE_TEXTS.failed(sdkCode(error), safeText(message, env)), error);
 }
 
 function isCapacityError(error: unknown, lowerMessage: string): boolean {
@@ -459,18 +407,9 @@ function messageOf(error: unknown): string {
   return typeof error === "string" ? error : "";
 }
 
-function describeError(error: unknown): string {
-  const name = isRecord(error) && typeof error.name === "string" ? error.name : "Error";
-  return `${name}: ${messageOf(error).slice(0, MAX_SDK_MESSAGE_LENGTH)}`;
-}
-
 /** Shortens an SDK message and removes any env value the caller sent. */
 function safeText(text: string, env: Readonly<Record<string, string>>): string {
-  let safe = text;
-  for (const value of Object.values(env)) {
-    if (value.length > 0) safe = safe.split(value).join("[redacted]");
-  }
-  return safe.length > MAX_SDK_MESSAGE_LENGTH ? `${safe.slice(0, MAX_SDK_MESSAGE_LENGTH)}…` : safe;
+  return shorten(redact(text, Object.values(env)), MAX_SDK_MESSAGE_LENGTH);
 }
 
 function isRecord(value: unknown): value is Record<string, unknown> {

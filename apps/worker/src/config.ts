@@ -1,3 +1,4 @@
+import { hasBrand } from "@remote-task/internal";
 import { type Limits, limitsSchema, MAX_HEARTBEAT_INTERVAL_MS } from "@remote-task/protocol";
 import type { CloudflareSandboxBackendOptions } from "./cloudflare-backend.js";
 
@@ -67,7 +68,7 @@ export class ConfigError extends Error {
   }
 
   static isInstance(value: unknown): value is ConfigError {
-    return typeof value === "object" && value !== null && CONFIG_ERROR_BRAND in value;
+    return hasBrand(value, CONFIG_ERROR_BRAND);
   }
 }
 

@@ -2,15 +2,15 @@ import {
   type BridgeHandler,
   type BridgeLogger,
   createBridge,
+  errorResponse,
   jsonLineLogger,
 } from "@remote-task/bridge";
-import { ERROR_STATUS, type ErrorBody } from "@remote-task/protocol";
 import { CloudflareSandboxBackend } from "./cloudflare-backend.js";
 import { ConfigError, readConfig, type WorkerEnv } from "./config.js";
 
 export interface WorkerHandlerOptions {
   /** Receives the bridge's structured log entries (default: JSON lines on the console). */
-  logger?: BridgeLogger;
+  logger?: BridgeLogger | undefined;
 }
 
 /**
@@ -30,19 +30,16 @@ export function createWorker(options: WorkerHandlerOptions = {}) {
       const config = readConfig(env);
       const backend = new CloudflareSandboxBackend({
         namespace: env.Sandbox,
-        logger,
-        ...(config.sleepAfter === undefined ? {} : { sleepAfter: config.sleepAfter }),
+        sleepAfter: config.sleepAfter,
       });
       bridge = createBridge({
         backend,
         logger,
         limits: config.limits,
         allowUnauthenticated: config.allowUnauthenticated,
-        ...(config.token === undefined ? {} : { token: config.token }),
-        ...(config.defaultCwd === undefined ? {} : { defaultCwd: config.defaultCwd }),
-        ...(config.heartbeatIntervalMs === undefined
-          ? {}
-          : { heartbeatIntervalMs: config.heartbeatIntervalMs }),
+        token: config.token,
+        defaultCwd: config.defaultCwd,
+        heartbeatIntervalMs: config.heartbeatIntervalMs,
       });
     } catch (error) {
       if (!ConfigError.isInstance(error)) throw error;
@@ -55,18 +52,10 @@ export function createWorker(options: WorkerHandlerOptions = {}) {
   return {
     async fetch(request: Request, env: WorkerEnv, ctx: ExecutionContext): Promise<Response> {
       const bridge = bridgeFor(env);
-      if (ConfigError.isInstance(bridge)) return notConfigured(bridge);
+      // Every route answers 503 `not_configured` naming the variable, never a crash.
+      if (ConfigError.isInstance(bridge)) return errorResponse("not_configured", bridge.message);
       // Sandboxes are destroyed after the response is sent, without delaying it.
       return bridge.fetch(request, { waitUntil: ctx.waitUntil.bind(ctx) });
     },
   } satisfies ExportedHandler<WorkerEnv>;
-}
-
-/** Every route answers 503 `not_configured` naming the variable, never a crash. */
-function notConfigured(error: ConfigError): Response {
-  const body: ErrorBody = { error: error.message, code: "not_configured" };
-  return new Response(JSON.stringify(body), {
-    status: ERROR_STATUS.not_configured,
-    headers: { "content-type": "application/json; charset=utf-8", "cache-control": "no-store" },
-  });
 }

@@ -1,6 +1,12 @@
 import { env } from "cloudflare:workers";
 import { ContainerUnavailableError } from "@cloudflare/sandbox";
-import { BackendError, type BridgeLogEntry, type ExecSpec } from "@remote-task/bridge";
+import {
+  BackendError,
+  type BridgeLogEntry,
+  createBridge,
+  type ExecSpec,
+  type SandboxBackend,
+} from "@remote-task/bridge";
 import { describe, expect, it } from "vitest";
 import {
   CloudflareSandboxBackend,
@@ -22,13 +28,26 @@ function spec(overrides: Partial<ExecSpec> = {}): ExecSpec {
   };
 }
 
-function backend(entries: BridgeLogEntry[] = [], destroyTimeoutMs?: number) {
-  return new CloudflareSandboxBackend({
-    namespace: env.Sandbox,
-    sleepAfter: "1m",
-    logger: (entry) => entries.push(entry),
-    ...(destroyTimeoutMs === undefined ? {} : { destroyTimeoutMs }),
-  });
+function backend() {
+  return new CloudflareSandboxBackend({ namespace: env.Sandbox, sleepAfter: "1m" });
+}
+
+/**
+ * Destroys `id` through a bridge (a `/cancel` for an id with no call in flight destroys it) and
+ * returns what the bridge logged: destroy failures are logged there, once.
+ */
+async function destroyThroughBridge(b: SandboxBackend, id: string): Promise<BridgeLogEntry[]> {
+  const entries: BridgeLogEntry[] = [];
+  const bridge = createBridge({ backend: b, token: "t", logger: (entry) => entries.push(entry) });
+  const answer = await bridge(
+    new Request("http://bridge.test/cancel", {
+      method: "POST",
+      headers: { authorization: "Bearer t", "content-type": "application/json" },
+      body: JSON.stringify({ sandboxId: id }),
+    }),
+  );
+  expect(answer.status).toBe(200);
+  return entries;
 }
 
 async function run(scenario: FakeScenario, overrides: Partial<ExecSpec> = {}) {
@@ -167,22 +186,22 @@ describe("CloudflareSandboxBackend", () => {
     expect((error as BackendError).details.retryAfterSeconds).toBeGreaterThan(0);
   });
 
-  it("logs and swallows a failing destroy, and is safe to repeat", async () => {
-    const entries: BridgeLogEntry[] = [];
-    const b = backend(entries);
+  it("reports a failing destroy (the bridge logs it once), and is safe to repeat", async () => {
+    const b = backend();
     const s = spec({ command: fakeCommand({ destroyFails: true }) });
     const running = await b.start(s);
     for await (const _ of running.output) {
       // drain
     }
-    await expect(b.destroy(s.sandboxId)).resolves.toBeUndefined();
-    await expect(b.destroy(s.sandboxId)).resolves.toBeUndefined();
+    await expect(b.destroy(s.sandboxId)).rejects.toThrow("fake destroy failed");
+    const entries = await destroyThroughBridge(b, s.sandboxId);
     expect((await sandboxState(s.sandboxId)).destroyCalls).toBe(2);
-    expect(entries).toHaveLength(2);
+    expect(entries).toHaveLength(1);
     expect(entries[0]).toMatchObject({
       event: "destroy_failed",
       level: "error",
       sandboxId: s.sandboxId,
+      detail: expect.stringContaining("fake destroy failed"),
     });
   });
 
@@ -194,16 +213,13 @@ describe("CloudflareSandboxBackend", () => {
 
   it("explains that containers need Docker or a deploy when the runtime has none", async () => {
     // `RealSandbox` is the SDK's own class in a runtime without containers, as in `wrangler dev`.
-    const entries: BridgeLogEntry[] = [];
-    const real = new CloudflareSandboxBackend({
-      namespace: env.RealSandbox,
-      logger: (entry) => entries.push(entry),
-    });
+    const real = new CloudflareSandboxBackend({ namespace: env.RealSandbox });
     const id = sandboxId();
     const error = await real.start(spec({ sandboxId: id })).catch((e: unknown) => e);
     expect(BackendError.isInstance(error) && error.code).toBe("sandbox_error");
     expect((error as Error).message).toBe(CONTAINERS_DISABLED_MESSAGE);
-    await expect(real.destroy(id)).resolves.toBeUndefined();
+    // Destroy fails there too: the bridge logs it, and nothing throws.
+    const entries = await destroyThroughBridge(real, id);
     expect(entries[0]).toMatchObject({ event: "destroy_failed", sandboxId: id });
   });
 });

@@ -1,6 +1,5 @@
 import { listDurableObjectIds } from "cloudflare:test";
 import { env } from "cloudflare:workers";
-import { silentLogger } from "@remote-task/bridge";
 import { backendConformanceSuite } from "@remote-task/bridge/testing";
 import { CloudflareSandboxBackend } from "../src/cloudflare-backend.js";
 import { fakeNamespace } from "./helpers.js";
@@ -18,6 +17,6 @@ async function liveSandboxes(): Promise<number> {
 
 backendConformanceSuite(
   "cloudflare (fake Sandbox Durable Object in workerd)",
-  () => new CloudflareSandboxBackend({ namespace: env.Sandbox, logger: silentLogger }),
+  () => new CloudflareSandboxBackend({ namespace: env.Sandbox }),
   { liveSandboxes },
 );

@@ -1,3 +1,7 @@
+import { BRIDGE_TEXTS } from "@remote-task/internal";
+import type { MiddlewareHandler } from "hono";
+import { errorResponse } from "./responses.js";
+
 const encoder = new TextEncoder();
 
 async function digest(text: string): Promise<Uint8Array> {
@@ -20,4 +24,28 @@ export function bearerToken(header: string | null): string | undefined {
   if (header === null) return undefined;
   const match = /^Bearer[ \t]+(\S+)[ \t]*$/i.exec(header);
   return match?.[1];
+}
+
+/**
+ * The middleware guarding every route that runs or reveals something: without a configured
+ * token (and no explicit opt-out) it refuses with `not_configured`; with one, a request must
+ * present it as `Authorization: Bearer <token>` or gets 401.
+ */
+export function requireToken(
+  token: string | undefined,
+  allowUnauthenticated: boolean,
+): MiddlewareHandler {
+  return async (c, next) => {
+    if (token === undefined) {
+      if (!allowUnauthenticated) return errorResponse("not_configured", BRIDGE_TEXTS.notConfigured);
+    } else {
+      const given = bearerToken(c.req.header("authorization") ?? null);
+      if (given === undefined || !(await timingSafeEqual(given, token))) {
+        return errorResponse("unauthorized", BRIDGE_TEXTS.unauthorized, {
+          headers: { "www-authenticate": 'Bearer realm="remote-task"' },
+        });
+      }
+    }
+    await next();
+  };
 }

@@ -1,11 +1,11 @@
+import { BRIDGE_TEXTS } from "@remote-task/internal";
 import type { ErrorBody } from "@remote-task/protocol";
 import { BackendError } from "./backend.js";
-import { errorBody } from "./responses.js";
+import { errorBody, errorResponse } from "./responses.js";
 
 /** What the bridge answers for a backend failure, and what it logs about it. */
 export interface MappedBackendError {
   body: ErrorBody;
-  headers: Record<string, string>;
   /** The failure's own message for the log (unexpected failures only; redact before logging). */
   detail?: string;
 }
@@ -21,29 +21,26 @@ export function mapBackendError(error: unknown): MappedBackendError {
           body: errorBody("invalid_request", error.message, {
             issues: [{ path: [...(error.details.path ?? [])], message: error.message }],
           }),
-          headers: {},
         };
-      case "capacity_exceeded": {
-        const retryAfterSeconds = error.details.retryAfterSeconds ?? DEFAULT_RETRY_AFTER_SECONDS;
+      case "capacity_exceeded":
         return {
-          body: errorBody("capacity_exceeded", error.message, { retryAfterSeconds }),
-          headers: { "retry-after": String(Math.max(0, Math.ceil(retryAfterSeconds))) },
+          body: errorBody("capacity_exceeded", error.message, {
+            retryAfterSeconds: error.details.retryAfterSeconds ?? DEFAULT_RETRY_AFTER_SECONDS,
+          }),
         };
-      }
       default:
-        return { body: errorBody("sandbox_error", error.message), headers: {} };
+        return { body: errorBody("sandbox_error", error.message) };
     }
   }
   const detail =
     error instanceof Error
       ? `${error.name}: ${error.message}`
       : `non-error thrown: ${String(error)}`;
-  return {
-    body: errorBody(
-      "sandbox_error",
-      "The sandbox failed while running the command; the bridge log has details. Try again.",
-    ),
-    headers: {},
-    detail,
-  };
+  return { body: errorBody("sandbox_error", BRIDGE_TEXTS.sandboxFailed), detail };
+}
+
+/** The HTTP answer for a backend failure. */
+export function backendErrorResponse(error: unknown): Response {
+  const { body } = mapBackendError(error);
+  return errorResponse(body.code, body.error, body);
 }

@@ -4,6 +4,8 @@
  * The bridge core owns deadlines, output caps, cancellation and the destroy-on-every-path rule.
  */
 
+import { hasBrand } from "@remote-task/internal";
+
 /** What the bridge asks a backend to run. */
 export interface ExecSpec {
   /** Valid per the protocol's `sandboxIdSchema`; the bridge refuses a second concurrent call for it. */
@@ -38,6 +40,7 @@ export interface RunningCommand {
   exit: Promise<number>;
 }
 
+/** A sandbox technology as the bridge uses it (see the top of this file). */
 export interface SandboxBackend {
   /** Reported by `/health` as `backend`, e.g. `local`, `cloudflare`. */
   readonly name: string;
@@ -45,18 +48,21 @@ export interface SandboxBackend {
   readonly isolation: string;
   /** Creates a fresh sandbox for `spec.sandboxId` and starts the command in it. */
   start(spec: ExecSpec): Promise<RunningCommand>;
-  /** Stops everything in the sandbox and removes it. Idempotent; safe for a never-started id. */
+  /**
+   * Stops everything in the sandbox and removes it. Idempotent; safe for a never-started id.
+   * A failure rejects (with a message safe to log); the bridge logs it as `destroy_failed`.
+   */
   destroy(sandboxId: string): Promise<void>;
 }
 
 export type BackendErrorCode = "invalid_request" | "capacity_exceeded" | "sandbox_error";
 
+const BACKEND_ERROR_BRAND: unique symbol = Symbol.for("remote-task.BackendError");
+
 /**
  * The only error a backend should throw on purpose. `message` must be safe to show to the
  * caller (no env values, no secrets); anything else thrown becomes a generic `sandbox_error`.
  */
-const BACKEND_ERROR_BRAND: unique symbol = Symbol.for("remote-task.BackendError");
-
 export class BackendError extends Error {
   static readonly brand: typeof BACKEND_ERROR_BRAND = BACKEND_ERROR_BRAND;
   readonly [BACKEND_ERROR_BRAND] = true;
@@ -77,6 +83,6 @@ export class BackendError extends Error {
   }
 
   static isInstance(value: unknown): value is BackendError {
-    return typeof value === "object" && value !== null && BACKEND_ERROR_BRAND in value;
+    return hasBrand(value, BACKEND_ERROR_BRAND);
   }
 }

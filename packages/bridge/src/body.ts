@@ -1,14 +1,10 @@
-import type { Issue } from "@remote-task/protocol";
-import { errorBody, HttpError, invalidRequest } from "./responses.js";
+import { BRIDGE_TEXTS, concatBytes, issuesOf, type SchemaIssue } from "@remote-task/internal";
+import { HttpError, invalidRequest } from "./responses.js";
 
 function tooLarge(maxBytes: number): HttpError {
-  return new HttpError(
-    errorBody(
-      "payload_too_large",
-      `Request body is larger than ${maxBytes} bytes; send a shorter command or fewer env entries.`,
-    ),
-    { connection: "close" },
-  );
+  return new HttpError("payload_too_large", BRIDGE_TEXTS.payloadTooLarge(maxBytes), {
+    headers: { connection: "close" },
+  });
 }
 
 /**
@@ -35,13 +31,7 @@ export async function readBodyLimited(request: Request, maxBytes: number): Promi
     }
     parts.push(value);
   }
-  const body = new Uint8Array(size);
-  let offset = 0;
-  for (const part of parts) {
-    body.set(part, offset);
-    offset += part.byteLength;
-  }
-  return body;
+  return concatBytes(parts);
 }
 
 const strictDecoder = new TextDecoder("utf-8", { fatal: true });
@@ -60,8 +50,8 @@ export function assertJsonContentType(request: Request): void {
     mediaType === "text/plain" ||
     /^application\/[a-z0-9.+-]*\+json$/.test(mediaType);
   if (!json) {
-    throw invalidRequest("Content-Type must be application/json.", [
-      { path: [], message: `unsupported content type "${mediaType.slice(0, 100)}"` },
+    throw invalidRequest(BRIDGE_TEXTS.notJsonType, [
+      { path: [], message: BRIDGE_TEXTS.unsupportedType(mediaType.slice(0, 100)) },
     ]);
   }
 }
@@ -72,44 +62,25 @@ export function parseJsonBody(bytes: Uint8Array): unknown {
   try {
     text = strictDecoder.decode(bytes);
   } catch {
-    throw invalidRequest("Request body is not valid UTF-8.", [
-      { path: [], message: "body must be UTF-8 encoded JSON" },
-    ]);
+    throw invalidRequest(BRIDGE_TEXTS.notUtf8, [{ path: [], message: BRIDGE_TEXTS.notUtf8Issue }]);
   }
   try {
     return JSON.parse(text);
   } catch {
-    throw invalidRequest("Request body is not valid JSON.", [
-      { path: [], message: "body must be a JSON object" },
-    ]);
+    throw invalidRequest(BRIDGE_TEXTS.notJson, [{ path: [], message: BRIDGE_TEXTS.notJsonIssue }]);
   }
 }
 
 /** The part of a zod schema the bridge uses (kept structural so zod stays the protocol's business). */
 interface Schema<T> {
-  safeParse(value: unknown):
-    | { success: true; data: T }
-    | {
-        success: false;
-        error: { issues: ReadonlyArray<{ path: PropertyKey[]; message: string }> };
-      };
-}
-
-/** Protocol issues from a zod error (paths made JSON-safe). */
-export function zodIssues(error: {
-  issues: ReadonlyArray<{ path: PropertyKey[]; message: string }>;
-}): Issue[] {
-  return error.issues.map((issue) => ({
-    path: issue.path.map((key) => (typeof key === "symbol" ? String(key) : key)),
-    message: issue.message,
-  }));
+  safeParse(
+    value: unknown,
+  ): { success: true; data: T } | { success: false; error: { issues: ReadonlyArray<SchemaIssue> } };
 }
 
 /** Validates `value` with `schema`; 400 `invalid_request` with every failing path otherwise. */
 export function validate<T>(schema: Schema<T>, value: unknown, what: string): T {
   const parsed = schema.safeParse(value);
-  if (!parsed.success) {
-    throw invalidRequest(`${what} is invalid: see issues.`, zodIssues(parsed.error));
-  }
+  if (!parsed.success) throw invalidRequest(BRIDGE_TEXTS.invalid(what), issuesOf(parsed.error));
   return parsed.data;
 }

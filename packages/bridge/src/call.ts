@@ -1,125 +1,64 @@
-import type { ExecResult, Outcome } from "@remote-task/protocol";
-import { TIMEOUT_EXIT_CODE } from "@remote-task/protocol";
-import type { RunningCommand } from "./backend.js";
-import type { EndReason } from "./logger.js";
-import { chunkBytes, type TailBuffer } from "./output.js";
+/**
+ * One `/exec` call, from acceptance until its sandbox is destroyed. Everything a call owns is
+ * here: where a deadline becomes `outcome: "timeout"`, where output is capped (the retained tail
+ * and what a stream forwards), where the sandbox is destroyed, and the call's one log line.
+ * The routes (exec.ts) and the event stream (sse.ts) only wire requests and responses to it.
+ */
+import {
+  type RaceAbortOptions,
+  raceAbort,
+  redact,
+  shorten,
+  timerDelay,
+} from "@remote-task/internal";
+import { type ExecResult, type Outcome, TIMEOUT_EXIT_CODE } from "@remote-task/protocol";
+import type { ExecSpec, RunningCommand, SandboxBackend } from "./backend.js";
+import { mapBackendError } from "./backend-errors.js";
+import type { BridgeLogger, EndReason } from "./logger.js";
+import { chunkBytes, ForwardGate, TailBuffer } from "./output.js";
 
 /** Exit code reported for a command stopped by `/cancel`, a disconnect or shutdown (as after SIGINT). */
 export const CANCELLED_EXIT_CODE = 130;
 
-/** One `/exec` call from acceptance until its sandbox is destroyed. */
-export class ExecCall {
-  readonly controller = new AbortController();
-  readonly startedAt = Date.now();
-  /** Set once when the call is ended early; never changes afterwards. */
-  endedBy: EndReason | undefined;
-  /** True once the command's result is decided; later end requests are ignored. */
-  settled = false;
-  private resolveCleaned!: () => void;
-  /** Resolves when the sandbox has been destroyed and the id released. */
-  readonly cleaned = new Promise<void>((resolve) => {
-    this.resolveCleaned = resolve;
-  });
+/** Longest failure detail a log line carries. */
+const MAX_LOG_DETAIL_LENGTH = 2_000;
 
-  constructor(
-    readonly sandboxId: string,
-    readonly streamed: boolean,
-  ) {}
-
-  get signal(): AbortSignal {
-    return this.controller.signal;
-  }
-
-  /** Ends the call early (first reason wins); a no-op once the result is decided. */
-  end(reason: EndReason): boolean {
-    if (this.settled || this.endedBy !== undefined) return false;
-    this.endedBy = reason;
-    this.controller.abort(reason);
-    return true;
-  }
-
-  /**
-   * Settles with `value`, or with the end reason if the call is ended first, or rejects when
-   * `failure` aborts first. Listeners are removed after every step: racing against promises that
-   * stay pending would keep every settled value (every output chunk) reachable.
-   */
-  race<T>(
-    value: Promise<T>,
-    failure?: AbortSignal,
-  ): Promise<{ ended: false; value: T } | { ended: true; reason: EndReason }> {
-    const signal = this.controller.signal;
-    return new Promise((resolve, reject) => {
-      const onEnd = () => {
-        detach();
-        resolve({ ended: true, reason: this.endedBy ?? "shutdown" });
-      };
-      const onFailure = () => {
-        detach();
-        reject(failure?.reason);
-      };
-      const detach = () => {
-        signal.removeEventListener("abort", onEnd);
-        failure?.removeEventListener("abort", onFailure);
-      };
-      if (signal.aborted) return onEnd();
-      if (failure?.aborted) return onFailure();
-      signal.addEventListener("abort", onEnd, { once: true });
-      failure?.addEventListener("abort", onFailure, { once: true });
-      value.then(
-        (v) => {
-          detach();
-          resolve({ ended: false, value: v });
-        },
-        (error: unknown) => {
-          detach();
-          reject(error);
-        },
-      );
-    });
-  }
-
-  markCleaned(): void {
-    this.resolveCleaned();
-  }
+/** What a call needs from the bridge that runs it. */
+export interface CallHost {
+  readonly backend: SandboxBackend;
+  readonly logger: BridgeLogger;
+  /** The bridge's token: never in a log line. */
+  readonly token: string | undefined;
+  /** Told once the call's sandbox is destroyed: its id is free again. */
+  released(call: ExecCall): void;
 }
 
-/** Receives each chunk as it arrives (streamed calls forward it). */
-export type ChunkSink = (stream: "stdout" | "stderr", bytes: Uint8Array) => void;
+/** One call to run, as the route accepted it: what the backend gets, and how to answer. */
+export interface CallSpec extends Omit<ExecSpec, "signal"> {
+  /** Bytes of each stream retained for the result, and forwarded by a stream. */
+  cap: number;
+  /** Whether the caller reads the call as an event stream. */
+  streamed: boolean;
+  /** The request's signal: its abort (the caller went away) ends the call. */
+  disconnect: AbortSignal;
+  /** Keeps the teardown alive after the answer (Workers); without it the answer waits for it. */
+  waitUntil: ((promise: Promise<unknown>) => void) | undefined;
+}
 
-export type ConsumeOutcome =
+/** How a call ended: a result (the command exited, timed out or was cancelled), or a failure. */
+export type CallOutcome =
   | { kind: "result"; result: ExecResult }
-  | { kind: "failed"; error: unknown; stdoutBytes: number; stderrBytes: number };
+  | { kind: "failed"; error: unknown };
 
-/** Builds the result of a call from its tails; `code` and `outcome` say how it ended. */
-export function buildResult(
-  call: ExecCall,
-  tails: { stdout: TailBuffer; stderr: TailBuffer },
-  code: number,
-  outcome: Outcome,
-): ExecResult {
-  return {
-    stdout: tails.stdout.text(),
-    stderr: tails.stderr.text(),
-    code,
-    outcome,
-    durationMs: Date.now() - call.startedAt,
-    stdoutBytes: tails.stdout.total,
-    stderrBytes: tails.stderr.total,
-    stdoutTruncated: tails.stdout.truncated,
-    stderrTruncated: tails.stderr.truncated,
-  };
+/** Receives what a streamed call forwards: text within the cap, then the end of the output. */
+export interface OutputSink {
+  write(stream: "stdout" | "stderr", text: string): void;
+  /** Called once, after the last `write` and before the sandbox is destroyed. */
+  end(): void;
 }
 
-/** The result for a call ended early by `reason`, with the output seen so far. */
-export function endedResult(
-  call: ExecCall,
-  tails: { stdout: TailBuffer; stderr: TailBuffer },
-  reason: EndReason,
-): ExecResult {
-  return reason === "timeout"
-    ? buildResult(call, tails, TIMEOUT_EXIT_CODE, "timeout")
-    : buildResult(call, tails, CANCELLED_EXIT_CODE, "cancelled");
-}
+/** Rejection reason marking "the call was ended" in a race. */
+const ENDED = Symbol("call ended");
 
 /** Hides a late rejection of a promise we stopped waiting for. */
 function quiet<T>(promise: Promise<T>): Promise<T> {
@@ -127,52 +66,285 @@ function quiet<T>(promise: Promise<T>): Promise<T> {
   return promise;
 }
 
-/**
- * Reads the command's output into bounded tails until it ends, then waits for its exit code;
- * stops at once when the call is ended (timeout, cancel, disconnect, shutdown).
- */
-export async function consumeOutput(
-  call: ExecCall,
-  running: RunningCommand,
-  tails: { stdout: TailBuffer; stderr: TailBuffer },
-  sink?: ChunkSink,
-): Promise<ConsumeOutcome> {
-  const exit = quiet(running.exit);
-  // A backend that reports failure while the output is still open must not be waited out.
-  const exitFailed = new AbortController();
-  exit.catch((error: unknown) => exitFailed.abort(error));
-  const iterator = running.output[Symbol.asyncIterator]();
-  let finishedIterating = false;
+/** Destroys a sandbox; a failure is logged here (the only place) and never thrown. */
+export async function destroySandbox(
+  host: Pick<CallHost, "backend" | "logger" | "token">,
+  sandboxId: string,
+  secrets: Iterable<string> = [],
+): Promise<void> {
   try {
-    for (;;) {
-      const next = await call.race(quiet(iterator.next()), exitFailed.signal);
-      if (next.ended) {
-        call.settled = true;
-        return { kind: "result", result: endedResult(call, tails, next.reason) };
-      }
-      if (next.value.done) {
-        finishedIterating = true;
-        break;
-      }
-      const { stream, data } = next.value.value;
-      const bytes = chunkBytes(data);
-      const target = stream === "stderr" ? tails.stderr : tails.stdout;
-      target.push(bytes);
-      sink?.(stream === "stderr" ? "stderr" : "stdout", bytes);
-    }
-    const exited = await call.race(exit);
-    call.settled = true;
-    if (exited.ended) return { kind: "result", result: endedResult(call, tails, exited.reason) };
-    return { kind: "result", result: buildResult(call, tails, exited.value, "exited") };
+    await host.backend.destroy(sandboxId);
   } catch (error) {
-    call.settled = true;
+    host.logger({
+      event: "destroy_failed",
+      level: "error",
+      sandboxId,
+      detail: logDetail(
+        error instanceof Error ? `${error.name}: ${error.message}` : String(error),
+        [...secrets, host.token],
+      ),
+    });
+  }
+}
+
+/** A failure's text for a log line: secrets redacted, length bounded. */
+export function logDetail(text: string, secrets: Iterable<string | undefined>): string {
+  return shorten(redact(text, secrets), MAX_LOG_DETAIL_LENGTH);
+}
+
+/**
+ * A call's life: the sandbox is started at once, the deadline timer runs, the caller's
+ * disconnect ends the call. `started()` then `finish()` run it to its outcome; every way it ends
+ * (exit, failure, timeout, cancel, disconnect, shutdown) destroys the sandbox and logs one line.
+ */
+export class ExecCall {
+  readonly sandboxId: string;
+  readonly streamed: boolean;
+  readonly startedAt = Date.now();
+  /** Resolves once the sandbox is destroyed and the id released. */
+  readonly cleaned: Promise<void>;
+  readonly #host: CallHost;
+  readonly #spec: CallSpec;
+  readonly #controller = new AbortController();
+  readonly #tails: { stdout: TailBuffer; stderr: TailBuffer };
+  readonly #deadline: ReturnType<typeof setTimeout>;
+  readonly #onDisconnect = () => this.end("disconnect");
+  /** In a race, the call's own end rejects with `ENDED`, anything else with its reason. */
+  readonly #markEnded = (signal: AbortSignal) =>
+    signal === this.#controller.signal ? ENDED : signal.reason;
+  readonly #endOnly: RaceAbortOptions = { abortError: this.#markEnded };
+  readonly #started: Promise<RunningCommand>;
+  #running: RunningCommand | undefined;
+  #endedBy: EndReason | undefined;
+  /** True once the outcome is decided; later end requests are ignored. */
+  #settled = false;
+  #teardown: Promise<void> | undefined;
+  #resolveCleaned!: () => void;
+
+  constructor(host: CallHost, spec: CallSpec) {
+    this.#host = host;
+    this.#spec = spec;
+    this.sandboxId = spec.sandboxId;
+    this.streamed = spec.streamed;
+    this.cleaned = new Promise((resolve) => {
+      this.#resolveCleaned = resolve;
+    });
+    this.#tails = { stdout: new TailBuffer(spec.cap), stderr: new TailBuffer(spec.cap) };
+    this.#deadline = setTimeout(() => this.end("timeout"), timerDelay(spec.timeoutMs));
+    if (spec.disconnect.aborted) this.#onDisconnect();
+    else spec.disconnect.addEventListener("abort", this.#onDisconnect, { once: true });
+    let started: Promise<RunningCommand>;
+    try {
+      started = Promise.resolve(
+        host.backend.start({
+          sandboxId: spec.sandboxId,
+          command: spec.command,
+          cwd: spec.cwd,
+          env: spec.env,
+          timeoutMs: spec.timeoutMs,
+          signal: this.#controller.signal,
+        }),
+      );
+    } catch (error) {
+      started = Promise.reject(error);
+    }
+    this.#started = quiet(started);
+  }
+
+  /** Why the call was ended early, once it was; never changes afterwards. */
+  get endedBy(): EndReason | undefined {
+    return this.#endedBy;
+  }
+
+  /**
+   * Ends the call early (first reason wins): the backend's signal aborts, the command is
+   * stopped, and the outcome becomes `timeout` or `cancelled`. False once the outcome is decided.
+   */
+  end(reason: EndReason): boolean {
+    if (this.#settled || this.#endedBy !== undefined) return false;
+    this.#endedBy = reason;
+    this.#controller.abort(reason);
+    return true;
+  }
+
+  /**
+   * Waits for the sandbox to start. Undefined once the command runs (go on with `finish()`);
+   * otherwise the call is already over (ended while starting, or the start failed) and this is
+   * its outcome.
+   */
+  async started(): Promise<CallOutcome | undefined> {
+    let outcome: CallOutcome;
+    try {
+      const first = await this.#race(this.#started);
+      if (!first.ended) {
+        this.#running = first.value;
+        return undefined;
+      }
+      outcome = { kind: "result", result: this.#endedResult(first.reason) };
+    } catch (error) {
+      outcome = { kind: "failed", error };
+    }
+    return this.#close(outcome);
+  }
+
+  /**
+   * Reads the running command's output until it ends, keeping the tail of each stream (and
+   * forwarding up to the cap to `sink`), then waits for its exit code; stops at once when the
+   * call is ended. Resolves with the outcome once it is logged and the sandbox destroyed (or its
+   * destruction handed to `waitUntil`).
+   */
+  async finish(sink?: OutputSink): Promise<CallOutcome> {
+    const running = this.#running;
+    if (running === undefined) throw new Error("finish() called before the command started");
+    const outcome = await this.#consume(running, sink);
+    sink?.end();
+    return this.#close(outcome);
+  }
+
+  /** The result for a call ended early by `reason`, with the output seen so far. */
+  #endedResult(reason: EndReason): ExecResult {
+    return reason === "timeout"
+      ? this.#result(TIMEOUT_EXIT_CODE, "timeout")
+      : this.#result(CANCELLED_EXIT_CODE, "cancelled");
+  }
+
+  #result(code: number, outcome: Outcome): ExecResult {
+    const { stdout, stderr } = this.#tails;
     return {
-      kind: "failed",
-      error,
-      stdoutBytes: tails.stdout.total,
-      stderrBytes: tails.stderr.total,
+      stdout: stdout.text(),
+      stderr: stderr.text(),
+      code,
+      outcome,
+      durationMs: Date.now() - this.startedAt,
+      stdoutBytes: stdout.total,
+      stderrBytes: stderr.total,
+      stdoutTruncated: stdout.truncated,
+      stderrTruncated: stderr.truncated,
     };
-  } finally {
-    if (!finishedIterating) void quiet(Promise.resolve().then(() => iterator.return?.()));
+  }
+
+  /**
+   * Settles with `value`, or with the end reason if the call is ended first, or rejects when
+   * `options.other` (a backend failure) aborts first. Listeners are removed after every step: racing against promises that
+   * stay pending would keep every settled value (every output chunk) reachable.
+   */
+  async #race<T>(
+    value: Promise<T>,
+    options: RaceAbortOptions = this.#endOnly,
+  ): Promise<{ ended: false; value: T } | { ended: true; reason: EndReason }> {
+    try {
+      const settled = await raceAbort(value, this.#controller.signal, options);
+      return { ended: false, value: settled };
+    } catch (error) {
+      if (error === ENDED) return { ended: true, reason: this.#endedBy ?? "shutdown" };
+      throw error;
+    }
+  }
+
+  async #consume(running: RunningCommand, sink: OutputSink | undefined): Promise<CallOutcome> {
+    const exit = quiet(running.exit);
+    // A backend that reports failure while the output is still open must not be waited out.
+    const exitFailed = new AbortController();
+    exit.catch((error: unknown) => exitFailed.abort(error));
+    const untilFailure = { other: exitFailed.signal, abortError: this.#markEnded };
+    const gates =
+      sink === undefined
+        ? undefined
+        : { stdout: new ForwardGate(this.#spec.cap), stderr: new ForwardGate(this.#spec.cap) };
+    const iterator = running.output[Symbol.asyncIterator]();
+    let finishedIterating = false;
+    try {
+      for (;;) {
+        const next = await this.#race(quiet(iterator.next()), untilFailure);
+        if (next.ended) return this.#decided(this.#endedResult(next.reason));
+        if (next.value.done) {
+          finishedIterating = true;
+          break;
+        }
+        const stream = next.value.value.stream === "stderr" ? "stderr" : "stdout";
+        const bytes = chunkBytes(next.value.value.data);
+        this.#tails[stream].push(bytes);
+        if (sink !== undefined && gates !== undefined) {
+          const text = gates[stream].take(bytes);
+          if (text.length > 0) sink.write(stream, text);
+        }
+      }
+      const exited = await this.#race(exit);
+      if (exited.ended) return this.#decided(this.#endedResult(exited.reason));
+      return this.#decided(this.#result(exited.value, "exited"));
+    } catch (error) {
+      this.#settled = true;
+      return { kind: "failed", error };
+    } finally {
+      if (!finishedIterating) void quiet(Promise.resolve().then(() => iterator.return?.()));
+      if (sink !== undefined && gates !== undefined) {
+        for (const stream of ["stdout", "stderr"] as const) {
+          const rest = gates[stream].flush();
+          if (rest.length > 0) sink.write(stream, rest);
+        }
+      }
+    }
+  }
+
+  #decided(result: ExecResult): CallOutcome {
+    this.#settled = true;
+    return { kind: "result", result };
+  }
+
+  /** Logs the outcome, destroys the sandbox (or hands that to `waitUntil`), returns the outcome. */
+  async #close(outcome: CallOutcome): Promise<CallOutcome> {
+    this.#settled = true;
+    this.#log(outcome);
+    const teardown = this.#tearDown();
+    if (this.#spec.waitUntil !== undefined) this.#spec.waitUntil(teardown);
+    else await teardown;
+    return outcome;
+  }
+
+  /** Destroys the sandbox once `start` has settled, then releases the id. Runs once. */
+  #tearDown(): Promise<void> {
+    this.#teardown ??= (async () => {
+      clearTimeout(this.#deadline);
+      this.#spec.disconnect.removeEventListener("abort", this.#onDisconnect);
+      await this.#started.catch(() => {});
+      await destroySandbox(this.#host, this.sandboxId, Object.values(this.#spec.env));
+      this.#host.released(this);
+      this.#resolveCleaned();
+    })();
+    return this.#teardown;
+  }
+
+  /** The call's one log line; never carries `env` values or the token. */
+  #log(outcome: CallOutcome): void {
+    const base = {
+      event: "exec" as const,
+      sandboxId: this.sandboxId,
+      durationMs: Date.now() - this.startedAt,
+      streamed: this.streamed,
+      ...(this.#endedBy === undefined ? {} : { endedBy: this.#endedBy }),
+    };
+    if (outcome.kind === "result") {
+      const { result } = outcome;
+      this.#host.logger({
+        ...base,
+        level: "info",
+        outcome: result.outcome ?? "exited",
+        code: result.code,
+        stdoutBytes: result.stdoutBytes ?? 0,
+        stderrBytes: result.stderrBytes ?? 0,
+      });
+      return;
+    }
+    const mapped = mapBackendError(outcome.error);
+    const secrets = [...Object.values(this.#spec.env), this.#host.token];
+    this.#host.logger({
+      ...base,
+      level: "error",
+      outcome: "error",
+      errorCode: mapped.body.code,
+      stdoutBytes: this.#tails.stdout.total,
+      stderrBytes: this.#tails.stderr.total,
+      ...(mapped.detail === undefined ? {} : { detail: logDetail(mapped.detail, secrets) }),
+    });
   }
 }

@@ -24,4 +24,5 @@ export {
   type ProblemLogEntry,
   silentLogger,
 } from "./logger.js";
+export { type ErrorDetails, errorResponse } from "./responses.js";
 export { BRIDGE_VERSION } from "./version.js";

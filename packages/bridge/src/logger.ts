@@ -43,18 +43,3 @@ export const jsonLineLogger: BridgeLogger = (entry) => {
 
 /** Drops every entry. */
 export const silentLogger: BridgeLogger = () => {};
-
-/**
- * Replaces every occurrence of each secret in `text`, as is and JSON-escaped (error messages
- * often quote values escaped); short secrets are replaced too.
- */
-export function redact(text: string, secrets: Iterable<string>): string {
-  let out = text;
-  for (const secret of secrets) {
-    if (secret.length === 0) continue;
-    for (const form of new Set([secret, JSON.stringify(secret).slice(1, -1)])) {
-      out = out.split(form).join("[redacted]");
-    }
-  }
-  return out;
-}

@@ -3,6 +3,7 @@ import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Duplex } from "node:stream";
 import { getRequestListener } from "@hono/node-server";
+import { BRIDGE_TEXTS } from "@remote-task/internal";
 import type { Limits } from "@remote-task/protocol";
 import type { SandboxBackend } from "./backend.js";
 import { createBridge } from "./bridge.js";
@@ -12,18 +13,18 @@ import { errorBody, errorResponse } from "./responses.js";
 
 export interface LocalBridgeOptions<B extends SandboxBackend = SandboxBackend> {
   /** Port to listen on (default: a random free port). */
-  port?: number;
+  port?: number | undefined;
   /** Interface to listen on (default `127.0.0.1`). */
-  host?: string;
+  host?: string | undefined;
   /** Bearer token (default: 32 random bytes, base64url). */
-  token?: string;
+  token?: string | undefined;
   /** Backend (default: `createLocalBackend({ isolation: "auto" })`). */
-  backend?: B;
+  backend?: B | undefined;
   /** Serve without a token; `token` is then ignored. */
-  allowUnauthenticated?: boolean;
-  limits?: Partial<Limits>;
-  heartbeatIntervalMs?: number;
-  logger?: BridgeLogger;
+  allowUnauthenticated?: boolean | undefined;
+  limits?: Partial<Limits> | undefined;
+  heartbeatIntervalMs?: number | undefined;
+  logger?: BridgeLogger | undefined;
 }
 
 export interface LocalBridge<B extends SandboxBackend = SandboxBackend> {
@@ -46,8 +47,8 @@ function answerClientError(error: NodeJS.ErrnoException, socket: Duplex): void {
     return;
   }
   const body = JSON.stringify(
-    errorBody("invalid_request", "The HTTP request could not be parsed.", {
-      issues: [{ path: [], message: "malformed HTTP request" }],
+    errorBody("invalid_request", BRIDGE_TEXTS.unparsableRequest, {
+      issues: [{ path: [], message: BRIDGE_TEXTS.malformedRequestIssue }],
     }),
   );
   socket.end(
@@ -70,11 +71,9 @@ export async function startLocalBridge<
   const bridge = createBridge({
     backend,
     ...(unauthenticated ? { allowUnauthenticated: true } : { token }),
-    ...(options.limits === undefined ? {} : { limits: options.limits }),
-    ...(options.heartbeatIntervalMs === undefined
-      ? {}
-      : { heartbeatIntervalMs: options.heartbeatIntervalMs }),
-    ...(options.logger === undefined ? {} : { logger: options.logger }),
+    limits: options.limits,
+    heartbeatIntervalMs: options.heartbeatIntervalMs,
+    logger: options.logger,
   });
 
   const listener = getRequestListener((request) => bridge(request), {
@@ -82,8 +81,8 @@ export async function startLocalBridge<
     overrideGlobalObjects: false,
     // A request Node accepted that cannot become a Fetch Request (e.g. a bad Host header).
     errorHandler: () =>
-      errorResponse("invalid_request", "The HTTP request could not be read.", {
-        issues: [{ path: [], message: "malformed HTTP request" }],
+      errorResponse("invalid_request", BRIDGE_TEXTS.unreadableRequest, {
+        issues: [{ path: [], message: BRIDGE_TEXTS.malformedRequestIssue }],
       }),
   });
   const server = createServer(listener);

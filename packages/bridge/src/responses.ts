@@ -1,11 +1,20 @@
+import { retryAfterHeader } from "@remote-task/internal";
 import { ERROR_STATUS, type ErrorBody, type ErrorCode, type Issue } from "@remote-task/protocol";
 
-const JSON_HEADERS = { "content-type": "application/json; charset=utf-8" } as const;
+/** What an error answer may carry besides its code and message. */
+export interface ErrorDetails {
+  /** The failing fields of an invalid request. */
+  issues?: Issue[] | undefined;
+  /** When to try again; also sent as `Retry-After`. */
+  retryAfterSeconds?: number | undefined;
+  /** Extra response headers (`Allow`, `WWW-Authenticate`, `Connection`). */
+  headers?: HeadersInit | undefined;
+}
 
 /** A JSON response with `cache-control: no-store` (bridge answers are never cacheable). */
 export function jsonResponse(body: unknown, status = 200, headers: HeadersInit = {}): Response {
   const all = new Headers(headers);
-  for (const [k, v] of Object.entries(JSON_HEADERS)) all.set(k, v);
+  all.set("content-type", "application/json; charset=utf-8");
   all.set("cache-control", "no-store");
   return new Response(JSON.stringify(body), { status, headers: all });
 }
@@ -14,48 +23,47 @@ export function jsonResponse(body: unknown, status = 200, headers: HeadersInit =
 export function errorBody(
   code: ErrorCode,
   message: string,
-  extra: { issues?: Issue[]; retryAfterSeconds?: number } = {},
+  details: Omit<ErrorDetails, "headers"> = {},
 ): ErrorBody {
-  return { error: message, code, ...extra };
+  const body: ErrorBody = { error: message, code };
+  if (details.issues !== undefined) body.issues = details.issues;
+  if (details.retryAfterSeconds !== undefined) body.retryAfterSeconds = details.retryAfterSeconds;
+  return body;
 }
 
-/** A protocol error response with the status from `ERROR_STATUS` (and `Retry-After` when known). */
+/**
+ * The protocol's error response: the body for `code`, the status `ERROR_STATUS` gives it, and
+ * `Retry-After` when the answer says when to retry. Every error the bridge answers with is
+ * built here, and so is the Worker's answer for a configuration it cannot use.
+ */
 export function errorResponse(
   code: ErrorCode,
   message: string,
-  extra: { issues?: Issue[]; retryAfterSeconds?: number; headers?: HeadersInit } = {},
+  details: ErrorDetails = {},
 ): Response {
-  const { headers, ...rest } = extra;
-  const all = new Headers(headers);
-  if (rest.retryAfterSeconds !== undefined) {
-    all.set("retry-after", String(Math.max(0, Math.ceil(rest.retryAfterSeconds))));
+  const headers = new Headers(details.headers);
+  if (details.retryAfterSeconds !== undefined) {
+    headers.set("retry-after", retryAfterHeader(details.retryAfterSeconds));
   }
-  return jsonResponse(errorBody(code, message, rest), ERROR_STATUS[code], all);
+  return jsonResponse(errorBody(code, message, details), ERROR_STATUS[code], headers);
 }
 
-/** The response for an already built error body. */
-export function responseOf(body: ErrorBody, headers: HeadersInit = {}): Response {
-  const all = new Headers(headers);
-  if (body.retryAfterSeconds !== undefined) {
-    all.set("retry-after", String(Math.max(0, Math.ceil(body.retryAfterSeconds))));
-  }
-  return jsonResponse(body, ERROR_STATUS[body.code], all);
-}
-
-/** Thrown inside request handling to answer with a protocol error. */
+/** Thrown inside request handling to answer with a protocol error (see `errorResponse`). */
 export class HttpError extends Error {
   constructor(
-    readonly body: ErrorBody,
-    readonly headers: HeadersInit = {},
+    readonly code: ErrorCode,
+    message: string,
+    readonly details: ErrorDetails = {},
   ) {
-    super(body.error);
+    super(message);
   }
 
   toResponse(): Response {
-    return responseOf(this.body, this.headers);
+    return errorResponse(this.code, this.message, this.details);
   }
 }
 
+/** A 400 `invalid_request` to throw, with the failing fields. */
 export function invalidRequest(message: string, issues: Issue[]): HttpError {
-  return new HttpError(errorBody("invalid_request", message, { issues }));
+  return new HttpError("invalid_request", message, { issues });
 }

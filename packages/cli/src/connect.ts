@@ -52,7 +52,10 @@ export async function connect(
   }
   const overrides: Partial<ClientOptions> = { ...extra };
   if (flags.url !== undefined) overrides.url = flags.url;
-  if (flags.token !== undefined) overrides.token = flags.token;
+  if (flags.token !== undefined) {
+    overrides.token = flags.token;
+    overrides.tokenSource = "--token";
+  }
   if (flags.cwd !== undefined) overrides.cwd = flags.cwd;
   const client = clientFromEnv(process.env, overrides);
   return { client, close: () => client.close() };

@@ -1,6 +1,8 @@
+import { concatBytes, raceAbort } from "@remote-task/internal";
 import { formatSize } from "@remote-task/protocol";
 import { ProtocolError } from "./errors.js";
-import { raceAbort, type TransportResponse } from "./transport.js";
+import type { CallFacts } from "./responses.js";
+import type { TransportResponse } from "./transport.js";
 
 /**
  * The chunks of `body`, ending as soon as `signal` aborts (with its reason), even when the
@@ -33,12 +35,12 @@ export async function readBounded(
   response: TransportResponse,
   maxBytes: number,
   signal: AbortSignal,
-  context: { status: number; sandboxId?: string | undefined },
+  context: CallFacts & { status: number },
 ): Promise<Uint8Array> {
   const tooLarge = () =>
     new ProtocolError(
       `The bridge's response is larger than the ${formatSize(maxBytes)} limit (maxResponseBytes); stopped reading it. Check that the URL points at a remote-task bridge, or raise maxResponseBytes.`,
-      withSandbox({ status: context.status }, context.sandboxId),
+      context,
     );
   const declared = Number(response.header("content-length") ?? Number.NaN);
   if (Number.isSafeInteger(declared) && declared >= 0) {
@@ -55,21 +57,7 @@ export async function readBounded(
     if (size > maxBytes) throw tooLarge();
     chunks.push(chunk);
   }
-  if (chunks.length === 1) return chunks[0] as Uint8Array;
-  const all = new Uint8Array(size);
-  let offset = 0;
-  for (const chunk of chunks) {
-    all.set(chunk, offset);
-    offset += chunk.byteLength;
-  }
-  return all;
-}
-
-export function withSandbox<T extends object>(
-  options: T,
-  sandboxId: string | undefined,
-): T & { sandboxId?: string } {
-  return sandboxId === undefined ? options : { ...options, sandboxId };
+  return concatBytes(chunks);
 }
 
 const decoder = new TextDecoder();

@@ -1,3 +1,4 @@
+import { issuesOf, summarizeIssues } from "@remote-task/internal";
 import {
   type CancelResponse,
   cancelResponseSchema,
@@ -33,12 +34,12 @@ import {
   errorFromResponse,
   notJson,
   protocolMismatch,
+  type SchemaError,
   Secrets,
-  schemaFailure,
   statusForCode,
   toTaskResult,
 } from "./responses.js";
-import { Retryable, withRetries } from "./retry.js";
+import { withRetries } from "./retry.js";
 import { runMany } from "./run-many.js";
 import { CallScope } from "./scope.js";
 import { sseEvents } from "./sse.js";
@@ -63,16 +64,12 @@ const MAX_ERROR_BODY_BYTES = 64 * 1024;
 /** Deadline of the best-effort cancel sent after an abort, timeout or broken call. */
 const BACKGROUND_CANCEL_MS = 5_000;
 
-/** Whether the call's command may be running on the bridge right now (then cancel on failure). */
-interface CallState {
-  mayBeRunning: boolean;
-}
-
 /** An exception thrown by the caller's own `onOutput`, passed through unchanged. */
 class CallbackFailure {
   constructor(readonly error: unknown) {}
 }
 
+/** One request to the bridge. */
 interface Exchange {
   method: "GET" | "POST";
   path: string;
@@ -80,7 +77,11 @@ interface Exchange {
   accept: string;
   retry: RetryPolicy;
   secrets: Secrets;
-  state?: CallState;
+}
+
+/** The part of a zod schema the client uses. */
+interface Schema<T> {
+  safeParse(value: unknown): { success: true; data: T } | { success: false; error: SchemaError };
 }
 
 interface PreparedCall {
@@ -152,36 +153,25 @@ class Client implements RemoteTaskClient {
     return runMany((command, runOptions) => this.run(command, runOptions), tasks, options);
   }
 
-  async health(options: { signal?: AbortSignal } = {}): Promise<HealthResponse> {
+  async health(options: { signal?: AbortSignal | undefined } = {}): Promise<HealthResponse> {
     this.#assertOpen();
-    const secrets = new Secrets([this.#config.token]);
     const scope = new CallScope({
       signal: options.signal,
       deadlineMs: this.#shortDeadlineMs(),
       what: "The health check",
     });
-    try {
-      const response = await this.#send(scope, {
-        method: "GET",
-        path: "/health",
-        accept: "application/json",
-        retry: this.#config.retry,
-        secrets,
-      });
-      const value = await this.#readJson(scope, response, undefined);
-      const parsed = healthResponseSchema.safeParse(value);
-      if (!parsed.success) {
-        throw protocolMismatch("a health check", response.status, parsed.error, undefined);
-      }
-      return parsed.data;
-    } catch (error) {
-      throw this.#settleFailure(error, scope);
-    } finally {
-      scope.dispose();
-    }
+    return this.#exchange(
+      scope,
+      { method: "GET", path: "/health", accept: "application/json", ...this.#plain() },
+      healthResponseSchema,
+      "a health check",
+    );
   }
 
-  async cancel(sandboxId: string, options: { signal?: AbortSignal } = {}): Promise<boolean> {
+  async cancel(
+    sandboxId: string,
+    options: { signal?: AbortSignal | undefined } = {},
+  ): Promise<boolean> {
     this.#assertOpen();
     if (!isSandboxId(sandboxId)) {
       throw new InvalidRequestError(
@@ -189,12 +179,7 @@ class Client implements RemoteTaskClient {
         { issues: [{ path: ["sandboxId"], message: "invalid sandbox id" }] },
       );
     }
-    const response = await this.#postCancel(
-      sandboxId,
-      options.signal,
-      this.#config.retry,
-      undefined,
-    );
+    const response = await this.#postCancel(sandboxId, options.signal, this.#config.retry);
     return response.cancelled;
   }
 
@@ -237,64 +222,55 @@ class Client implements RemoteTaskClient {
     ]);
     const parsed = execRequestSchema.safeParse(candidate);
     if (!parsed.success) {
-      const issues = parsed.error.issues.map((issue) => ({
-        path: issue.path.map((part) => (typeof part === "symbol" ? String(part) : part)),
-        message: secrets.redact(issue.message, 200),
-      }));
-      const { summary } = schemaFailure({ issues });
-      throw new InvalidRequestError(`The request is invalid and was not sent (${summary}).`, {
-        issues,
-      });
+      const issues = issuesOf(parsed.error, (message) => secrets.redact(message, 200));
+      throw new InvalidRequestError(
+        `The request is invalid and was not sent (${summarizeIssues(issues)}).`,
+        { issues },
+      );
     }
     const deadlineMs = (timeoutSeconds + this.#config.graceSeconds) * 1000;
     return { sandboxId, request: parsed.data, deadlineMs, secrets };
   }
 
-  #scopeFor(call: PreparedCall, signal: AbortSignal | undefined, state: CallState): CallScope {
+  /** The scope of an exec call: however it ends early, a command that may run is cancelled. */
+  #execScope(call: PreparedCall, signal: AbortSignal | undefined): CallScope {
     const scope = new CallScope({
       signal,
       deadlineMs: call.deadlineMs,
       sandboxId: call.sandboxId,
       what: "Running the command",
+      runsCommand: true,
     });
-    // Every way a call can end early aborts its scope; stop the remote command if it may run.
     scope.signal.addEventListener(
       "abort",
       () => {
-        if (state.mayBeRunning) this.#cancelInBackground(call.sandboxId);
+        if (scope.commandInFlight) this.#cancelInBackground(call.sandboxId);
       },
       { once: true },
     );
     return scope;
   }
 
-  async #runJson(command: string, options: RunOptions): Promise<TaskResult> {
+  #execExchange(call: PreparedCall, accept: string): Exchange {
+    const { retry } = this.#config;
+    return {
+      method: "POST",
+      path: "/exec",
+      body: call.request,
+      accept,
+      retry,
+      secrets: call.secrets,
+    };
+  }
+
+  #runJson(command: string, options: RunOptions): Promise<TaskResult> {
     const call = this.#prepare(command, options);
-    const state: CallState = { mayBeRunning: false };
-    const scope = this.#scopeFor(call, options.signal, state);
+    const scope = this.#execScope(call, options.signal);
     const started = performance.now();
-    try {
-      const response = await this.#send(scope, {
-        method: "POST",
-        path: "/exec",
-        body: call.request,
-        accept: "application/json",
-        retry: this.#config.retry,
-        secrets: call.secrets,
-        state,
-      });
-      const value = await this.#readJson(scope, response, call.sandboxId);
-      state.mayBeRunning = false;
-      const parsed = execResultSchema.safeParse(value);
-      if (!parsed.success) {
-        throw protocolMismatch("an exec result", response.status, parsed.error, call.sandboxId);
-      }
-      return toTaskResult(parsed.data, call.sandboxId, performance.now() - started);
-    } catch (error) {
-      throw this.#settleFailure(error, scope);
-    } finally {
-      scope.dispose();
-    }
+    const exchange = this.#execExchange(call, "application/json");
+    return this.#exchange(scope, exchange, execResultSchema, "an exec result").then((result) =>
+      toTaskResult(result, call.sandboxId, performance.now() - started),
+    );
   }
 
   /**
@@ -311,8 +287,7 @@ class Client implements RemoteTaskClient {
     const call = this.#prepare(command, options);
     const { sandboxId } = call;
     meta.sandboxId = sandboxId;
-    const state: CallState = { mayBeRunning: false };
-    const scope = this.#scopeFor(call, options.signal, state);
+    const scope = this.#execScope(call, options.signal);
     let finished = false;
     const deliver = (event: StreamEvent) => {
       if (onOutput === undefined || (event.type !== "stdout" && event.type !== "stderr")) return;
@@ -323,25 +298,11 @@ class Client implements RemoteTaskClient {
       }
     };
     try {
-      const response = await this.#send(scope, {
-        method: "POST",
-        path: "/exec",
-        body: call.request,
-        accept: "text/event-stream",
-        retry: this.#config.retry,
-        secrets: call.secrets,
-        state,
-      });
+      const response = await this.#send(scope, this.#execExchange(call, "text/event-stream"));
       const contentType = response.header("content-type");
       if (!/^\s*text\/event-stream/i.test(contentType ?? "")) {
         // A bridge without streaming (the reference one) answers JSON; replay it as events.
-        const value = await this.#readJson(scope, response, sandboxId);
-        state.mayBeRunning = false;
-        const parsed = execResultSchema.safeParse(value);
-        if (!parsed.success) {
-          throw protocolMismatch("an exec result", response.status, parsed.error, sandboxId);
-        }
-        const result = parsed.data;
+        const result = await this.#receive(scope, response, execResultSchema, "an exec result");
         const replay: StreamEvent[] = [];
         if (result.stdout) replay.push({ type: "stdout", data: result.stdout });
         if (result.stderr) replay.push({ type: "stderr", data: result.stderr });
@@ -358,26 +319,25 @@ class Client implements RemoteTaskClient {
         signal: scope.signal,
         maxEventChars: this.#config.maxResponseBytes,
         status: response.status,
-        sandboxId,
+        ...scope.facts,
       });
       for await (const event of events) {
         scope.touch();
         if (event.type === "start" && event.sandboxId !== sandboxId) {
           throw new ProtocolError(
             "The bridge started a different sandbox id than the one requested.",
-            { status: response.status, sandboxId },
+            { status: response.status, ...scope.facts },
           );
         }
         if (event.type === "error") {
-          state.mayBeRunning = false;
+          scope.settled();
           throw errorFromBody(statusForCode(event.error.code), event.error, {
-            retryAfterHeader: undefined,
-            sandboxId,
-            secrets: call.secrets,
+            ...this.#errorContext(call.secrets, sandboxId, undefined),
+            accepted: true,
           });
         }
         if (event.type === "exit") {
-          state.mayBeRunning = false;
+          scope.settled();
           finished = true;
           response.discard();
         }
@@ -387,20 +347,56 @@ class Client implements RemoteTaskClient {
       }
       throw new ProtocolError(
         "The bridge's stream ended without an exit event; the command's outcome is unknown.",
-        { status: response.status, sandboxId },
+        { status: response.status, ...scope.facts },
       );
     } catch (error) {
       if (error instanceof CallbackFailure) {
-        scope.abort(new AbortError("onOutput threw; the call was aborted.", { sandboxId }));
+        scope.abort(new AbortError("onOutput threw; the call was aborted.", scope.facts));
         throw error.error;
       }
       throw this.#settleFailure(error, scope);
     } finally {
       // Reached without an error when the consumer stops iterating early.
-      if (!finished)
-        scope.abort(
-          new AbortError("The stream was closed before the command ended.", { sandboxId }),
-        );
+      if (!finished) {
+        scope.abort(new AbortError("The stream was closed before the command ended.", scope.facts));
+      }
+      scope.dispose();
+    }
+  }
+
+  /** The secrets of a call that sends only the token (health, cancel). */
+  #plain(): { retry: RetryPolicy; secrets: Secrets } {
+    return { retry: this.#config.retry, secrets: new Secrets([this.#config.token]) };
+  }
+
+  #errorContext(secrets: Secrets, sandboxId: string | undefined, retryAfter: string | undefined) {
+    const { token, tokenSource } = this.#config;
+    return {
+      sandboxId,
+      secrets,
+      token: { sent: token !== undefined, source: tokenSource },
+      retryAfterHeader: retryAfter,
+    };
+  }
+
+  /**
+   * The one exchange path of a call: send (retrying what provably did not run), read the JSON
+   * answer, and validate it with the protocol schema (another shape is a `ProtocolError`). It
+   * ends the call's scope: a failure aborts it (ending every exchange of the call) and is thrown
+   * as the call's typed error; the scope is disposed either way.
+   */
+  async #exchange<T>(
+    scope: CallScope,
+    exchange: Exchange,
+    schema: Schema<T>,
+    what: string,
+  ): Promise<T> {
+    try {
+      const response = await this.#send(scope, exchange);
+      return await this.#receive(scope, response, schema, what);
+    } catch (error) {
+      throw this.#settleFailure(error, scope);
+    } finally {
       scope.dispose();
     }
   }
@@ -413,11 +409,10 @@ class Client implements RemoteTaskClient {
     if (token !== undefined) headers.authorization = `Bearer ${token}`;
     const body = exchange.body === undefined ? undefined : JSON.stringify(exchange.body);
     const url = `${this.#config.baseUrl}${exchange.path}`;
-    const sandboxId = scope.sandboxId;
     return withRetries(exchange.retry, scope.signal, scope.deadlineAt, async () => {
       let response: TransportResponse;
       if (scope.reason) throw scope.reason;
-      if (exchange.state) exchange.state.mayBeRunning = true;
+      scope.sent();
       try {
         response = await this.#transport.send({
           method: exchange.method,
@@ -428,69 +423,68 @@ class Client implements RemoteTaskClient {
         });
       } catch (error) {
         if (scope.reason) throw scope.reason;
-        const failure = connectionFailure(error, true, sandboxId);
-        if (failure instanceof Retryable && exchange.state) exchange.state.mayBeRunning = false;
+        const failure = connectionFailure(error, true, scope.facts);
+        if (failure.retryable) scope.unsent();
         throw failure;
       }
       // However the call ends early, the response is released (even a stalled read ends).
       scope.signal.addEventListener("abort", () => response.discard(), { once: true });
       if (response.status >= 200 && response.status < 300) return response;
       // The bridge answered with an error: it is not (or no longer) running the command.
-      if (exchange.state) exchange.state.mayBeRunning = false;
-      let bytes: Uint8Array;
-      try {
-        bytes = await readBounded(response, MAX_ERROR_BODY_BYTES, scope.signal, {
-          status: response.status,
-          sandboxId,
-        });
-      } catch (error) {
-        response.discard();
-        if (scope.reason) throw scope.reason;
-        if (!ProtocolError.isInstance(error)) throw connectionFailure(error, false, sandboxId);
-        bytes = new Uint8Array();
-      }
-      throw errorFromResponse(bytes, {
-        status: response.status,
-        contentType: response.header("content-type"),
-        retryAfterHeader: response.header("retry-after"),
-        sandboxId,
-        secrets: exchange.secrets,
-      });
+      scope.settled();
+      const bytes = await this.#read(scope, response, MAX_ERROR_BODY_BYTES, true);
+      throw errorFromResponse(
+        bytes,
+        { status: response.status, contentType: response.header("content-type") },
+        this.#errorContext(exchange.secrets, scope.sandboxId, response.header("retry-after")),
+      );
     });
   }
 
-  async #readJson(
+  /** Reads a 2xx answer's JSON (the call's outcome) and validates it with `schema`. */
+  async #receive<T>(
     scope: CallScope,
     response: TransportResponse,
-    sandboxId: string | undefined,
-  ): Promise<unknown> {
-    let bytes: Uint8Array;
-    try {
-      bytes = await readBounded(response, this.#config.maxResponseBytes, scope.signal, {
-        status: response.status,
-        sandboxId,
-      });
-    } catch (error) {
+    schema: Schema<T>,
+    what: string,
+  ): Promise<T> {
+    const bytes = await this.#read(scope, response, this.#config.maxResponseBytes, false);
+    const parsed = parseJson(bytes);
+    if (!parsed.ok) throw notJson(response.status, response.header("content-type"), scope.facts);
+    scope.settled();
+    const checked = schema.safeParse(parsed.value);
+    if (!checked.success) {
+      throw protocolMismatch(what, response.status, checked.error, scope.facts);
+    }
+    return checked.data;
+  }
+
+  /**
+   * Reads a whole body within `maxBytes`; a failure is the call's typed error. An error answer's
+   * body over its limit (`errorBody`) reads as empty: the status alone then explains the error.
+   */
+  #read(
+    scope: CallScope,
+    response: TransportResponse,
+    maxBytes: number,
+    errorBody: boolean,
+  ): Promise<Uint8Array> {
+    const context = { status: response.status, ...scope.facts };
+    return readBounded(response, maxBytes, scope.signal, context).catch((error: unknown) => {
       response.discard();
       if (scope.reason) throw scope.reason;
+      if (errorBody && ProtocolError.isInstance(error)) return new Uint8Array();
       if (RemoteTaskError.isInstance(error)) throw error;
-      throw connectionFailure(error, false, sandboxId);
-    }
-    const parsed = parseJson(bytes);
-    if (!parsed.ok) throw notJson(response.status, response.header("content-type"), sandboxId);
-    return parsed.value;
+      throw connectionFailure(error, false, scope.facts);
+    });
   }
 
   /** The error a failed call ends with; aborts the scope so every exchange of the call stops. */
-  #settleFailure(error: unknown, scope: CallScope): unknown {
+  #settleFailure(error: unknown, scope: CallScope): RemoteTaskError {
     let failure: RemoteTaskError;
     if (scope.reason) failure = scope.reason;
-    else if (error instanceof Retryable) failure = error.error;
     else if (RemoteTaskError.isInstance(error)) failure = error;
-    else {
-      const mapped = connectionFailure(error, false, scope.sandboxId);
-      failure = mapped instanceof Retryable ? mapped.error : mapped;
-    }
+    else failure = connectionFailure(error, false, scope.facts);
     scope.abort(failure);
     return failure;
   }
@@ -499,34 +493,18 @@ class Client implements RemoteTaskClient {
     sandboxId: string,
     signal: AbortSignal | undefined,
     retry: RetryPolicy,
-    deadlineMs: number | undefined,
+    deadlineMs = this.#shortDeadlineMs(),
   ): Promise<CancelResponse> {
-    const scope = new CallScope({
-      signal,
-      deadlineMs: deadlineMs ?? this.#shortDeadlineMs(),
-      sandboxId,
-      what: "Cancelling the sandbox",
-    });
-    try {
-      const response = await this.#send(scope, {
-        method: "POST",
-        path: "/cancel",
-        body: { sandboxId },
-        accept: "application/json",
-        retry,
-        secrets: new Secrets([this.#config.token]),
-      });
-      const value = await this.#readJson(scope, response, sandboxId);
-      const parsed = cancelResponseSchema.safeParse(value);
-      if (!parsed.success) {
-        throw protocolMismatch("a cancel answer", response.status, parsed.error, sandboxId);
-      }
-      return parsed.data;
-    } catch (error) {
-      throw this.#settleFailure(error, scope);
-    } finally {
-      scope.dispose();
-    }
+    const scope = new CallScope({ signal, deadlineMs, sandboxId, what: "Cancelling the sandbox" });
+    const exchange: Exchange = {
+      method: "POST",
+      path: "/cancel",
+      body: { sandboxId },
+      accept: "application/json",
+      ...this.#plain(),
+      retry,
+    };
+    return this.#exchange(scope, exchange, cancelResponseSchema, "a cancel answer");
   }
 
   /** Fire and forget: never throws, bounded by its own short deadline; `close()` waits for it. */

@@ -27,6 +27,8 @@ export interface ResolvedConfig {
   /** Base URL without a trailing slash; routes are appended to it. */
   baseUrl: string;
   token: string | undefined;
+  /** Where the token came from (or where to set one), named by authentication errors. */
+  tokenSource: string;
   cwd: string;
   idPrefix: string;
   timeoutSeconds: number;
@@ -150,9 +152,13 @@ export function resolveConfig(options: ClientOptions): ResolvedConfig {
   if (options.fetch !== undefined && typeof options.fetch !== "function") {
     throw new ConfigurationError("fetch must be a Fetch API function.");
   }
+  if (options.tokenSource !== undefined && typeof options.tokenSource !== "string") {
+    throw new ConfigurationError('tokenSource must be a string, e.g. "--token".');
+  }
   return {
     baseUrl,
     token,
+    tokenSource: options.tokenSource ?? TOKEN_OPTION,
     cwd,
     idPrefix,
     timeoutSeconds: positiveNumber(
@@ -181,6 +187,9 @@ export function resolveConfig(options: ClientOptions): ResolvedConfig {
     ),
   };
 }
+
+/** How an authentication error names a token given as the `token` option. */
+const TOKEN_OPTION = "the `token` option";
 
 /** Environment variables the client reads; each is also accepted with a `MIKAN_` prefix. */
 export const ENV_URL = "CLOUDFLARE_SANDBOX_URL";
@@ -220,10 +229,13 @@ export function optionsFromEnv(env: Env, overrides: Partial<ClientOptions> = {})
   if (token !== undefined && overrides.token === undefined && /\s/.test(token.value)) {
     throw new ConfigurationError(`${token.variable} must not contain whitespace or line breaks.`);
   }
+  const fromEnv = overrides.token === undefined;
   return {
     ...overrides,
     url: resolvedUrl,
-    token: overrides.token ?? token?.value,
+    token: fromEnv ? token?.value : overrides.token,
+    // An authentication error names the variable the token came from, or the one to set.
+    tokenSource: fromEnv ? (token?.variable ?? ENV_TOKEN) : overrides.tokenSource,
     cwd: overrides.cwd ?? cwd?.value,
   };
 }

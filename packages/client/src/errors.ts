@@ -1,3 +1,4 @@
+import { hasBrand } from "@remote-task/internal";
 import type { ErrorCode, Issue } from "@remote-task/protocol";
 
 const BRAND = Symbol.for("remote-task.RemoteTaskError");
@@ -5,16 +6,26 @@ const BRAND = Symbol.for("remote-task.RemoteTaskError");
 export interface RemoteTaskErrorOptions {
   cause?: unknown;
   /** HTTP status of the bridge's answer, when there was one. */
-  status?: number;
+  status?: number | undefined;
   /** The bridge's machine code, when it sent one. */
-  code?: ErrorCode;
+  code?: ErrorCode | undefined;
   /** The sandbox id of the call, when the error belongs to one. */
-  sandboxId?: string;
+  sandboxId?: string | undefined;
+  /** Sending the same request again is safe and may succeed (default false). */
+  retryable?: boolean | undefined;
+  /** The command may have started on the bridge (default false). */
+  mayHaveRun?: boolean | undefined;
 }
 
 /**
  * Base of every error the client throws. Use `RemoteTaskError.isInstance(e)` (or the subclass's
  * own `isInstance`) rather than `instanceof`: it works across duplicate installs of the package.
+ *
+ * `retryable` and `mayHaveRun` say what may be done next: a retryable error (connection refused
+ * before anything was sent, 429, 503 `capacity_exceeded`) never ran and may be sent again, which
+ * the client does itself within its retry policy; an error that `mayHaveRun` (a timeout, a broken
+ * connection, a bridge failure after it accepted the call) must not be re-sent blindly, since the
+ * command could run twice.
  */
 export class RemoteTaskError extends Error {
   /** Stable name of the failure kind, also used for the brand. */
@@ -23,6 +34,10 @@ export class RemoteTaskError extends Error {
   readonly status: number | undefined;
   readonly code: ErrorCode | undefined;
   readonly sandboxId: string | undefined;
+  /** Sending the same request again is safe (the command never ran) and may succeed. */
+  readonly retryable: boolean;
+  /** The command may have started on the bridge: sending it again could run it twice. */
+  readonly mayHaveRun: boolean;
 
   constructor(message: string, options: RemoteTaskErrorOptions = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
@@ -32,6 +47,8 @@ export class RemoteTaskError extends Error {
     this.status = options.status;
     this.code = options.code;
     this.sandboxId = options.sandboxId;
+    this.retryable = options.retryable ?? false;
+    this.mayHaveRun = options.mayHaveRun ?? false;
   }
 
   /** True for errors of this class or a subclass, from any copy of the package. */
@@ -39,7 +56,7 @@ export class RemoteTaskError extends Error {
     this: T,
     value: unknown,
   ): value is InstanceType<T> {
-    if (typeof value !== "object" || value === null || !(BRAND in value)) return false;
+    if (!hasBrand(value, BRAND)) return false;
     if (this.kind === RemoteTaskError.kind) return true;
     // Walk the kinds of the value's class chain, so subclass checks work across copies.
     for (let proto = Object.getPrototypeOf(value); proto; proto = Object.getPrototypeOf(proto)) {
@@ -65,7 +82,7 @@ export class InvalidRequestError extends RemoteTaskError {
   readonly issues: readonly Issue[];
   constructor(
     message: string,
-    options: RemoteTaskErrorOptions & { issues?: readonly Issue[] } = {},
+    options: RemoteTaskErrorOptions & { issues?: readonly Issue[] | undefined } = {},
   ) {
     super(message, options);
     this.issues = options.issues ?? [];
@@ -98,7 +115,7 @@ export class ProtocolError extends RemoteTaskError {
   constructor(
     message: string,
     options: RemoteTaskErrorOptions & {
-      paths?: ReadonlyArray<ReadonlyArray<string | number>>;
+      paths?: ReadonlyArray<ReadonlyArray<string | number>> | undefined;
     } = {},
   ) {
     super(message, options);

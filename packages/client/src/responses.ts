@@ -1,4 +1,12 @@
 import {
+  issuesOf,
+  OWN_TEXTS,
+  redact,
+  type SchemaIssue,
+  shorten,
+  summarizeIssues,
+} from "@remote-task/internal";
+import {
   ERROR_STATUS,
   type ErrorBody,
   type ErrorCode,
@@ -8,7 +16,7 @@ import {
   referenceErrorBodySchema,
   utf8ByteLength,
 } from "@remote-task/protocol";
-import { parseJson, withSandbox } from "./body.js";
+import { parseJson } from "./body.js";
 import {
   AuthenticationError,
   BridgeError,
@@ -18,45 +26,36 @@ import {
   ProtocolError,
   type RemoteTaskError,
 } from "./errors.js";
-import { parseRetryAfter, Retryable } from "./retry.js";
+import { parseRetryAfter } from "./retry.js";
 import type { TaskResult } from "./types.js";
 
-/** Values that must never appear in an error message (the token, `env` values). */
+/**
+ * Values that must never appear in an error message (the token, `env` values). The bridge's text
+ * is redacted before it is put into a message, by the project's one rule (see the internal
+ * package's redact.ts): this project's own fixed texts that come back in it are kept as written.
+ */
 export class Secrets {
-  readonly #values: string[];
+  readonly #values: ReadonlyArray<string | undefined>;
   constructor(values: ReadonlyArray<string | undefined>) {
-    // Very short values would blank out ordinary words; they cannot identify a secret anyway.
-    this.#values = values
-      .filter((v): v is string => typeof v === "string" && v.length >= 3)
-      .sort((a, b) => b.length - a.length);
+    this.#values = values;
   }
 
-  /** `text` with every secret replaced and its length capped, for text the bridge chose. */
+  /** `text` from the bridge with every secret replaced and its length capped. */
   redact(text: string, maxLength = 500): string {
-    let out = text;
-    for (const value of this.#values) out = out.split(value).join("[redacted]");
-    return out.length > maxLength ? `${out.slice(0, maxLength)}…` : out;
+    return shorten(redact(text, this.#values, OWN_TEXTS), maxLength);
   }
 }
 
-/** The paths of a failed schema validation, and a short summary of them for messages. */
 /** The part of a zod error the client reads (kept structural so zod stays the protocol's). */
 export interface SchemaError {
-  issues: ReadonlyArray<{ path: ReadonlyArray<PropertyKey>; message: string }>;
+  issues: ReadonlyArray<SchemaIssue>;
 }
 
-export function schemaFailure(error: SchemaError): {
-  paths: Array<Array<string | number>>;
-  summary: string;
-} {
-  const paths = error.issues.map((issue) =>
-    issue.path.map((part) => (typeof part === "symbol" ? String(part) : part)),
-  );
-  const summary = error.issues
-    .slice(0, 5)
-    .map((issue) => `${issue.path.join(".") || "(root)"}: ${issue.message}`)
-    .join("; ");
-  return { paths, summary };
+/** What an error needs to know about the call it ends. */
+export interface CallFacts {
+  sandboxId: string | undefined;
+  /** Whether the command may have started (see `RemoteTaskError.mayHaveRun`). */
+  mayHaveRun: boolean;
 }
 
 /** A `ProtocolError` for a 2xx body that does not match `what`'s schema. */
@@ -64,12 +63,12 @@ export function protocolMismatch(
   what: string,
   status: number,
   error: SchemaError,
-  sandboxId: string | undefined,
+  { sandboxId, mayHaveRun }: CallFacts,
 ): ProtocolError {
-  const { paths, summary } = schemaFailure(error);
+  const issues = issuesOf(error);
   return new ProtocolError(
-    `The bridge answered ${what} that does not match the protocol (${summary}). Check that the URL points at a remote-task bridge and that bridge and client versions are compatible.`,
-    withSandbox({ status, paths }, sandboxId),
+    `The bridge answered ${what} that does not match the protocol (${summarizeIssues(issues)}). Check that the URL points at a remote-task bridge and that bridge and client versions are compatible.`,
+    { status, paths: issues.map((issue) => issue.path), sandboxId, mayHaveRun },
   );
 }
 
@@ -77,32 +76,43 @@ export function protocolMismatch(
 export function notJson(
   status: number,
   contentType: string | undefined,
-  sandboxId: string | undefined,
+  { sandboxId, mayHaveRun }: CallFacts,
 ): ProtocolError {
   return new ProtocolError(
     `The bridge answered HTTP ${status} with a body that is not protocol JSON (content-type ${contentType ?? "none"}). A proxy or a different service may be answering; check the URL.`,
-    withSandbox({ status }, sandboxId),
+    { status, sandboxId, mayHaveRun },
   );
 }
 
+/** `: <the bridge's message>`, redacted, without its final full stop (the caller adds one). */
 function reason(body: ErrorBody | undefined, secrets: Secrets): string {
-  return body ? `: ${secrets.redact(body.error)}` : "";
+  return body ? `: ${secrets.redact(body.error).replace(/\.\s*$/, "")}` : "";
 }
 
-function issueList(issues: readonly Issue[], secrets: Secrets): string {
-  if (issues.length === 0) return "";
-  const shown = issues
-    .slice(0, 5)
-    .map((issue) => `${issue.path.join(".") || "(root)"}: ${secrets.redact(issue.message, 200)}`);
-  return ` (${shown.join("; ")})`;
+/** ` (a.b: message; ...)` for issues already redacted, or nothing. */
+function issueList(issues: Issue[]): string {
+  return issues.length === 0 ? "" : ` (${summarizeIssues(issues)})`;
 }
 
-interface ErrorContext {
-  status: number;
-  contentType: string | undefined;
-  retryAfterHeader: string | undefined;
+/** Where the client's token came from, for an authentication error's message. */
+export interface TokenFacts {
+  /** Whether a token was sent at all. */
+  sent: boolean;
+  /** Where it came from, or where to set one: `--token`, the `token` option, a variable. */
+  source: string;
+}
+
+/** What turning a bridge's error body into an error needs to know. */
+export interface ErrorContext {
   sandboxId: string | undefined;
   secrets: Secrets;
+  token: TokenFacts;
+  retryAfterHeader: string | undefined;
+  /**
+   * True for an SSE `error` event: the bridge had accepted the call, so the command may have
+   * run. False for an HTTP error answer, which refuses the call before or instead of running it.
+   */
+  accepted: boolean;
 }
 
 /**
@@ -112,11 +122,11 @@ interface ErrorContext {
 export function errorFromBody(
   status: number,
   body: ErrorBody | undefined,
-  context: Omit<ErrorContext, "status" | "contentType">,
+  context: ErrorContext,
 ): RemoteTaskError {
-  const { secrets, sandboxId } = context;
+  const { secrets, sandboxId, accepted } = context;
   const code: ErrorCode | undefined = body?.code;
-  const base = withSandbox(code === undefined ? { status } : { status, code }, sandboxId);
+  const base = { status, code, sandboxId, mayHaveRun: accepted };
   const label = code === undefined ? `HTTP ${status}` : `HTTP ${status} ${code}`;
   const headerMs = parseRetryAfter(context.retryAfterHeader);
   const bodyMs = body?.retryAfterSeconds === undefined ? undefined : body.retryAfterSeconds * 1000;
@@ -124,14 +134,18 @@ export function errorFromBody(
 
   if (status === 429 || code === "capacity_exceeded") {
     const retryAfterSeconds = retryAfterMs === undefined ? undefined : retryAfterMs / 1000;
+    // Only an HTTP answer refusing for capacity proves the command never started.
     return new CapacityError(
       `The bridge has no capacity right now (${label})${reason(body, secrets)}. Try again later${retryAfterSeconds === undefined ? "" : ` (the bridge suggests after ${retryAfterSeconds}s)`}, or lower the concurrency.`,
-      { ...base, retryAfterSeconds },
+      { ...base, retryAfterSeconds, retryable: !accepted },
     );
   }
   if (status === 401 || status === 403) {
+    const { token } = context;
     return new AuthenticationError(
-      `The bridge refused the token (${label})${reason(body, secrets)}. Check that the client's token (CLOUDFLARE_SANDBOX_TOKEN) matches the bridge's.`,
+      token.sent
+        ? `The bridge refused the token given by ${token.source} (${label})${reason(body, secrets)}. Check that it is the bridge's token.`
+        : `The bridge requires a token and this client sent none (${label})${reason(body, secrets)}. Give the client the bridge's token with ${token.source}.`,
       base,
     );
   }
@@ -141,7 +155,7 @@ export function errorFromBody(
       message: secrets.redact(issue.message, 200),
     }));
     return new InvalidRequestError(
-      `The bridge refused the request (${label})${reason(body, secrets)}${issueList(issues, secrets)}. Fix the request; sending it again unchanged will fail the same way.`,
+      `The bridge refused the request (${label})${reason(body, secrets)}${issueList(issues)}. Fix the request; sending it again unchanged will fail the same way.`,
       { ...base, issues },
     );
   }
@@ -153,15 +167,17 @@ export function errorFromBody(
   }
   return new BridgeError(
     `The bridge failed (${label})${reason(body, secrets)}. The command may or may not have run; it was not retried.`,
-    base,
+    { ...base, mayHaveRun: true },
   );
 }
 
-/** Parses an error answer's bytes as a protocol (or reference) error body. */
+/** Parses an HTTP error answer's bytes as a protocol (or reference) error body. */
 export function errorFromResponse(
   bytes: Uint8Array,
-  context: ErrorContext,
-): RemoteTaskError | Retryable {
+  answer: { status: number; contentType: string | undefined },
+  context: Omit<ErrorContext, "accepted">,
+): RemoteTaskError {
+  const { status } = answer;
   const parsed = parseJson(bytes);
   let body: ErrorBody | undefined;
   let recognised = false;
@@ -174,28 +190,21 @@ export function errorFromResponse(
       const reference = referenceErrorBodySchema.safeParse(parsed.value);
       if (reference.success) {
         // The reference bridge sends `{error}` only; its status carries the meaning.
-        body = { error: reference.data.error, code: codeForStatus(context.status) };
+        body = { error: reference.data.error, code: codeForStatus(status) };
         recognised = true;
       }
     }
   }
-  if (!recognised && context.status !== 429) {
-    if (context.status >= 300 && context.status < 400) {
+  if (!recognised && status !== 429) {
+    if (status >= 300 && status < 400) {
       return new ProtocolError(
-        `The bridge answered with a redirect (HTTP ${context.status}); the client does not follow redirects. Configure the final bridge URL.`,
-        withSandbox({ status: context.status }, context.sandboxId),
+        `The bridge answered with a redirect (HTTP ${status}); the client does not follow redirects. Configure the final bridge URL.`,
+        { status, sandboxId: context.sandboxId },
       );
     }
-    return notJson(context.status, context.contentType, context.sandboxId);
+    return notJson(status, answer.contentType, { sandboxId: context.sandboxId, mayHaveRun: false });
   }
-  const error = errorFromBody(context.status, body, context);
-  // Only an HTTP answer refusing for capacity proves the command never started; a stream's
-  // `error` event (handled by the caller) comes after the bridge accepted the call.
-  const refusedForCapacity =
-    context.status === 429 || (context.status === 503 && body?.code === "capacity_exceeded");
-  if (!refusedForCapacity) return error;
-  const retryAfter = (error as CapacityError).retryAfterSeconds;
-  return new Retryable(error, retryAfter === undefined ? undefined : retryAfter * 1000);
+  return errorFromBody(status, body, { ...context, accepted: false });
 }
 
 /** The protocol code a reference `{error}` answer stands for, by its HTTP status. */
@@ -237,25 +246,22 @@ function isHttpParseFailure(error: unknown, depth = 0): boolean {
 }
 
 /**
- * A transport failure as a `ConnectionError`; `Retryable` only when the request provably never
+ * A transport failure as a `ConnectionError`, retryable only when the request provably never
  * left (connection refused, DNS failure) and no response had started; a `ProtocolError` when
  * the answer was not HTTP at all.
  */
 export function connectionFailure(
   error: unknown,
   beforeResponse: boolean,
-  sandboxId: string | undefined,
-): ConnectionError | ProtocolError | Retryable {
+  { sandboxId, mayHaveRun }: CallFacts,
+): ConnectionError | ProtocolError {
   const codes = errorCodes(error);
   const notSent = codes.find((code) => NOT_SENT_CODES.has(code));
-  const options = withSandbox({ cause: error }, sandboxId);
+  const options = { cause: error, sandboxId, mayHaveRun };
   if (beforeResponse && notSent !== undefined) {
-    return new Retryable(
-      new ConnectionError(
-        `Could not reach the bridge (${notSent}); nothing was sent. Check the bridge URL and that the bridge is running.`,
-        options,
-      ),
-      undefined,
+    return new ConnectionError(
+      `Could not reach the bridge (${notSent}); nothing was sent. Check the bridge URL and that the bridge is running.`,
+      { ...options, retryable: true, mayHaveRun: false },
     );
   }
   if (isHttpParseFailure(error)) {

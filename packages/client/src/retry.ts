@@ -1,17 +1,6 @@
 import type { RetryPolicy } from "./config.js";
-import type { RemoteTaskError } from "./errors.js";
+import { CapacityError, RemoteTaskError } from "./errors.js";
 import { sleep } from "./scope.js";
-
-/**
- * Thrown by an attempt whose request provably did not run (connection refused, DNS failure,
- * 429, 503 `capacity_exceeded`); `error` is what the call ends with when no retry is left.
- */
-export class Retryable {
-  constructor(
-    readonly error: RemoteTaskError,
-    readonly retryAfterMs: number | undefined,
-  ) {}
-}
 
 /**
  * `Retry-After` as milliseconds: delta-seconds or an HTTP date (RFC 9110 section 10.2.3).
@@ -34,10 +23,29 @@ export function backoffDelay(policy: RetryPolicy, attempt: number, random = Math
 }
 
 /**
- * Runs `attempt` until it succeeds, fails for good, or the retry budget is spent. Only a
- * `Retryable` is tried again; the wait honours the bridge's `Retry-After` and stops at once when
- * `signal` aborts (its reason is thrown). A wait that would end after `deadlineAt` (the call's
- * deadline) is not started: the call ends with the last error instead.
+ * Whether the request that failed with `error` on attempt number `attempt` is sent again: only an
+ * error that says it is retryable and that the command never ran, while attempts are left.
+ */
+export function shouldRetry(error: unknown, attempt: number, policy: RetryPolicy): boolean {
+  return (
+    RemoteTaskError.isInstance(error) &&
+    error.retryable &&
+    !error.mayHaveRun &&
+    attempt < policy.maxAttempts
+  );
+}
+
+/** The bridge's `Retry-After` of a capacity refusal, in ms. */
+function retryAfterMs(error: unknown): number {
+  const seconds = CapacityError.isInstance(error) ? error.retryAfterSeconds : undefined;
+  return seconds === undefined ? 0 : seconds * 1000;
+}
+
+/**
+ * Runs `attempt` until it succeeds, fails for good, or the retry budget is spent; what is tried
+ * again is `shouldRetry`'s decision. The wait honours the bridge's `Retry-After` and stops at once
+ * when `signal` aborts (its reason is thrown). A wait that would end after `deadlineAt` (the
+ * call's deadline) or exceed the policy's total is not started: the call ends with the last error.
  */
 export async function withRetries<T>(
   policy: RetryPolicy,
@@ -49,14 +57,13 @@ export async function withRetries<T>(
   for (let number = 1; ; number++) {
     try {
       return await attempt(number);
-    } catch (thrown) {
-      if (!(thrown instanceof Retryable)) throw thrown;
+    } catch (error) {
+      if (!shouldRetry(error, number, policy)) throw error;
       if (signal.aborted) throw signal.reason;
-      if (number >= policy.maxAttempts) throw thrown.error;
-      const delayMs = Math.max(backoffDelay(policy, number), thrown.retryAfterMs ?? 0);
-      if (waitedMs + delayMs > policy.maxTotalMs) throw thrown.error;
-      if (Date.now() + delayMs >= deadlineAt) throw thrown.error;
-      policy.onRetry?.({ attempt: number, delayMs, error: thrown.error });
+      const delayMs = Math.max(backoffDelay(policy, number), retryAfterMs(error));
+      if (waitedMs + delayMs > policy.maxTotalMs) throw error;
+      if (Date.now() + delayMs >= deadlineAt) throw error;
+      policy.onRetry?.({ attempt: number, delayMs, error: error as RemoteTaskError });
       await sleep(delayMs, signal);
       waitedMs += delayMs;
     }

@@ -1,3 +1,4 @@
+import { timerDelay } from "@remote-task/internal";
 import { AbortError, type RemoteTaskError, TimeoutError } from "./errors.js";
 
 export interface ScopeOptions {
@@ -8,14 +9,20 @@ export interface ScopeOptions {
   sandboxId?: string | undefined;
   /** What the call is, for messages: "Running the command", "The health check". */
   what: string;
+  /** The call runs a command (`/exec`): its progress decides `mayHaveRun` and the cancel on failure. */
+  runsCommand?: boolean | undefined;
 }
 
-/** Longest delay a timer can hold (2^31 - 1 ms, about 24.8 days); longer ones would fire at once. */
-const MAX_TIMER_MS = 2 ** 31 - 1;
+/**
+ * Where an exec call stands: nothing sent yet (or provably not sent), sent and not yet answered
+ * with its outcome, or its outcome known (an error answer, the result, an `exit` or `error` event).
+ */
+type Progress = "unsent" | "sent" | "settled";
 
 /**
  * The life of one call: an AbortController that ends every exchange of the call, aborted with
- * the error the call must end with (caller abort, deadline, idle stream, oversized body).
+ * the error the call must end with (caller abort, deadline, idle stream, oversized body), and
+ * the call's progress, which says whether its command may have run or may still be running.
  */
 export class CallScope {
   readonly #controller = new AbortController();
@@ -28,6 +35,8 @@ export class CallScope {
       ),
     );
   readonly #deadlineTimer: ReturnType<typeof setTimeout>;
+  readonly #runsCommand: boolean;
+  #progress: Progress = "unsent";
   #idleTimer: ReturnType<typeof setTimeout> | undefined;
   #idleMs = 0;
   readonly what: string;
@@ -39,6 +48,7 @@ export class CallScope {
     this.what = options.what;
     this.sandboxId = options.sandboxId;
     this.#callerSignal = options.signal;
+    this.#runsCommand = options.runsCommand === true;
     this.deadlineAt = Date.now() + options.deadlineMs;
     const seconds = Math.round(options.deadlineMs / 100) / 10;
     this.#deadlineTimer = setTimeout(
@@ -49,17 +59,44 @@ export class CallScope {
             this.#errorOptions(undefined),
           ),
         ),
-      Math.min(options.deadlineMs, MAX_TIMER_MS),
+      timerDelay(options.deadlineMs),
     );
     if (this.#callerSignal?.aborted) this.#onCallerAbort();
     else this.#callerSignal?.addEventListener("abort", this.#onCallerAbort, { once: true });
   }
 
-  #errorOptions(cause: unknown): { sandboxId?: string; cause?: unknown } {
-    const options: { sandboxId?: string; cause?: unknown } = {};
-    if (this.sandboxId !== undefined) options.sandboxId = this.sandboxId;
-    if (cause !== undefined) options.cause = cause;
-    return options;
+  #errorOptions(cause: unknown) {
+    return { sandboxId: this.sandboxId, cause, mayHaveRun: this.mayHaveRun };
+  }
+
+  /** A request of the call is on its way: from now on its command may run. */
+  sent(): void {
+    this.#progress = "sent";
+  }
+
+  /** The request provably never left (connection refused before sending): nothing runs. */
+  unsent(): void {
+    this.#progress = "unsent";
+  }
+
+  /** The bridge has given the call's outcome: nothing of it runs any more. */
+  settled(): void {
+    this.#progress = "settled";
+  }
+
+  /** The command may have started (what the scope's own errors say as `mayHaveRun`). */
+  get mayHaveRun(): boolean {
+    return this.#runsCommand && this.#progress !== "unsent";
+  }
+
+  /** The bridge may be running the command right now: a call ending now must cancel it. */
+  get commandInFlight(): boolean {
+    return this.#runsCommand && this.#progress === "sent";
+  }
+
+  /** What an error created for this call carries about it. */
+  get facts(): { sandboxId: string | undefined; mayHaveRun: boolean } {
+    return { sandboxId: this.sandboxId, mayHaveRun: this.mayHaveRun };
   }
 
   get signal(): AbortSignal {
@@ -97,7 +134,7 @@ export class CallScope {
             this.#errorOptions(undefined),
           ),
         ),
-      Math.min(this.#idleMs, MAX_TIMER_MS),
+      timerDelay(this.#idleMs),
     );
   }
 

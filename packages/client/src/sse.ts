@@ -1,17 +1,16 @@
 import { formatSize, type StreamEvent, streamEventSchema } from "@remote-task/protocol";
 import { createParser, type EventSourceMessage } from "eventsource-parser";
-import { abortableChunks, withSandbox } from "./body.js";
+import { abortableChunks } from "./body.js";
 import { ProtocolError } from "./errors.js";
-import { protocolMismatch } from "./responses.js";
+import { type CallFacts, protocolMismatch } from "./responses.js";
 
 const KNOWN_TYPES = new Set<string>(["start", "stdout", "stderr", "heartbeat", "exit", "error"]);
 
-export interface SseOptions {
+export interface SseOptions extends CallFacts {
   signal: AbortSignal;
   /** Largest single event, in characters of its pending data (bounds what is buffered). */
   maxEventChars: number;
   status: number;
-  sandboxId: string | undefined;
 }
 
 /**
@@ -44,7 +43,7 @@ export async function* sseEvents(
     if (overflow) {
       throw new ProtocolError(
         `The bridge sent a stream event larger than ${formatSize(options.maxEventChars)} (maxResponseBytes); stopped reading.`,
-        withSandbox({ status: options.status }, options.sandboxId),
+        errorFacts(options),
       );
     }
     yield* take();
@@ -62,20 +61,24 @@ function toEvent(message: EventSourceMessage, options: SseOptions): StreamEvent 
   } catch {
     throw new ProtocolError(
       `The bridge sent a stream event${message.event ? ` "${message.event}"` : ""} whose data is not JSON.`,
-      withSandbox({ status: options.status }, options.sandboxId),
+      errorFacts(options),
     );
   }
   const type = (data as { type?: unknown } | null)?.type;
   if (typeof type === "string" && !KNOWN_TYPES.has(type)) return undefined;
   const parsed = streamEventSchema.safeParse(data);
   if (!parsed.success) {
-    throw protocolMismatch("a stream event", options.status, parsed.error, options.sandboxId);
+    throw protocolMismatch("a stream event", options.status, parsed.error, options);
   }
   if (message.event !== undefined && message.event !== parsed.data.type) {
     throw new ProtocolError(
       `The bridge sent a stream event named "${message.event}" carrying a "${parsed.data.type}" event.`,
-      withSandbox({ status: options.status }, options.sandboxId),
+      errorFacts(options),
     );
   }
   return parsed.data;
+}
+
+function errorFacts(options: SseOptions) {
+  return { status: options.status, sandboxId: options.sandboxId, mayHaveRun: options.mayHaveRun };
 }

@@ -1,3 +1,4 @@
+import { raceAbort } from "@remote-task/internal";
 import { Agent, type Dispatcher, request } from "undici";
 
 /** One HTTP exchange, as the rest of the client sees it: undici and fetch look the same here. */
@@ -25,28 +26,6 @@ export interface Transport {
   send(request: TransportRequest): Promise<TransportResponse>;
   /** Releases what the transport owns (not an injected dispatcher). */
   close(): Promise<void>;
-}
-
-/** Rejects with the signal's reason as soon as it aborts, even if `promise` never settles. */
-export function raceAbort<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) {
-    promise.catch(() => {});
-    return Promise.reject(signal.reason);
-  }
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason);
-    signal.addEventListener("abort", onAbort, { once: true });
-    promise.then(
-      (value) => {
-        signal.removeEventListener("abort", onAbort);
-        resolve(value);
-      },
-      (error: unknown) => {
-        signal.removeEventListener("abort", onAbort);
-        reject(error);
-      },
-    );
-  });
 }
 
 /**

@@ -4,13 +4,13 @@ import type { RemoteTaskError } from "./errors.js";
 
 export interface RetryOptions {
   /** Most attempts in all, the first included (default 4). */
-  maxAttempts?: number;
+  maxAttempts?: number | undefined;
   /** First backoff in ms before jitter (default 250). */
-  initialDelayMs?: number;
+  initialDelayMs?: number | undefined;
   /** Longest single backoff in ms (default 10_000). */
-  maxDelayMs?: number;
+  maxDelayMs?: number | undefined;
   /** Most time spent waiting between attempts, in ms (default 30_000). */
-  maxTotalMs?: number;
+  maxTotalMs?: number | undefined;
   /** Called before each wait for another attempt (logging, metrics). */
   onRetry?: ((info: RetryInfo) => void) | undefined;
 }
@@ -30,6 +30,11 @@ export interface ClientOptions {
   url: string | URL;
   /** Bearer token the bridge expects. */
   token?: string | undefined;
+  /**
+   * How an `AuthenticationError` names where `token` came from, e.g. `--token` for a command
+   * line flag (default: the `token` option; `clientFromEnv` names the variable it read).
+   */
+  tokenSource?: string | undefined;
   /** Default working directory inside each sandbox (default `/workspace`). */
   cwd?: string | undefined;
   /** Prefix of generated sandbox ids (default `mikan-task`). */
@@ -122,8 +127,8 @@ export interface RemoteTaskClient {
   /** The streamed protocol events of one call (`start`, `stdout`, `stderr`, `heartbeat`, `exit`). */
   stream(command: string, options?: Omit<RunOptions, "onOutput">): AsyncIterable<StreamEvent>;
   runMany(tasks: ReadonlyArray<string | Task>, options?: RunManyOptions): Promise<SettledTask[]>;
-  health(options?: { signal?: AbortSignal }): Promise<HealthResponse>;
-  cancel(sandboxId: string, options?: { signal?: AbortSignal }): Promise<boolean>;
+  health(options?: { signal?: AbortSignal | undefined }): Promise<HealthResponse>;
+  cancel(sandboxId: string, options?: { signal?: AbortSignal | undefined }): Promise<boolean>;
   /** Closes the client's own connection pool (not an injected dispatcher). */
   close(): Promise<void>;
 }

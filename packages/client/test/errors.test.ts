@@ -54,4 +54,13 @@ describe("error classes", () => {
     const cause = new Error("root");
     expect(new errors.ConnectionError("down", { cause }).cause).toBe(cause);
   });
+
+  it("say whether the request may be sent again and whether the command may have run", () => {
+    const plain = new errors.BridgeError("x");
+    expect([plain.retryable, plain.mayHaveRun]).toEqual([false, false]);
+    const refused = new errors.ConnectionError("x", { retryable: true });
+    expect([refused.retryable, refused.mayHaveRun]).toEqual([true, false]);
+    const broken = new errors.ConnectionError("x", { mayHaveRun: true });
+    expect([broken.retryable, broken.mayHaveRun]).toEqual([false, true]);
+  });
 });

@@ -51,8 +51,6 @@ const execRequests = (f: { requests: Request[] }) =>
 const cancelRequests = (f: { requests: Request[] }) =>
   f.requests.filter((r) => new URL(r.url).pathname.endsWith("/cancel"));
 
-/** Resolves once `predicate` holds, polling briefly (for fire-and-forget effects). */
-
 describe("run: successful answers", () => {
   it("sends a valid request with a fresh id and maps the full result", async () => {
     const f = mswFetch(http.post(`${URL_BASE}/exec`, () => HttpResponse.json(fullResult)));

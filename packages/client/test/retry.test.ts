@@ -1,8 +1,9 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import type { RetryPolicy } from "../src/config.js";
-import { CapacityError } from "../src/errors.js";
-import { backoffDelay, parseRetryAfter, Retryable, withRetries } from "../src/retry.js";
+import { CapacityError, ConnectionError } from "../src/errors.js";
+import { connectionFailure, errorFromBody, errorFromResponse, Secrets } from "../src/responses.js";
+import { backoffDelay, parseRetryAfter, shouldRetry, withRetries } from "../src/retry.js";
 import { sseEvents } from "../src/sse.js";
 import { fullResult, sse } from "./helpers/fixtures.js";
 
@@ -50,18 +51,18 @@ describe("backoff", () => {
   it("stops when the total waiting budget would be exceeded", async () => {
     let attempts = 0;
     const tight = { ...policy, initialDelayMs: 1, maxTotalMs: 50 };
-    const error = new CapacityError("full");
+    const error = new CapacityError("full", { retryable: true, retryAfterSeconds: 0.03 });
     await expect(
       withRetries(tight, new AbortController().signal, Date.now() + 60_000, async () => {
         attempts++;
-        throw new Retryable(error, 30);
+        throw error;
       }),
     ).rejects.toBe(error);
     // 30 ms once fits in 50 ms, twice does not.
     expect(attempts).toBe(2);
   });
 
-  it("does not retry anything that is not Retryable", async () => {
+  it("does not retry anything that is not a retryable error", async () => {
     let attempts = 0;
     const boom = new Error("boom");
     await expect(
@@ -100,6 +101,7 @@ describe("SSE parsing", () => {
             maxEventChars: 1 << 20,
             status: 200,
             sandboxId: undefined,
+            mayHaveRun: true,
           })) {
             seen.push(event);
           }
@@ -108,5 +110,78 @@ describe("SSE parsing", () => {
       ),
       { numRuns: 200 },
     );
+  });
+});
+
+describe("shouldRetry", () => {
+  const two: RetryPolicy = { ...policy, maxAttempts: 2 };
+  it("retries only an error that is retryable and never ran, while attempts are left", () => {
+    const refused = new ConnectionError("refused", { retryable: true });
+    expect(shouldRetry(refused, 1, two)).toBe(true);
+    expect(shouldRetry(refused, 2, two)).toBe(false);
+    expect(shouldRetry(new ConnectionError("broke", { mayHaveRun: true }), 1, two)).toBe(false);
+    expect(
+      shouldRetry(new CapacityError("full", { retryable: true, mayHaveRun: true }), 1, two),
+    ).toBe(false);
+    expect(shouldRetry(new CapacityError("full"), 1, two)).toBe(false);
+    expect(shouldRetry(new Error("plain"), 1, two)).toBe(false);
+    expect(shouldRetry({ retryable: true, mayHaveRun: false }, 1, two)).toBe(false);
+  });
+
+  it("gets its answer from the errors the client makes", () => {
+    const facts = { sandboxId: "mikan-task-1", mayHaveRun: true };
+    const context = {
+      sandboxId: "mikan-task-1",
+      secrets: new Secrets([]),
+      token: { sent: true, source: "the `token` option" },
+      retryAfterHeader: "2",
+    };
+    const refused = Object.assign(new Error("connect"), { code: "ECONNREFUSED" });
+    // Refused before anything was sent: retried. The same code once an answer started: not.
+    expect(shouldRetry(connectionFailure(refused, true, facts), 1, policy)).toBe(true);
+    expect(shouldRetry(connectionFailure(refused, false, facts), 1, policy)).toBe(false);
+    expect(shouldRetry(connectionFailure(new Error("reset"), true, facts), 1, policy)).toBe(false);
+    const capacity = new TextEncoder().encode(
+      JSON.stringify({ error: "full", code: "capacity_exceeded" }),
+    );
+    const answer = { status: 503, contentType: "application/json" };
+    const http = errorFromResponse(capacity, answer, context);
+    expect([http.retryable, http.mayHaveRun, shouldRetry(http, 1, policy)]).toEqual([
+      true,
+      false,
+      true,
+    ]);
+    const tooMany = errorFromResponse(
+      new Uint8Array(),
+      { status: 429, contentType: undefined },
+      context,
+    );
+    expect(shouldRetry(tooMany, 1, policy)).toBe(true);
+    // The same refusal as a stream's `error` event comes after the call was accepted.
+    const event = errorFromBody(
+      503,
+      { error: "full", code: "capacity_exceeded" },
+      {
+        ...context,
+        accepted: true,
+      },
+    );
+    expect([event.retryable, event.mayHaveRun, shouldRetry(event, 1, policy)]).toEqual([
+      false,
+      true,
+      false,
+    ]);
+    const invalid = errorFromResponse(
+      new TextEncoder().encode(JSON.stringify({ error: "bad", code: "invalid_request" })),
+      { status: 400, contentType: "application/json" },
+      context,
+    );
+    expect([invalid.retryable, invalid.mayHaveRun]).toEqual([false, false]);
+    const failed = errorFromResponse(
+      new TextEncoder().encode(JSON.stringify({ error: "boom", code: "sandbox_error" })),
+      { status: 502, contentType: "application/json" },
+      context,
+    );
+    expect([failed.retryable, failed.mayHaveRun]).toEqual([false, true]);
   });
 });

@@ -2,9 +2,9 @@ import { DISPLAY_MAX_BYTES, DISPLAY_MAX_LINES } from "./constants.js";
 
 export interface TruncateOptions {
   /** Most UTF-8 bytes to keep (default 51200). */
-  maxBytes?: number;
+  maxBytes?: number | undefined;
   /** Most lines to keep (default 2000). */
-  maxLines?: number;
+  maxLines?: number | undefined;
 }
 
 export interface TruncateResult {

@@ -1,11 +1,11 @@
 // OpenAI Chat Completions: a function tool and its `tool` messages.
 
-import { createRemoteTaskOpenAI } from "@remote-task/tool/openai";
+import { createRemoteTaskOpenAITool } from "@remote-task/tool/openai";
 import OpenAI from "openai";
 import type { ChatCompletionMessageParam } from "openai/resources/chat/completions";
 
 const openai = new OpenAI();
-const remote = createRemoteTaskOpenAI();
+const remote = createRemoteTaskOpenAITool();
 const messages: ChatCompletionMessageParam[] = [
   { role: "user", content: "List the Python version and installed pip packages of the sandbox." },
 ];

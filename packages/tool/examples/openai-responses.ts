@@ -1,10 +1,10 @@
 // OpenAI Responses API: a function tool and its function_call_output items.
 
-import { createRemoteTaskOpenAI } from "@remote-task/tool/openai";
+import { createRemoteTaskOpenAITool } from "@remote-task/tool/openai";
 import OpenAI from "openai";
 
 const openai = new OpenAI();
-const remote = createRemoteTaskOpenAI(); // configured from process.env
+const remote = createRemoteTaskOpenAITool(); // configured from process.env
 const tools = [remote.responsesTool];
 
 let response = await openai.responses.create({

@@ -24,8 +24,11 @@ import {
 
 export type RemoteTaskAiTool = Tool<RemoteTaskArgs, RemoteTaskToolResult>;
 
-/** An AI SDK tool running `remote_task`; put it in `tools: { remote_task: remoteTaskTool() }`. */
-export function remoteTaskTool(source: RemoteTaskToolSource = {}): RemoteTaskAiTool {
+/**
+ * An AI SDK tool running `remote_task`; put it in
+ * `tools: { remote_task: createRemoteTaskAiTool() }`.
+ */
+export function createRemoteTaskAiTool(source: RemoteTaskToolSource = {}): RemoteTaskAiTool {
   const core = toRemoteTaskTool(source);
   return tool({
     description: core.description,
@@ -50,5 +53,10 @@ export function remoteTaskToolSet(
   env?: EnvLike,
   options: Omit<RemoteTaskToolOptions, "client" | "env"> = {},
 ): { remote_task?: RemoteTaskAiTool } {
-  return isRemoteTaskAvailable(env) ? { remote_task: remoteTaskTool({ ...options, env }) } : {};
+  return isRemoteTaskAvailable(env)
+    ? { remote_task: createRemoteTaskAiTool({ ...options, env }) }
+    : {};
 }
+
+/** @deprecated Renamed {@link createRemoteTaskAiTool}, like every adapter's factory. */
+export const remoteTaskTool: typeof createRemoteTaskAiTool = createRemoteTaskAiTool;

@@ -1,3 +1,4 @@
+import { hasBrand } from "@remote-task/internal";
 import type { RemoteTaskStatus, RemoteTaskToolResult } from "./result.js";
 
 const BRAND = Symbol.for("remote-task.RemoteTaskToolError");
@@ -20,6 +21,6 @@ export class RemoteTaskToolError extends Error {
   }
 
   static isInstance(value: unknown): value is RemoteTaskToolError {
-    return typeof value === "object" && value !== null && BRAND in value;
+    return hasBrand(value, BRAND);
   }
 }

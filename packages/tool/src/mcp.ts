@@ -19,7 +19,7 @@ import {
 /** Name the server reports in its MCP `serverInfo`. */
 export const MCP_SERVER_NAME = "remote-task";
 
-export type McpServerOptions = RemoteTaskToolOptions & {
+export type RemoteTaskMcpServerOptions = RemoteTaskToolOptions & {
   /** A ready tool to expose instead of creating one from the other options. */
   tool?: RemoteTaskTool | undefined;
   /** `serverInfo.name` (default `remote-task`). */
@@ -32,7 +32,7 @@ export type McpServerOptions = RemoteTaskToolOptions & {
  * `CLOUDFLARE_SANDBOX_URL` throws the client's `ConfigurationError` here instead of advertising
  * a tool that cannot run. That client is closed when the server closes.
  */
-export function createMcpServer(options: McpServerOptions = {}): McpServer {
+export function createRemoteTaskMcpServer(options: RemoteTaskMcpServerOptions = {}): McpServer {
   let owned: RemoteTaskClient | undefined;
   let tool = options.tool;
   if (!tool) {
@@ -97,10 +97,16 @@ export interface McpStdioOptions {
  * `remote-task mcp` run. Throws `ConfigurationError` when the environment configures no bridge.
  */
 export async function runMcpStdio(options: McpStdioOptions = {}): Promise<McpServer> {
-  const server = createMcpServer({ env: options.env ?? process.env });
+  const server = createRemoteTaskMcpServer({ env: options.env ?? process.env });
   const stdin = options.stdin ?? process.stdin;
   await server.connect(new StdioServerTransport(stdin, options.stdout ?? process.stdout));
   // The MCP client ends a stdio session by closing our input: shut down (and close the client).
   stdin.once("end", () => void server.close());
   return server;
 }
+
+/** @deprecated Renamed {@link createRemoteTaskMcpServer}, like every adapter's factory. */
+export const createMcpServer: typeof createRemoteTaskMcpServer = createRemoteTaskMcpServer;
+
+/** @deprecated Renamed {@link RemoteTaskMcpServerOptions}. */
+export type McpServerOptions = RemoteTaskMcpServerOptions;

@@ -31,7 +31,7 @@ export type OpenAIToolOptions = {
   strict?: boolean | undefined;
 };
 
-export interface RemoteTaskOpenAI {
+export interface RemoteTaskOpenAITool {
   /** The core tool the calls run through. */
   readonly tool: RemoteTaskTool;
   /** For `chat.completions.create({ tools: [chatCompletionsTool] })`. */
@@ -80,10 +80,10 @@ function parseArguments(text: string): { ok: true; value: unknown } | { ok: fals
 }
 
 /** Creates the OpenAI tool definitions and the call handler for one `remote_task` tool. */
-export function createRemoteTaskOpenAI(
+export function createRemoteTaskOpenAITool(
   source: RemoteTaskToolSource = {},
   options: OpenAIToolOptions = {},
-): RemoteTaskOpenAI {
+): RemoteTaskOpenAITool {
   const tool = toRemoteTaskTool(source);
   const strict = options.strict ?? true;
   const parameters = strict ? strictSchema(tool.jsonSchema) : tool.jsonSchema;
@@ -150,3 +150,9 @@ export function createRemoteTaskOpenAI(
     handleToolCall,
   };
 }
+
+/** @deprecated Renamed {@link createRemoteTaskOpenAITool}, like every adapter's factory. */
+export const createRemoteTaskOpenAI: typeof createRemoteTaskOpenAITool = createRemoteTaskOpenAITool;
+
+/** @deprecated Renamed {@link RemoteTaskOpenAITool}. */
+export type RemoteTaskOpenAI = RemoteTaskOpenAITool;

@@ -5,6 +5,7 @@ import {
   type RemoteTaskClient,
   RemoteTaskError,
 } from "@remote-task/client";
+import { issuesOf, type SchemaIssue } from "@remote-task/internal";
 import { DEFAULT_TIMEOUT_SECONDS } from "@remote-task/protocol";
 import {
   REMOTE_TASK_TOOL_NAME,
@@ -72,11 +73,9 @@ function defaultEnv(): EnvLike {
   return typeof process === "undefined" ? {} : process.env;
 }
 
-function describeIssues(error: {
-  issues: ReadonlyArray<{ path: ReadonlyArray<PropertyKey>; message: string }>;
-}): string {
-  const lines = error.issues.map((issue) => {
-    const path = issue.path.map(String).join(".");
+function describeIssues(error: { issues: ReadonlyArray<SchemaIssue> }): string {
+  const lines = issuesOf(error).map((issue) => {
+    const path = issue.path.join(".");
     return path ? `${path}: ${issue.message}` : issue.message;
   });
   return `Invalid ${REMOTE_TASK_TOOL_NAME} arguments: ${lines.join("; ")}. Pass {"command": "<shell command>", "timeout": <seconds, optional>}.`;
@@ -153,6 +152,7 @@ export function remoteTaskTools(
 /** Accepts a ready tool or the options to create one (what every adapter takes). */
 export type RemoteTaskToolSource = RemoteTaskTool | RemoteTaskToolOptions;
 
+/** The core tool of `source`: the tool itself, or one created from the options. */
 export function toRemoteTaskTool(source: RemoteTaskToolSource = {}): RemoteTaskTool {
   return isRemoteTaskTool(source) ? source : createRemoteTaskTool(source);
 }

@@ -2,7 +2,7 @@ import type { LanguageModelV4CallOptions, LanguageModelV4GenerateResult } from "
 import { generateText, isStepCount } from "ai";
 import { MockLanguageModelV4 } from "ai/test";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { remoteTaskTool, remoteTaskToolSet } from "../src/ai.js";
+import { createRemoteTaskAiTool, remoteTaskToolSet } from "../src/ai.js";
 import { startTestBridge, type TestBridge } from "./helpers/bridge.js";
 
 const usage: LanguageModelV4GenerateResult["usage"] = {
@@ -62,7 +62,7 @@ describe("AI SDK adapter (generateText with a mock model, real bridge)", () => {
     await generateText({
       model,
       prompt: "go",
-      tools: { remote_task: remoteTaskTool({ client: bridge.client }) },
+      tools: { remote_task: createRemoteTaskAiTool({ client: bridge.client }) },
       stopWhen: isStepCount(2),
     });
     const advertised = model.doGenerateCalls[0]?.tools?.[0];
@@ -79,7 +79,7 @@ describe("AI SDK adapter (generateText with a mock model, real bridge)", () => {
     const result = await generateText({
       model,
       prompt: "go",
-      tools: { remote_task: remoteTaskTool({ client: bridge.client }) },
+      tools: { remote_task: createRemoteTaskAiTool({ client: bridge.client }) },
       stopWhen: isStepCount(2),
     });
     expect(toolOutputSeen(model)).toEqual({ type: "text", value: "hello from 42\n" });
@@ -94,7 +94,7 @@ describe("AI SDK adapter (generateText with a mock model, real bridge)", () => {
     const result = await generateText({
       model,
       prompt: "go",
-      tools: { remote_task: remoteTaskTool({ client: bridge.client }) },
+      tools: { remote_task: createRemoteTaskAiTool({ client: bridge.client }) },
       stopWhen: isStepCount(2),
     });
     expect(toolOutputSeen(model)).toEqual({
@@ -112,7 +112,7 @@ describe("AI SDK adapter (generateText with a mock model, real bridge)", () => {
       model,
       prompt: "go",
       // No bridge configured: the tool cannot run the command.
-      tools: { remote_task: remoteTaskTool({ env: {} }) },
+      tools: { remote_task: createRemoteTaskAiTool({ env: {} }) },
       stopWhen: isStepCount(2),
     });
     const errors = result.steps[0]?.content.filter((part) => part.type === "tool-error") ?? [];
@@ -129,7 +129,7 @@ describe("AI SDK adapter (generateText with a mock model, real bridge)", () => {
     const generation = generateText({
       model,
       prompt: "go",
-      tools: { remote_task: remoteTaskTool({ client: bridge.client }) },
+      tools: { remote_task: createRemoteTaskAiTool({ client: bridge.client }) },
       stopWhen: isStepCount(2),
       abortSignal: controller.signal,
     }).then(

@@ -10,7 +10,7 @@ import type {
   ResponseInputItem,
 } from "openai/resources/responses/responses";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createRemoteTaskOpenAI } from "../src/openai.js";
+import { createRemoteTaskOpenAITool } from "../src/openai.js";
 import { startTestBridge, type TestBridge } from "./helpers/bridge.js";
 
 function fixture<T>(name: string): T {
@@ -34,7 +34,7 @@ afterAll(async () => {
 });
 
 describe("OpenAI adapter: definitions", () => {
-  const openai = createRemoteTaskOpenAI({ env: {} });
+  const openai = createRemoteTaskOpenAITool({ env: {} });
 
   it("defines a strict Chat Completions function tool", () => {
     expect(openai.chatCompletionsTool).toEqual({
@@ -67,7 +67,7 @@ describe("OpenAI adapter: definitions", () => {
   });
 
   it("uses the plain JSON Schema when strict mode is off", () => {
-    const loose = createRemoteTaskOpenAI({ env: {} }, { strict: false });
+    const loose = createRemoteTaskOpenAITool({ env: {} }, { strict: false });
     expect(loose.responsesTool.strict).toBe(false);
     expect(loose.responsesTool.parameters).toEqual(loose.tool.jsonSchema);
   });
@@ -75,7 +75,7 @@ describe("OpenAI adapter: definitions", () => {
 
 describe("OpenAI adapter: handleToolCall (recorded calls, real bridge)", () => {
   it("answers Chat Completions tool calls with tool messages", async () => {
-    const openai = createRemoteTaskOpenAI({ client: bridge.client });
+    const openai = createRemoteTaskOpenAITool({ client: bridge.client });
     const messages: ChatCompletionToolMessageParam[] = await Promise.all(
       chatCalls.map((call) => openai.handleToolCall(call)),
     );
@@ -94,7 +94,7 @@ describe("OpenAI adapter: handleToolCall (recorded calls, real bridge)", () => {
   });
 
   it("answers a Responses function_call with a function_call_output item", async () => {
-    const openai = createRemoteTaskOpenAI({ client: bridge.client });
+    const openai = createRemoteTaskOpenAITool({ client: bridge.client });
     const item: ResponseInputItem.FunctionCallOutput = await openai.handleToolCall(responseCall);
     expect(item).toEqual({
       type: "function_call_output",
@@ -104,7 +104,7 @@ describe("OpenAI adapter: handleToolCall (recorded calls, real bridge)", () => {
   });
 
   it("turns invalid JSON arguments into an error output without running anything", async () => {
-    const openai = createRemoteTaskOpenAI({ client: bridge.client });
+    const openai = createRemoteTaskOpenAITool({ client: bridge.client });
     const before = bridge.started.length;
     const bad: ChatCompletionMessageToolCall = {
       id: "call_bad",
@@ -124,7 +124,7 @@ describe("OpenAI adapter: handleToolCall (recorded calls, real bridge)", () => {
   });
 
   it("recognises only its own calls", async () => {
-    const openai = createRemoteTaskOpenAI({ client: bridge.client });
+    const openai = createRemoteTaskOpenAITool({ client: bridge.client });
     const other: ResponseFunctionToolCall = { ...responseCall, name: "get_weather" };
     expect(openai.isRemoteTaskCall(responseCall)).toBe(true);
     expect(openai.isRemoteTaskCall(chatCalls[0]!)).toBe(true);
@@ -134,7 +134,7 @@ describe("OpenAI adapter: handleToolCall (recorded calls, real bridge)", () => {
   });
 
   it("runs concurrent calls in distinct sandboxes that cannot see each other's files", async () => {
-    const openai = createRemoteTaskOpenAI({ client: bridge.client });
+    const openai = createRemoteTaskOpenAITool({ client: bridge.client });
     const before = bridge.started.length;
     const calls = [1, 2, 3, 4].map(
       (n): ResponseFunctionToolCall => ({

@@ -54,11 +54,9 @@ export async function startTestBridge(options: TestBridgeOptions = {}): Promise<
   const bridge = await startLocalBridge({
     backend,
     logger: logs.logger,
-    ...(options.token === undefined ? {} : { token: options.token }),
-    ...(options.limits === undefined ? {} : { limits: options.limits }),
-    ...(options.heartbeatIntervalMs === undefined
-      ? {}
-      : { heartbeatIntervalMs: options.heartbeatIntervalMs }),
+    token: options.token,
+    limits: options.limits,
+    heartbeatIntervalMs: options.heartbeatIntervalMs,
   }).catch(async (error: unknown) => {
     await rm(tmpRoot, { recursive: true, force: true });
     throw error;

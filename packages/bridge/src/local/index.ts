@@ -4,6 +4,7 @@ import { chmod, mkdir, mkdtemp, readdir, rm } from "node:fs/promises";
 import { constants, tmpdir } from "node:os";
 import { join, posix } from "node:path";
 import type { Writable } from "node:stream";
+import { hasBrand } from "@remote-task/internal";
 import {
   BackendError,
   type ExecSpec,
@@ -18,13 +19,13 @@ export type LocalIsolation = "bwrap" | "none";
 
 export interface LocalBackendOptions {
   /** `auto` (default) uses bubblewrap when a trial run works, else none; `bwrap` requires it. */
-  isolation?: LocalIsolationOption;
+  isolation?: LocalIsolationOption | undefined;
   /** Parent of the per-call temporary directories (default: the OS temp directory). */
-  tmpRoot?: string;
+  tmpRoot?: string | undefined;
   /** Time between SIGTERM and SIGKILL when a command is stopped (default 2000 ms). */
-  killGraceMs?: number;
+  killGraceMs?: number | undefined;
   /** bubblewrap binary (default `bwrap` on PATH). */
-  bwrapPath?: string;
+  bwrapPath?: string | undefined;
 }
 
 export interface LocalBackendStats {
@@ -56,7 +57,7 @@ export class IsolationUnavailableError extends Error {
   }
 
   static isInstance(value: unknown): value is IsolationUnavailableError {
-    return typeof value === "object" && value !== null && IsolationUnavailableError.brand in value;
+    return hasBrand(value, IsolationUnavailableError.brand);
   }
 }
 

@@ -31,13 +31,13 @@ export interface ConformanceOptions {
    * Checks this backend cannot take part in, with the reason; they are registered as skipped with
    * the reason in their title, never dropped silently.
    */
-  skip?: Partial<Record<ConformanceCheck, string>>;
+  skip?: Partial<Record<ConformanceCheck, string>> | undefined;
   /** Live sandboxes according to the backend, checked to be 0 after every test when given. */
-  liveSandboxes?: (backend: SandboxBackend) => number | Promise<number>;
+  liveSandboxes?: ((backend: SandboxBackend) => number | Promise<number>) | undefined;
   /** Output size of the large-output test in bytes (default 3 000 000). */
-  largeOutputBytes?: number;
+  largeOutputBytes?: number | undefined;
   /** Extra time allowed for sandbox startup per call, for slow backends (default 10 000 ms). */
-  startupAllowanceMs?: number;
+  startupAllowanceMs?: number | undefined;
 }
 
 /** Records the starts and destroys of any backend so destroy-on-every-path can be checked. */
@@ -93,12 +93,6 @@ async function eventually(
   }
 }
 
-/**
- * Registers vitest tests that drive `makeBackend()` through `createBridge` and check the
- * behaviour every backend owes the bridge. Commands use a small vocabulary that a real shell and
- * `createFakeBackend()` both understand: `echo WORDS`, `echo WORDS >&2`, `exit N`, `sleep N`,
- * `yes | head -c N`, `pwd`, joined by `; `. No `node:` import, so it also runs inside workerd.
- */
 /** Starts a streamed `sleep 30` for a fresh id and reads its `start` event. */
 async function startSleeping(bridge: BridgeHandler) {
   const sandboxId = freshId();
@@ -110,6 +104,12 @@ async function startSleeping(bridge: BridgeHandler) {
   return { sandboxId, events };
 }
 
+/**
+ * Registers vitest tests that drive `makeBackend()` through `createBridge` and check the
+ * behaviour every backend owes the bridge. Commands use a small vocabulary that a real shell and
+ * `createFakeBackend()` both understand: `echo WORDS`, `echo WORDS >&2`, `exit N`, `sleep N`,
+ * `yes | head -c N`, `pwd`, joined by `; `. No `node:` import, so it also runs inside workerd.
+ */
 export function backendConformanceSuite(
   name: string,
   makeBackend: () => SandboxBackend | Promise<SandboxBackend>,
@@ -135,7 +135,7 @@ export function backendConformanceSuite(
         token: TOKEN,
         logger: silentLogger,
         limits,
-        ...(heartbeatIntervalMs === undefined ? {} : { heartbeatIntervalMs }),
+        heartbeatIntervalMs,
       });
       cleanup.push(async () => {
         await bridge.shutdown();

@@ -2,24 +2,24 @@ import { BackendError, type ExecSpec, type OutputChunk, type SandboxBackend } fr
 
 /** One piece of scripted output. */
 export interface FakeChunk {
-  stream?: "stdout" | "stderr";
+  stream?: "stdout" | "stderr" | undefined;
   data: string | Uint8Array;
   /** Wait this long before emitting the chunk. */
-  delayMs?: number;
+  delayMs?: number | undefined;
 }
 
 /** What a fake command does. Everything is optional: the empty script exits 0 silently. */
 export interface FakeScript {
   /** Output, in order. */
-  chunks?: FakeChunk[];
+  chunks?: FakeChunk[] | undefined;
   /** `repeat` more copies of a chunk, for large outputs without large scripts. */
-  repeat?: { chunk: FakeChunk; times: number };
+  repeat?: { chunk: FakeChunk; times: number } | undefined;
   /** Exit code once the output is done (default 0). */
-  exitCode?: number;
+  exitCode?: number | undefined;
   /** Extra wait after the output, before the exit (a quiet command). */
-  exitDelayMs?: number;
+  exitDelayMs?: number | undefined;
   /** Never exits by itself; only abort or destroy ends it. */
-  hang?: boolean;
+  hang?: boolean | undefined;
   /** `start()` rejects with this (e.g. a `BackendError("capacity_exceeded", ...)`). */
   startError?: unknown;
   /** The exit promise rejects with this after the output (a backend dying mid-call). */
@@ -27,20 +27,20 @@ export interface FakeScript {
   /** The output iteration throws this after the chunks. */
   outputError?: unknown;
   /** Ignore the abort signal (only destroy stops the command), like a backend with a lazy kill. */
-  ignoreAbort?: boolean;
+  ignoreAbort?: boolean | undefined;
 }
 
 export type FakeScriptFor = (spec: ExecSpec) => FakeScript | Promise<FakeScript>;
 
 export interface FakeBackendOptions {
-  name?: string;
-  isolation?: string;
+  name?: string | undefined;
+  isolation?: string | undefined;
   /** Per-command behaviour (default: {@link interpretCommand}, the conformance vocabulary). */
-  script?: FakeScriptFor;
+  script?: FakeScriptFor | undefined;
   /** Added before every start, like a cold start. */
-  startLatencyMs?: number;
+  startLatencyMs?: number | undefined;
   /** Added before every destroy completes. */
-  destroyLatencyMs?: number;
+  destroyLatencyMs?: number | undefined;
 }
 
 /** What the fake recorded; read it in assertions. */

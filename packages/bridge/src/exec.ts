@@ -1,0 +1,127 @@
+import { BRIDGE_TEXTS } from "@remote-task/internal";
+import {
+  type CancelResponse,
+  cancelRequestSchema,
+  DEFAULT_TIMEOUT_SECONDS,
+  type ExecRequest,
+  execRequestSchema,
+  type Issue,
+  type Limits,
+} from "@remote-task/protocol";
+import { backendErrorResponse } from "./backend-errors.js";
+import { assertJsonContentType, parseJsonBody, readBodyLimited, validate } from "./body.js";
+import type { CallOutcome } from "./call.js";
+import type { CallRegistry } from "./calls.js";
+import { outputCapFor } from "./limits.js";
+import { invalidRequest, jsonResponse } from "./responses.js";
+import { callEventStream, eventStreamOf, startEvent } from "./sse.js";
+
+/** What the `/exec` and `/cancel` routes need from the bridge. */
+export interface ExecRoutesContext {
+  calls: CallRegistry;
+  limits: Limits;
+  defaultCwd: string;
+  heartbeatIntervalMs: number;
+}
+
+const encoder = new TextEncoder();
+
+function utf8Length(text: string): number {
+  return encoder.encode(text).byteLength;
+}
+
+/** Parses and validates an `/exec` body against the protocol schema and the bridge limits. */
+async function readExecRequest(limits: Limits, request: Request): Promise<ExecRequest> {
+  assertJsonContentType(request);
+  const body = parseJsonBody(await readBodyLimited(request, limits.maxRequestBytes));
+  const exec = validate(execRequestSchema, body, "Exec request");
+  const issues: Issue[] = [];
+  if (utf8Length(exec.command) > limits.maxCommandBytes) {
+    issues.push({
+      path: ["command"],
+      message: BRIDGE_TEXTS.commandTooLong(limits.maxCommandBytes),
+    });
+  }
+  if (exec.timeoutSeconds !== undefined && exec.timeoutSeconds > limits.maxTimeoutSeconds) {
+    issues.push({
+      path: ["timeoutSeconds"],
+      message: BRIDGE_TEXTS.timeoutTooLong(limits.maxTimeoutSeconds),
+    });
+  }
+  const env = Object.entries(exec.env ?? {});
+  if (env.length > limits.maxEnvEntries) {
+    issues.push({ path: ["env"], message: BRIDGE_TEXTS.tooManyEnv(limits.maxEnvEntries) });
+  }
+  for (const [name, value] of env) {
+    if (utf8Length(name) + utf8Length(value) > limits.maxEnvEntryBytes) {
+      issues.push({
+        path: ["env", name],
+        message: BRIDGE_TEXTS.envEntryTooLong(limits.maxEnvEntryBytes),
+      });
+    }
+  }
+  if (issues.length > 0) throw invalidRequest(BRIDGE_TEXTS.overLimits, issues);
+  return exec;
+}
+
+function wantsEventStream(request: Request): boolean {
+  const accept = request.headers.get("accept") ?? "";
+  return accept
+    .split(",")
+    .some((part) => part.split(";")[0]?.trim().toLowerCase() === "text/event-stream");
+}
+
+function outcomeResponse(outcome: CallOutcome): Response {
+  return outcome.kind === "result"
+    ? jsonResponse(outcome.result)
+    : backendErrorResponse(outcome.error);
+}
+
+/**
+ * `POST /exec`: validates the request, opens a call for it, and answers with the call's result
+ * (JSON) or its event stream. A call that fails to start answers with an HTTP error either way.
+ */
+export async function handleExec(
+  context: ExecRoutesContext,
+  request: Request,
+  waitUntil: ((promise: Promise<unknown>) => void) | undefined,
+): Promise<Response> {
+  const { limits } = context;
+  const exec = await readExecRequest(limits, request);
+  const timeoutSeconds =
+    exec.timeoutSeconds ?? Math.min(DEFAULT_TIMEOUT_SECONDS, limits.maxTimeoutSeconds);
+  const streamed = wantsEventStream(request);
+  const call = context.calls.open({
+    sandboxId: exec.sandboxId,
+    command: exec.command,
+    cwd: exec.cwd ?? context.defaultCwd,
+    env: exec.env ?? {},
+    timeoutMs: Math.round(timeoutSeconds * 1000),
+    cap: outputCapFor(limits, exec.maxOutputBytes),
+    streamed,
+    disconnect: request.signal,
+    waitUntil,
+  });
+  const early = await call.started();
+  if (early !== undefined) {
+    if (streamed && early.kind === "result") {
+      return eventStreamOf([startEvent(call.sandboxId), { type: "exit", result: early.result }]);
+    }
+    return outcomeResponse(early);
+  }
+  if (streamed) return callEventStream(call, context.heartbeatIntervalMs);
+  return outcomeResponse(await call.finish());
+}
+
+/** `POST /cancel`: stops the named call and destroys its sandbox (idempotent). */
+export async function handleCancel(
+  context: ExecRoutesContext,
+  request: Request,
+): Promise<Response> {
+  assertJsonContentType(request);
+  const body = parseJsonBody(await readBodyLimited(request, context.limits.maxRequestBytes));
+  const { sandboxId } = validate(cancelRequestSchema, body, "Cancel request");
+  const cancelled = await context.calls.cancel(sandboxId);
+  const answer: CancelResponse = { ok: true, sandboxId, cancelled };
+  return jsonResponse(answer);
+}

@@ -1,0 +1,96 @@
+/*
+ * Every fixed text this project's bridge and backends send back in an answer. They live here, in
+ * one list, because a client reads them back inside foreign text: redaction must leave them as
+ * written (see redact.ts), so the client has to know them. A text with values in it is a
+ * function; its fixed parts are kept, the values in between are not.
+ *
+ * Adding a text to an answer (a new refusal, a backend's new failure message)? Put it here.
+ */
+
+/** Texts of the bridge core (packages/bridge/src). */
+export const BRIDGE_TEXTS = {
+  unauthorized: "Missing or wrong bearer token; send Authorization: Bearer <token>.",
+  notConfigured:
+    "This bridge has no token configured, so it refuses to run commands. Set BRIDGE_TOKEN (or pass `token` to the bridge), or opt out explicitly with allowUnauthenticated.",
+  internal: "The bridge failed unexpectedly; the bridge log has details.",
+  shuttingDown: "The bridge is shutting down; try another bridge or retry shortly.",
+  sandboxFailed:
+    "The sandbox failed while running the command; the bridge log has details. Try again.",
+  notFound: (path: string, routes: string) => `No route ${path}; routes are ${routes}.`,
+  methodNotAllowed: (path: string, allowed: string, method: string) =>
+    `${path} accepts ${allowed}, not ${method}.`,
+  conflict: (sandboxId: string) =>
+    `Sandbox id ${sandboxId} is already in use by a running call; use a fresh id per call.`,
+  payloadTooLarge: (maxBytes: number) =>
+    `Request body is larger than ${maxBytes} bytes; send a shorter command or fewer env entries.`,
+  notJsonType: "Content-Type must be application/json.",
+  unsupportedType: (mediaType: string) => `unsupported content type "${mediaType}"`,
+  notUtf8: "Request body is not valid UTF-8.",
+  notUtf8Issue: "body must be UTF-8 encoded JSON",
+  notJson: "Request body is not valid JSON.",
+  notJsonIssue: "body must be a JSON object",
+  invalid: (what: string) => `${what} is invalid: see issues.`,
+  overLimits: "Exec request exceeds the bridge limits: see issues.",
+  commandTooLong: (maxBytes: number) => `command is longer than ${maxBytes} bytes`,
+  timeoutTooLong: (maxSeconds: number) => `timeoutSeconds must be at most ${maxSeconds}`,
+  tooManyEnv: (maxEntries: number) => `env has more than ${maxEntries} entries`,
+  envEntryTooLong: (maxBytes: number) =>
+    `env entry is longer than ${maxBytes} bytes (name plus value)`,
+  unparsableRequest: "The HTTP request could not be parsed.",
+  unreadableRequest: "The HTTP request could not be read.",
+  malformedRequestIssue: "malformed HTTP request",
+} as const;
+
+/** Texts of the Cloudflare backend (apps/worker). */
+export const CLOUDFLARE_TEXTS = {
+  containersDisabled:
+    "Containers are not available to this Worker: it runs with containers off (local `wrangler dev` " +
+    "turns them off because they need Docker). Deploy it with `npm run deploy -w apps/worker`, or " +
+    "run `npx wrangler dev --enable-containers` with Docker running.",
+  noContainer:
+    "No sandbox container is free right now (the deployment's max_instances are busy or none " +
+    "could be placed). Try again shortly.",
+  stopped: "The command was stopped before it finished.",
+  noExitCode: "The sandbox reported an exit without an exit code.",
+  closedEarly: "The sandbox closed the output stream before the command exited.",
+  /** With the reason the container did not start (already safe to show). */
+  notStarted: (reason: string) =>
+    `The sandbox's container could not be started, so the command did not run (${reason}).`,
+  notReady: (timeoutSeconds: number) =>
+    `The sandbox's container did not become ready within the call's timeout (${timeoutSeconds} s), ` +
+    "so the command did not run. Cold starts can take several seconds: allow a longer " +
+    "timeoutSeconds, or retry.",
+  missingCwd: (cwd: string) =>
+    `cwd ${cwd} is not a directory in the sandbox, so the command did not run. ` +
+    "Use an existing directory (default /workspace), or create it first: mkdir -p <dir> && cd <dir> && ...",
+  /** With the SDK's (redacted) words for how the stream broke. */
+  brokenStream: (detail: string) =>
+    "The connection to the sandbox broke while the command ran (its container may have " +
+    `stopped), so how the command ended is unknown (${detail}).`,
+  /** With the SDK's error code and its (redacted) message, each when there is one. */
+  failed: (code: string | undefined, detail: string) =>
+    `The sandbox failed${code ? ` (${code})` : ""}${detail ? `: ${detail}` : ""}`,
+} as const;
+
+type Text = string | ((...values: never[]) => string);
+
+/** Marks where a value goes when a text's fixed parts are taken apart. */
+const SLOT = "\u0000";
+
+/**
+ * The fixed parts of `text`: the text itself, or what stands between its values, taken with every
+ * value present and with every value empty (for texts whose values are optional).
+ */
+function fixedParts(text: Text): string[] {
+  if (typeof text === "string") return [text];
+  const fill = (value: string) =>
+    (text as (...values: string[]) => string)(...Array.from({ length: text.length }, () => value));
+  return [...fill(SLOT).split(SLOT), fill("")].filter((part) => part.length > 0);
+}
+
+/** Every fixed text (and fixed part of a text with values), for `redact(..., keep)`. */
+export const OWN_TEXTS: readonly string[] = [
+  ...new Set(
+    [...Object.values(BRIDGE_TEXTS), ...Object.values(CLOUDFLARE_TEXTS)].flatMap(fixedParts),
+  ),
+];

@@ -1,0 +1,112 @@
+import { describe, expect, it } from "vitest";
+import { raceAbort } from "../src/abort.js";
+import { hasBrand } from "../src/brand.js";
+import { concatBytes } from "../src/bytes.js";
+import { issuesOf, summarizeIssues } from "../src/issues.js";
+import { retryAfterHeader } from "../src/retry-after.js";
+import { MAX_TIMER_MS, timerDelay } from "../src/timers.js";
+
+describe("raceAbort", () => {
+  it("settles like the promise when no signal aborts", async () => {
+    const signal = new AbortController().signal;
+    await expect(raceAbort(Promise.resolve(1), signal)).resolves.toBe(1);
+    await expect(raceAbort(Promise.reject(new Error("no")), signal)).rejects.toThrow("no");
+  });
+
+  it("rejects with the reason of the first signal to abort, even if the promise never settles", async () => {
+    const a = new AbortController();
+    const b = new AbortController();
+    const raced = raceAbort(new Promise<never>(() => {}), a.signal, { other: b.signal });
+    b.abort("b went first");
+    a.abort("a");
+    await expect(raced).rejects.toBe("b went first");
+    const first = new AbortController();
+    const alone = raceAbort(new Promise<never>(() => {}), first.signal);
+    first.abort("only one");
+    await expect(alone).rejects.toBe("only one");
+  });
+
+  it("rejects at once for an aborted signal, with the mapped error when given", async () => {
+    const controller = new AbortController();
+    controller.abort();
+    const late = Promise.reject(new Error("ignored"));
+    await expect(
+      raceAbort(late, controller.signal, { abortError: () => new Error("stopped") }),
+    ).rejects.toThrow("stopped");
+  });
+
+  it("removes its listeners once settled", async () => {
+    const controller = new AbortController();
+    let listeners = 0;
+    const signal = controller.signal;
+    const add = signal.addEventListener.bind(signal);
+    const remove = signal.removeEventListener.bind(signal);
+    signal.addEventListener = ((...args: Parameters<typeof add>) => {
+      listeners++;
+      add(...args);
+    }) as typeof add;
+    signal.removeEventListener = ((...args: Parameters<typeof remove>) => {
+      listeners--;
+      remove(...args);
+    }) as typeof remove;
+    for (let i = 0; i < 10; i++) await raceAbort(Promise.resolve(i), signal);
+    expect(listeners).toBe(0);
+  });
+});
+
+describe("hasBrand", () => {
+  it("finds the brand on any object carrying it, from any copy", () => {
+    const brand = Symbol.for("remote-task.Test");
+    expect(hasBrand({ [Symbol.for("remote-task.Test")]: true }, brand)).toBe(true);
+    expect(hasBrand({}, brand)).toBe(false);
+    expect(hasBrand(null, brand)).toBe(false);
+    expect(hasBrand("text", brand)).toBe(false);
+  });
+});
+
+describe("issuesOf and summarizeIssues", () => {
+  it("makes paths JSON-safe and summarises the first issues", () => {
+    const issues = issuesOf(
+      {
+        issues: [
+          { path: ["env", "A", 0], message: "bad" },
+          { path: [Symbol("key")], message: "odd" },
+          { path: [], message: "root" },
+        ],
+      },
+      (message) => message.toUpperCase(),
+    );
+    expect(issues).toEqual([
+      { path: ["env", "A", 0], message: "BAD" },
+      { path: ["Symbol(key)"], message: "ODD" },
+      { path: [], message: "ROOT" },
+    ]);
+    expect(summarizeIssues(issues, 2)).toBe("env.A.0: BAD; Symbol(key): ODD");
+    expect(summarizeIssues(issues)).toBe("env.A.0: BAD; Symbol(key): ODD; (root): ROOT");
+  });
+});
+
+describe("retryAfterHeader", () => {
+  it("is whole seconds rounded up, never negative", () => {
+    expect(retryAfterHeader(1.2)).toBe("2");
+    expect(retryAfterHeader(5)).toBe("5");
+    expect(retryAfterHeader(-3)).toBe("0");
+  });
+});
+
+describe("timerDelay", () => {
+  it("clamps delays a timer cannot hold", () => {
+    expect(MAX_TIMER_MS).toBe(2_147_483_647);
+    expect(timerDelay(10)).toBe(10);
+    expect(timerDelay(30 * 24 * 3600 * 1000)).toBe(MAX_TIMER_MS);
+  });
+});
+
+describe("concatBytes", () => {
+  it("joins parts in order, and returns a lone part as is", () => {
+    const one = new Uint8Array([1, 2]);
+    expect(concatBytes([one])).toBe(one);
+    expect([...concatBytes([one, new Uint8Array([]), new Uint8Array([3])])]).toEqual([1, 2, 3]);
+    expect(concatBytes([]).byteLength).toBe(0);
+  });
+});
