@@ -1,6 +1,6 @@
 import { cloudflareTest } from "@cloudflare/vitest-plugin";
 import { defineConfig } from "vitest/config";
-import { sharedTestOptions } from "../../vitest.shared";
+import { sharedTestOptions } from "../../vitest.shared.ts";
 
 // Tests never need the network: no request.cf data download, no usage metrics.
 process.env.CLOUDFLARE_CF_FETCH_ENABLED ??= "false";
