@@ -23,5 +23,6 @@ export {
   jsonLineLogger,
   type ProblemLogEntry,
   silentLogger,
+  stderrLogger,
 } from "./logger.js";
 export { BRIDGE_VERSION } from "./version.js";

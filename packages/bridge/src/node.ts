@@ -7,7 +7,7 @@ import type { Limits } from "@remote-task/protocol";
 import type { SandboxBackend } from "./backend.js";
 import { createBridge } from "./bridge.js";
 import { createLocalBackend } from "./local/index.js";
-import type { BridgeLogger } from "./logger.js";
+import { type BridgeLogger, stderrLogger } from "./logger.js";
 import { errorBody, errorResponse } from "./responses.js";
 
 export interface LocalBridgeOptions<B extends SandboxBackend = SandboxBackend> {
@@ -23,6 +23,7 @@ export interface LocalBridgeOptions<B extends SandboxBackend = SandboxBackend> {
   allowUnauthenticated?: boolean;
   limits?: Partial<Limits>;
   heartbeatIntervalMs?: number;
+  /** Receives one entry per call (default `stderrLogger`: JSON lines on stderr). */
   logger?: BridgeLogger;
 }
 
@@ -74,7 +75,7 @@ export async function startLocalBridge<
     ...(options.heartbeatIntervalMs === undefined
       ? {}
       : { heartbeatIntervalMs: options.heartbeatIntervalMs }),
-    ...(options.logger === undefined ? {} : { logger: options.logger }),
+    logger: options.logger ?? stderrLogger,
   });
 
   const listener = getRequestListener((request) => bridge(request), {

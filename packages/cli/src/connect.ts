@@ -4,7 +4,7 @@ import {
   createClient,
   type RemoteTaskClient,
 } from "@remote-task/client";
-import { stderrLogger } from "./log.js";
+import { cliLogger } from "./log.js";
 
 export interface ConnectionFlags {
   url?: string;
@@ -34,7 +34,7 @@ export async function connect(
     ]);
     const bridge = await startLocalBridge({
       backend: createLocalBackend({ isolation: flags.isolation ?? "auto" }),
-      logger: stderrLogger(false),
+      logger: cliLogger(false),
     });
     const client = createClient({
       ...extra,
