@@ -6,6 +6,7 @@ import {
 } from "@remote-task/protocol";
 import type { Dispatcher } from "undici";
 import { ConfigurationError } from "./errors.js";
+import { unsupportedNodeReason } from "./node-version.js";
 import type { ClientOptions, RetryInfo } from "./types.js";
 
 /** Bounds of the default grace period, which follows the client's default task timeout. */
@@ -160,6 +161,8 @@ export function resolveConfig(options: ClientOptions): ResolvedConfig {
   if (options.fetch !== undefined && typeof options.fetch !== "function") {
     throw new ConfigurationError("fetch must be a Fetch API function.");
   }
+  const unsupported = options.fetch === undefined ? unsupportedNodeReason() : undefined;
+  if (unsupported !== undefined) throw new ConfigurationError(unsupported);
   const timeoutSeconds = positiveNumber(
     "timeoutSeconds",
     options.timeoutSeconds,
