@@ -31,16 +31,21 @@ function timing(flags: ConnectionFlags): Partial<ClientOptions> {
   return options;
 }
 
-/** The embedded bridge and a client for it; the bridge is closed again if the client fails. */
-async function connectLocal(flags: ConnectionFlags): Promise<Connection> {
+/** Starts the embedded local bridge in this process (it logs only problems, to stderr). */
+export async function startEmbeddedBridge(flags: Pick<ConnectionFlags, "isolation">) {
   const [{ startLocalBridge }, { createLocalBackend }] = await Promise.all([
     import("@remote-task/bridge/node"),
     import("@remote-task/bridge/local"),
   ]);
-  const bridge = await startLocalBridge({
+  return startLocalBridge({
     backend: createLocalBackend({ isolation: flags.isolation ?? "auto" }),
     logger: cliLogger(false),
   });
+}
+
+/** The embedded bridge and a client for it; the bridge is closed again if the client fails. */
+async function connectLocal(flags: ConnectionFlags): Promise<Connection> {
+  const bridge = await startEmbeddedBridge(flags);
   let client: RemoteTaskClient;
   try {
     client = createClient({

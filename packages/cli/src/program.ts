@@ -4,6 +4,7 @@ import { healthCommand } from "./commands/health.js";
 import { runCommand } from "./commands/run.js";
 import { runManyCommand } from "./commands/run-many.js";
 import { serveCommand } from "./commands/serve.js";
+import { startEmbeddedBridge } from "./connect.js";
 import { EXIT } from "./exit-codes.js";
 import { describeError } from "./report.js";
 
@@ -201,21 +202,34 @@ Examples:
   program
     .command("mcp")
     .description(
-      "Serve the remote_task tool over MCP on stdio (configured by CLOUDFLARE_SANDBOX_*).",
+      "Serve the remote_task tool over MCP on stdio (configured by CLOUDFLARE_SANDBOX_*, or --local).",
     )
+    .option("--local", "start the embedded local bridge in this process for the session")
     .addHelpText(
       "after",
       `
 Example MCP client configuration:
   {"mcpServers": {"remote-task": {"command": "remote-task", "args": ["mcp"],
     "env": {"CLOUDFLARE_SANDBOX_URL": "https://bridge.example.workers.dev",
-            "CLOUDFLARE_SANDBOX_TOKEN": "..."}}}}`,
+            "CLOUDFLARE_SANDBOX_TOKEN": "..."}}}}
+With the embedded bridge instead: "args": ["mcp", "--local"].`,
     )
-    .action(async () => {
+    .action(async (flags: { local?: boolean }) => {
       const { runMcpStdio } = await import("@remote-task/tool/mcp");
+      const bridge = flags.local ? await startEmbeddedBridge({}) : undefined;
       try {
-        await runMcpStdio();
+        const env = bridge
+          ? {
+              ...process.env,
+              CLOUDFLARE_SANDBOX_URL: bridge.url,
+              CLOUDFLARE_SANDBOX_TOKEN: bridge.token,
+            }
+          : process.env;
+        await runMcpStdio({ env });
+        // The session ends when the MCP client closes our input.
+        if (bridge) process.stdin.once("end", () => void bridge.close());
       } catch (error) {
+        await bridge?.close();
         process.stderr.write(`remote-task: ${describeError(error)}\n`);
         onExit(EXIT.bridge);
       }

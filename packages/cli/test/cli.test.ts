@@ -5,6 +5,8 @@ import { createServer as createHttpServer, type Server } from "node:http";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import type { LocalBackend } from "@remote-task/bridge/local";
 import { type LocalBridge, startLocalBridge } from "@remote-task/bridge/node";
 import { execResultSchema } from "@remote-task/protocol";
@@ -59,6 +61,20 @@ describe("usage", () => {
     const { code, stderr } = await runCli(["run"]);
     expect(code).toBe(2);
     expect(stderr).toContain("missing required argument 'command'");
+  });
+
+  it("refuses an older Node.js with the version it needs", async () => {
+    const oldNode = `data:text/javascript,${encodeURIComponent(
+      `Object.defineProperty(process, "versions", { value: { ...process.versions, node: "20.20.2" } });`,
+    )}`;
+    const child = spawn(process.execPath, ["--import", oldNode, BIN, "run", "--", "true"]);
+    let stderr = "";
+    child.stderr.setEncoding("utf8").on("data", (d: string) => {
+      stderr += d;
+    });
+    const [code] = await once(child, "exit");
+    expect(code).toBe(125);
+    expect(stderr).toBe("remote-task needs Node.js >= 22.19.0; this is Node.js 20.20.2.\n");
   });
 
   it("refuses a bad timeout", async () => {
@@ -425,8 +441,6 @@ describe("serve and health", () => {
 
 describe("mcp", () => {
   it("serves remote_task to a real MCP client", async () => {
-    const { Client } = await import("@modelcontextprotocol/sdk/client/index.js");
-    const { StdioClientTransport } = await import("@modelcontextprotocol/sdk/client/stdio.js");
     const transport = new StdioClientTransport({
       command: process.execPath,
       args: [BIN, "mcp"],
@@ -444,6 +458,26 @@ describe("mcp", () => {
       });
       expect(result.isError).toBeFalsy();
       expect(result.content).toEqual([{ type: "text", text: "via-mcp\n" }]);
+    } finally {
+      await client.close();
+    }
+  });
+
+  it("--local serves remote_task on its own embedded bridge", async () => {
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [BIN, "mcp", "--local"],
+      env: cleanEnv() as Record<string, string>,
+      stderr: "pipe",
+    });
+    const client = new Client({ name: "cli-test", version: "1.0.0" });
+    await client.connect(transport);
+    try {
+      const result = await client.callTool({
+        name: "remote_task",
+        arguments: { command: "echo via-local" },
+      });
+      expect(result.content).toEqual([{ type: "text", text: "via-local\n" }]);
     } finally {
       await client.close();
     }
