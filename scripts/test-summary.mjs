@@ -22,8 +22,11 @@ for (const pkgDir of workspaceDirs()) {
     continue;
   }
   const r = JSON.parse(readFileSync(resultsFile, "utf8"));
+  // A test file that failed without a failed test (it did not load, or a hook failed and its
+  // tests were skipped) counts as one failure.
   const suiteErrors = r.testResults.filter(
-    (file) => file.status === "failed" && file.assertionResults.length === 0,
+    (file) =>
+      file.status === "failed" && !file.assertionResults.some((test) => test.status === "failed"),
   ).length;
   passed += r.numPassedTests;
   failed += r.numFailedTests + suiteErrors;

@@ -23,7 +23,12 @@ function results(passed: number, failed: number, skipped: number) {
     numFailedTests: failed,
     numPendingTests: skipped,
     numTodoTests: 0,
-    testResults: [{ status: failed > 0 ? "failed" : "passed", assertionResults: [{}] }],
+    testResults: [
+      {
+        status: failed > 0 ? "failed" : "passed",
+        assertionResults: [{ status: failed > 0 ? "failed" : "passed" }],
+      },
+    ],
   });
 }
 
@@ -85,6 +90,23 @@ describe("npm test", () => {
     const dir = fakeRepo({ a: results(3, 2, 0), b: results(1, 0, 0) }, 1);
     const { status, last } = npmTest(dir);
     expect(last).toBe("4 passed, 2 failed, 0 skipped");
+    expect(status).not.toBe(0);
+  });
+
+  it("counts a test file whose setup failed, skipping its tests, as a failure", () => {
+    const hookFailed = JSON.stringify({
+      numPassedTests: 2,
+      numFailedTests: 0,
+      numPendingTests: 3,
+      numTodoTests: 0,
+      testResults: [
+        { status: "passed", assertionResults: [{ status: "passed" }, { status: "passed" }] },
+        { status: "failed", assertionResults: [{ status: "skipped" }, { status: "skipped" }] },
+      ],
+    });
+    const dir = fakeRepo({ a: hookFailed, b: results(1, 0, 0) }, 1);
+    const { status, last } = npmTest(dir);
+    expect(last).toBe("3 passed, 1 failed, 3 skipped");
     expect(status).not.toBe(0);
   });
 

@@ -7,6 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { silentLogger } from "@remote-task/bridge";
 import type { LocalBackend } from "@remote-task/bridge/local";
 import { type LocalBridge, startLocalBridge } from "@remote-task/bridge/node";
 import { execResultSchema } from "@remote-task/protocol";
@@ -17,7 +18,7 @@ let bridge: LocalBridge<LocalBackend>;
 let env: NodeJS.ProcessEnv;
 
 beforeAll(async () => {
-  bridge = await startLocalBridge();
+  bridge = await startLocalBridge({ logger: silentLogger });
   env = cleanEnv({ CLOUDFLARE_SANDBOX_URL: bridge.url, CLOUDFLARE_SANDBOX_TOKEN: bridge.token });
 });
 afterAll(async () => {
