@@ -1,24 +1,14 @@
 // Totals the vitest JSON results of every workspace package into the closing CI line.
 // A package with a test script but no results file counts as one failure: a crashed run must
 // never look like an empty, green one.
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
+import { workspaceDirs } from "./workspaces.mjs";
 
-const root = new URL("..", import.meta.url).pathname;
-const rootPkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
 let passed = 0;
 let failed = 0;
 let skipped = 0;
 const rows = [];
-
-/** Workspace folders: `dir/*` entries expand to their subfolders, others are folders themselves. */
-function workspaceDirs() {
-  return rootPkg.workspaces.flatMap((pattern) => {
-    if (!pattern.endsWith("/*")) return [join(root, pattern)];
-    const parent = join(root, pattern.slice(0, -2));
-    return readdirSync(parent).map((name) => join(parent, name));
-  });
-}
 
 for (const pkgDir of workspaceDirs()) {
   const pkgFile = join(pkgDir, "package.json");
@@ -32,8 +22,11 @@ for (const pkgDir of workspaceDirs()) {
     continue;
   }
   const r = JSON.parse(readFileSync(resultsFile, "utf8"));
+  // A test file that failed without a failed test (it did not load, or a hook failed and its
+  // tests were skipped) counts as one failure.
   const suiteErrors = r.testResults.filter(
-    (file) => file.status === "failed" && file.assertionResults.length === 0,
+    (file) =>
+      file.status === "failed" && !file.assertionResults.some((test) => test.status === "failed"),
   ).length;
   passed += r.numPassedTests;
   failed += r.numFailedTests + suiteErrors;

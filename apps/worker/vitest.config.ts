@@ -1,10 +1,14 @@
 import { cloudflareTest } from "@cloudflare/vitest-plugin";
 import { defineConfig } from "vitest/config";
-import { sharedTestOptions } from "../../vitest.shared";
+import { sharedTestOptions } from "../../vitest.shared.ts";
+import { dropExpectedRuntimeLogs } from "./test/expected-runtime-logs.ts";
 
 // Tests never need the network: no request.cf data download, no usage metrics.
 process.env.CLOUDFLARE_CF_FETCH_ENABLED ??= "false";
 process.env.WRANGLER_SEND_METRICS ??= "false";
+// Failures the tests cause on purpose are printed by workerd as uncaught; see that module.
+dropExpectedRuntimeLogs(process.stdout);
+dropExpectedRuntimeLogs(process.stderr);
 
 // Reporters and the results file are run-wide; the timeouts and glob are per project.
 const { reporters: _r, outputFile: _o, ...perProject } = sharedTestOptions;

@@ -1,19 +1,32 @@
-import { defineConfig } from "tsup";
+import { defineConfig, type Options } from "tsup";
 
-export default defineConfig({
-  entry: {
-    index: "src/index.ts",
-    local: "src/local/index.ts",
-    node: "src/node.ts",
-    testing: "src/testing/index.ts",
-  },
-  format: ["esm", "cjs"],
+const common: Options = {
   dts: true,
   sourcemap: true,
-  clean: true,
   target: "node20",
-  external: ["vitest"],
   // The private helpers package is inlined: the published package never depends on it.
   noExternal: ["@remote-task/internal"],
   removeNodeProtocol: false,
-});
+};
+
+/** The library entries, ESM and CommonJS. */
+const library: Options = {
+  ...common,
+  entry: { index: "src/index.ts", local: "src/local/index.ts", node: "src/node.ts" },
+  format: ["esm", "cjs"],
+  clean: true,
+};
+
+/**
+ * `./testing`, ESM only: test runners load it, and vitest (which it imports) cannot be required.
+ * Built after the library (`tsup --env.ENTRY testing`), so the library's clean cannot race it.
+ */
+const testing: Options = {
+  ...common,
+  entry: { testing: "src/testing/index.ts" },
+  format: ["esm"],
+  // Optional peers of this entry, for the user's install to resolve.
+  external: ["vitest", "eventsource-parser"],
+};
+
+export default defineConfig((options) => (options.env?.ENTRY === "testing" ? testing : library));

@@ -9,6 +9,7 @@
 import { DurableObject } from "cloudflare:workers";
 import { ContainerUnavailableError, type ExecEvent, type Sandbox } from "@cloudflare/sandbox";
 import { interpretCommand } from "@remote-task/bridge/testing";
+import { INJECTED_FAILURES } from "./expected-runtime-logs.js";
 
 type SandboxSurface = Pick<
   Sandbox,
@@ -165,7 +166,7 @@ export class FakeSandbox extends DurableObject implements SandboxSurface {
     await this.#update((state) => {
       if (!this.#scenario.destroyFails) state.destroyed = true;
     });
-    if (this.#scenario.destroyFails) throw new Error("fake destroy failed");
+    if (this.#scenario.destroyFails) throw new Error(INJECTED_FAILURES.destroy);
   }
 
   execStream(command: string, options?: StreamOptions): Promise<ReadableStream<Uint8Array>> {
@@ -204,7 +205,7 @@ export class FakeSandbox extends DurableObject implements SandboxSurface {
     if (scenario.startError === "capacity") {
       throw new ContainerUnavailableError({
         code: "CONTAINER_UNAVAILABLE",
-        message: "Maximum number of running container instances exceeded",
+        message: INJECTED_FAILURES.capacity,
         context: {
           reason: "max_container_instances_exceeded",
           retryable: true,
@@ -214,7 +215,7 @@ export class FakeSandbox extends DurableObject implements SandboxSurface {
         timestamp: new Date().toISOString(),
       });
     }
-    if (scenario.startError === "sdk") throw new Error("fake sandbox could not start the command");
+    if (scenario.startError === "sdk") throw new Error(INJECTED_FAILURES.start);
     return this.#stream(scenario);
   }
 
@@ -238,7 +239,7 @@ export class FakeSandbox extends DurableObject implements SandboxSurface {
         }
         if (next.value === "throw") {
           await record();
-          controller.error(new Error("fake container connection lost"));
+          controller.error(new Error(INJECTED_FAILURES.connectionLost));
           return;
         }
         sent += next.value.payloadBytes;

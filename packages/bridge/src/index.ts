@@ -23,6 +23,7 @@ export {
   jsonLineLogger,
   type ProblemLogEntry,
   silentLogger,
+  stderrLogger,
 } from "./logger.js";
 export { type ErrorDetails, errorResponse } from "./responses.js";
 export { BRIDGE_VERSION } from "./version.js";

@@ -34,11 +34,23 @@ export type BridgeLogEntry = ExecLogEntry | ProblemLogEntry;
 /** Receives structured log entries; write them wherever you like (one JSON line each is typical). */
 export type BridgeLogger = (entry: BridgeLogEntry) => void;
 
+/** One entry as a JSON line (without the newline), with its time first. */
+export function jsonLine(entry: BridgeLogEntry): string {
+  return JSON.stringify({ time: new Date().toISOString(), ...entry });
+}
+
 /** Writes each entry as one JSON line: info to `console.log`, errors to `console.error`. */
 export const jsonLineLogger: BridgeLogger = (entry) => {
-  const line = JSON.stringify({ time: new Date().toISOString(), ...entry });
-  if (entry.level === "error") console.error(line);
-  else console.log(line);
+  if (entry.level === "error") console.error(jsonLine(entry));
+  else console.log(jsonLine(entry));
+};
+
+/**
+ * Writes each entry as one JSON line to the process's stderr, so the stdout of a program that
+ * embeds a bridge carries only its own output. The Node host's default (Node only).
+ */
+export const stderrLogger: BridgeLogger = (entry) => {
+  process.stderr.write(`${jsonLine(entry)}\n`);
 };
 
 /** Drops every entry. */

@@ -8,7 +8,7 @@ import type { Limits } from "@remote-task/protocol";
 import type { SandboxBackend } from "./backend.js";
 import { createBridge } from "./bridge.js";
 import { createLocalBackend } from "./local/index.js";
-import type { BridgeLogger } from "./logger.js";
+import { type BridgeLogger, stderrLogger } from "./logger.js";
 import { errorBody, errorResponse } from "./responses.js";
 
 export interface LocalBridgeOptions<B extends SandboxBackend = SandboxBackend> {
@@ -24,6 +24,7 @@ export interface LocalBridgeOptions<B extends SandboxBackend = SandboxBackend> {
   allowUnauthenticated?: boolean | undefined;
   limits?: Partial<Limits> | undefined;
   heartbeatIntervalMs?: number | undefined;
+  /** Receives one entry per call (default `stderrLogger`: JSON lines on stderr). */
   logger?: BridgeLogger | undefined;
 }
 
@@ -73,7 +74,7 @@ export async function startLocalBridge<
     ...(unauthenticated ? { allowUnauthenticated: true } : { token }),
     limits: options.limits,
     heartbeatIntervalMs: options.heartbeatIntervalMs,
-    logger: options.logger,
+    logger: options.logger ?? stderrLogger,
   });
 
   const listener = getRequestListener((request) => bridge(request), {

@@ -1,10 +1,12 @@
 import {
   type ClientOptions,
+  ConfigurationError,
   clientFromEnv,
   createClient,
+  isConfigured,
   type RemoteTaskClient,
 } from "@remote-task/client";
-import { stderrLogger } from "./log.js";
+import { cliLogger } from "./log.js";
 
 export interface ConnectionFlags {
   url?: string;
@@ -12,6 +14,8 @@ export interface ConnectionFlags {
   cwd?: string;
   local?: boolean;
   isolation?: "auto" | "bwrap" | "none";
+  timeout?: number;
+  grace?: number;
 }
 
 export interface Connection {
@@ -19,44 +23,73 @@ export interface Connection {
   close(): Promise<void>;
 }
 
-/**
- * A client for the flags: `--local` starts the embedded bridge in this process; `--url` (and
- * `--token`) point at a bridge; otherwise the CLOUDFLARE_SANDBOX_* variables are read.
- */
-export async function connect(
-  flags: ConnectionFlags,
-  extra: Partial<ClientOptions> = {},
-): Promise<Connection> {
-  if (flags.local) {
-    const [{ startLocalBridge }, { createLocalBackend }] = await Promise.all([
-      import("@remote-task/bridge/node"),
-      import("@remote-task/bridge/local"),
-    ]);
-    const bridge = await startLocalBridge({
-      backend: createLocalBackend({ isolation: flags.isolation ?? "auto" }),
-      logger: stderrLogger(false),
-    });
-    const client = createClient({
-      ...extra,
+/** Client options from the timing flags (the grace default follows the task timeout). */
+function timing(flags: ConnectionFlags): Partial<ClientOptions> {
+  const options: Partial<ClientOptions> = {};
+  if (flags.timeout !== undefined) options.timeoutSeconds = flags.timeout;
+  if (flags.grace !== undefined) options.graceSeconds = flags.grace;
+  return options;
+}
+
+/** Starts the embedded local bridge in this process (it logs only problems, to stderr). */
+export async function startEmbeddedBridge(flags: Pick<ConnectionFlags, "isolation">) {
+  const [{ startLocalBridge }, { createLocalBackend }] = await Promise.all([
+    import("@remote-task/bridge/node"),
+    import("@remote-task/bridge/local"),
+  ]);
+  return startLocalBridge({
+    backend: createLocalBackend({ isolation: flags.isolation ?? "auto" }),
+    logger: cliLogger(false),
+  });
+}
+
+/** The embedded bridge and a client for it; the bridge is closed again if the client fails. */
+async function connectLocal(flags: ConnectionFlags): Promise<Connection> {
+  const bridge = await startEmbeddedBridge(flags);
+  let client: RemoteTaskClient;
+  try {
+    client = createClient({
+      ...timing(flags),
       url: bridge.url,
       token: bridge.token,
       cwd: flags.cwd,
     });
-    return {
-      client,
-      async close() {
-        await client.close();
-        await bridge.close();
-      },
-    };
+  } catch (error) {
+    await bridge.close();
+    throw error;
   }
-  const overrides: Partial<ClientOptions> = { ...extra };
+  return {
+    client,
+    async close() {
+      await client.close();
+      await bridge.close();
+    },
+  };
+}
+
+/**
+ * A client for the flags: `--local` starts the embedded bridge in this process; `--url` (and
+ * `--token`) point at a bridge; otherwise the CLOUDFLARE_SANDBOX_* variables are read.
+ */
+export async function connect(flags: ConnectionFlags): Promise<Connection> {
+  if (flags.local) return connectLocal(flags);
+  const overrides: Partial<ClientOptions> = timing(flags);
   if (flags.url !== undefined) overrides.url = flags.url;
   if (flags.token !== undefined) {
     overrides.token = flags.token;
     overrides.tokenSource = "--token";
   }
   if (flags.cwd !== undefined) overrides.cwd = flags.cwd;
-  const client = clientFromEnv(process.env, overrides);
-  return { client, close: () => client.close() };
+  try {
+    const client = clientFromEnv(process.env, overrides);
+    return { client, close: () => client.close() };
+  } catch (error) {
+    if (ConfigurationError.isInstance(error) && flags.url === undefined && !isConfigured()) {
+      throw new ConfigurationError(
+        `${error.message} Or pass --url <bridge URL> (and --token <token>), or --local to run on an embedded local bridge in this process.`,
+        { cause: error },
+      );
+    }
+    throw error;
+  }
 }

@@ -4,6 +4,7 @@ import { healthCommand } from "./commands/health.js";
 import { runCommand } from "./commands/run.js";
 import { runManyCommand } from "./commands/run-many.js";
 import { serveCommand } from "./commands/serve.js";
+import { startEmbeddedBridge } from "./connect.js";
 import { EXIT } from "./exit-codes.js";
 import { describeError } from "./report.js";
 
@@ -11,6 +12,23 @@ function positiveNumber(value: string): number {
   const n = Number(value);
   if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError("expected a number > 0.");
   return n;
+}
+
+function nonNegativeNumber(value: string): number {
+  const n = Number(value);
+  if (value.trim() === "" || !Number.isFinite(n) || n < 0) {
+    throw new InvalidArgumentError("expected a number >= 0.");
+  }
+  return n;
+}
+
+function absolutePath(value: string): string {
+  if (!value.startsWith("/")) {
+    throw new InvalidArgumentError(
+      "expected an absolute path inside the sandbox, e.g. /workspace/sub.",
+    );
+  }
+  return value;
 }
 
 function positiveInteger(value: string): number {
@@ -27,17 +45,35 @@ function port(value: string): number {
   return n;
 }
 
-const isolationOption = () =>
-  new Option("--isolation <mode>", "local sandbox isolation")
-    .choices(["auto", "bwrap", "none"])
-    .default("auto");
+const isolationOption = (description: string) =>
+  new Option("--isolation <mode>", description).choices(["auto", "bwrap", "none"]).default("auto");
 
 function connectionOptions(command: Command): Command {
   return command
     .option("--url <url>", "bridge URL (default: $CLOUDFLARE_SANDBOX_URL)")
     .option("--token <token>", "bridge token (default: $CLOUDFLARE_SANDBOX_TOKEN)")
     .option("--local", "start the embedded local bridge in this process for this run")
-    .addOption(isolationOption());
+    .addOption(isolationOption("isolation of the embedded bridge's sandboxes (only with --local)"));
+}
+
+function timingOptions(command: Command, timeoutHelp: string): Command {
+  return command
+    .option("--timeout <seconds>", timeoutHelp, positiveNumber)
+    .option(
+      "--grace <seconds>",
+      "extra wait for a stalled bridge before giving up (default: the timeout, 10..30)",
+      nonNegativeNumber,
+    );
+}
+
+/** `--isolation` picks how the embedded bridge isolates; without `--local` there is none. */
+function refuseIsolationWithoutLocal(command: Command): void {
+  if (command.getOptionValueSource("isolation") === "cli" && !command.opts().local) {
+    command.error("error: --isolation applies only with --local (the embedded bridge).", {
+      exitCode: EXIT.usage,
+      code: "remote-task.isolationWithoutLocal",
+    });
+  }
 }
 
 /** The `remote-task` program; `run()` sets the exit code through `onExit`. */
@@ -50,12 +86,21 @@ export function createProgram(onExit: (code: number) => void): Command {
     .showHelpAfterError("(add --help for usage and examples)");
 
   connectionOptions(
-    program
-      .command("run")
-      .description("Run one command in a fresh sandbox and print its output.")
-      .argument("<command...>", "the shell command (one quoted word, or words joined by spaces)")
-      .option("--timeout <seconds>", "task timeout in seconds (default 120)", positiveNumber)
-      .option("--cwd <dir>", "working directory inside the sandbox (default /workspace)")
+    timingOptions(
+      program
+        .command("run")
+        .description("Run one command in a fresh sandbox and print its output.")
+        .argument(
+          "<command...>",
+          "one word: a shell command line; several: a command and its arguments, kept as given",
+        ),
+      "task timeout in seconds (default 120)",
+    )
+      .option(
+        "--cwd <dir>",
+        "working directory inside the sandbox (default /workspace)",
+        absolutePath,
+      )
       .option("--json", "print the result as one JSON object")
       .option("--stream", "stream output live as it arrives")
       .passThroughOptions(),
@@ -63,8 +108,15 @@ export function createProgram(onExit: (code: number) => void): Command {
     .addHelpText(
       "after",
       `
+The command after --: one word is a shell command line, so pipes and ; work:
+  $ remote-task run --local -- 'ls / | wc -l'
+Several words are a command and its arguments, each kept as one argument (quoted for the
+shell), like docker exec or kubectl exec:
+  $ remote-task run --local -- sh -c 'exit 7'     # runs sh with "-c" and "exit 7"; exits 7
+  $ remote-task run --local -- echo 'a   b'       # prints "a   b"
+
 Exit code: the command's own, 124 on timeout, 125 when the bridge or configuration failed,
-130 when interrupted.
+2 for a usage error (a flag value the bridge refuses included), 130 when interrupted.
 
 Examples:
   $ remote-task run --local -- uname -a
@@ -72,28 +124,36 @@ Examples:
   $ CLOUDFLARE_SANDBOX_URL=https://bridge.example.workers.dev remote-task run -- 'nproc'
   $ remote-task run --json --timeout 10 -- 'python3 -c "print(2**100)"'`,
     )
-    .action(async (words: string[], flags) => onExit(await runCommand(words, flags)));
+    .action(async (words: string[], flags, command: Command) => {
+      refuseIsolationWithoutLocal(command);
+      onExit(await runCommand(words, flags));
+    });
 
   connectionOptions(
-    program
-      .command("run-many")
-      .description("Run one command per line (from --file or stdin), each in its own sandbox.")
-      .option("--concurrency <n>", "tasks in flight at once", positiveInteger, 8)
-      .option("--file <path>", "read commands from this file instead of stdin")
-      .option("--timeout <seconds>", "per-task timeout in seconds (default 120)", positiveNumber)
-      .option("--json", "print all results as a JSON array"),
+    timingOptions(
+      program
+        .command("run-many")
+        .description("Run one command per line (from --file or stdin), each in its own sandbox.")
+        .option("--concurrency <n>", "tasks in flight at once", positiveInteger, 8)
+        .option("--file <path>", "read commands from this file instead of stdin"),
+      "per-task timeout in seconds (default 120)",
+    ).option("--json", "print all results as a JSON array"),
   )
     .addHelpText(
       "after",
       `
-Blank lines and lines starting with # are skipped. Results print in input order; a progress
-bar shows on stderr when it is a terminal. Exit code 1 when any task failed.
+Each line is one shell command line (pipes and ; work). Blank lines and lines starting with #
+are skipped. Results print in input order, numbered from 1 ([1] in the text, "task": 1 in the
+JSON); a progress bar shows on stderr when it is a terminal. Exit code 1 when any task failed.
 
 Examples:
   $ printf 'echo one\\necho two\\nexit 3\\n' | remote-task run-many --local
   $ remote-task run-many --local --concurrency 32 --file tasks.txt --json > results.json`,
     )
-    .action(async (flags) => onExit(await runManyCommand(flags)));
+    .action(async (flags, command: Command) => {
+      refuseIsolationWithoutLocal(command);
+      onExit(await runManyCommand(flags));
+    });
 
   program
     .command("serve")
@@ -102,13 +162,22 @@ Examples:
     .option("--port <port>", "port (0 picks a free one)", port, 0)
     .option("--host <host>", "address to listen on", "127.0.0.1")
     .option("--token <token>", "bearer token to require (default: a random one)")
-    .addOption(isolationOption())
+    .addOption(isolationOption("isolation of the bridge's sandboxes"))
     .addHelpText(
       "after",
       `
-Examples:
+It serves until Ctrl-C.
+
+Example, in two terminals: start it in one, paste the export line it prints into the other,
+then run commands there:
   $ remote-task serve --local --port 8787
-  $ eval "$(remote-task serve --local | grep ^export)"   # in another shell: copy the export line`,
+  $ export CLOUDFLARE_SANDBOX_URL=http://127.0.0.1:8787 CLOUDFLARE_SANDBOX_TOKEN=...
+  $ remote-task run -- uname -a
+Example, in one shell: choose the token yourself and serve in the background:
+  $ export CLOUDFLARE_SANDBOX_URL=http://127.0.0.1:8787 CLOUDFLARE_SANDBOX_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')
+  $ remote-task serve --local --port 8787 --token "$CLOUDFLARE_SANDBOX_TOKEN" > /dev/null &
+  $ remote-task run -- uname -a
+  $ kill %1`,
     )
     .action(async (flags) => onExit(await serveCommand(flags)));
 
@@ -125,26 +194,42 @@ Examples:
   $ remote-task health --url http://127.0.0.1:8787 --token "$TOKEN"
   $ remote-task health --local`,
     )
-    .action(async (flags) => onExit(await healthCommand(flags)));
+    .action(async (flags, command: Command) => {
+      refuseIsolationWithoutLocal(command);
+      onExit(await healthCommand(flags));
+    });
 
   program
     .command("mcp")
     .description(
-      "Serve the remote_task tool over MCP on stdio (configured by CLOUDFLARE_SANDBOX_*).",
+      "Serve the remote_task tool over MCP on stdio (configured by CLOUDFLARE_SANDBOX_*, or --local).",
     )
+    .option("--local", "start the embedded local bridge in this process for the session")
     .addHelpText(
       "after",
       `
 Example MCP client configuration:
   {"mcpServers": {"remote-task": {"command": "remote-task", "args": ["mcp"],
     "env": {"CLOUDFLARE_SANDBOX_URL": "https://bridge.example.workers.dev",
-            "CLOUDFLARE_SANDBOX_TOKEN": "..."}}}}`,
+            "CLOUDFLARE_SANDBOX_TOKEN": "..."}}}}
+With the embedded bridge instead: "args": ["mcp", "--local"].`,
     )
-    .action(async () => {
+    .action(async (flags: { local?: boolean }) => {
       const { runMcpStdio } = await import("@remote-task/tool/mcp");
+      const bridge = flags.local ? await startEmbeddedBridge({}) : undefined;
       try {
-        await runMcpStdio();
+        const env = bridge
+          ? {
+              ...process.env,
+              CLOUDFLARE_SANDBOX_URL: bridge.url,
+              CLOUDFLARE_SANDBOX_TOKEN: bridge.token,
+            }
+          : process.env;
+        await runMcpStdio({ env });
+        // The session ends when the MCP client closes our input.
+        if (bridge) process.stdin.once("end", () => void bridge.close());
       } catch (error) {
+        await bridge?.close();
         process.stderr.write(`remote-task: ${describeError(error)}\n`);
         onExit(EXIT.bridge);
       }

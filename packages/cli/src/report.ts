@@ -1,5 +1,5 @@
 import type { TaskResult } from "@remote-task/client";
-import { RemoteTaskError } from "@remote-task/client";
+import { InvalidRequestError, RemoteTaskError, TimeoutError } from "@remote-task/client";
 import { formatSize } from "@remote-task/protocol";
 import { EXIT } from "./exit-codes.js";
 
@@ -26,6 +26,11 @@ export function exitCodeOf(result: TaskResult): number {
   return result.exitCode;
 }
 
+/** `1 second`, `2 seconds`, `0.5 seconds`. */
+export function seconds(n: number): string {
+  return `${n} ${n === 1 ? "second" : "seconds"}`;
+}
+
 /** Lines that say what the bridge left out, or how the task ended when it did not exit. */
 export function resultNotes(result: TaskResult, timeoutSeconds: number): string[] {
   const notes: string[] = [];
@@ -36,14 +41,41 @@ export function resultNotes(result: TaskResult, timeoutSeconds: number): string[
     }
   }
   if (result.outcome === "timeout")
-    notes.push(`Command timed out after ${timeoutSeconds} seconds.`);
+    notes.push(`Command timed out after ${seconds(timeoutSeconds)}.`);
   if (result.outcome === "cancelled") notes.push("Command was cancelled.");
   return notes;
 }
 
+/** Request fields the command line sets, by the flag that sets them. */
+const FLAG_OF_FIELD: Record<string, string> = { timeoutSeconds: "--timeout", cwd: "--cwd" };
+
+/**
+ * True when the bridge (or the client, before sending) refused the request itself: a flag value
+ * or the command is out of bounds. A usage error, not a bridge failure.
+ */
+export function refusedRequest(error: unknown): error is InvalidRequestError {
+  if (!InvalidRequestError.isInstance(error)) return false;
+  return error.status === undefined || error.status === 400 || error.status === 413;
+}
+
 /** One line for an error, with the error's kind so a script can tell them apart. */
 export function describeError(error: unknown): string {
+  if (refusedRequest(error)) {
+    const flags = error.issues
+      .map((issue) => FLAG_OF_FIELD[String(issue.path[0])])
+      .filter((flag): flag is string => flag !== undefined);
+    const hint = flags.length > 0 ? ` Check ${[...new Set(flags)].join(" and ")}.` : "";
+    return `${error.name}: ${error.message}${hint}`;
+  }
+  if (TimeoutError.isInstance(error)) {
+    return `${error.name}: ${error.message} On the command line: --timeout <seconds> and --grace <seconds>.`;
+  }
   if (RemoteTaskError.isInstance(error)) return `${error.name}: ${error.message}`;
   if (error instanceof Error) return error.message;
   return String(error);
+}
+
+/** The exit code for a task that could not be run: 2 when the request itself was refused. */
+export function exitCodeOfError(error: unknown): number {
+  return refusedRequest(error) ? EXIT.usage : EXIT.bridge;
 }

@@ -1,16 +1,24 @@
+import { spawn } from "node:child_process";
 import { once } from "node:events";
+import { mkdtemp, writeFile } from "node:fs/promises";
+import { createServer as createHttpServer, type Server } from "node:http";
 import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { silentLogger } from "@remote-task/bridge";
 import type { LocalBackend } from "@remote-task/bridge/local";
 import { type LocalBridge, startLocalBridge } from "@remote-task/bridge/node";
 import { execResultSchema } from "@remote-task/protocol";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { cleanEnv, runCli, startCli } from "./helpers.js";
+import { BIN, cleanEnv, runCli, startCli } from "./helpers.js";
 
 let bridge: LocalBridge<LocalBackend>;
 let env: NodeJS.ProcessEnv;
 
 beforeAll(async () => {
-  bridge = await startLocalBridge();
+  bridge = await startLocalBridge({ logger: silentLogger });
   env = cleanEnv({ CLOUDFLARE_SANDBOX_URL: bridge.url, CLOUDFLARE_SANDBOX_TOKEN: bridge.token });
 });
 afterAll(async () => {
@@ -56,6 +64,20 @@ describe("usage", () => {
     expect(stderr).toContain("missing required argument 'command'");
   });
 
+  it("refuses an older Node.js with the version it needs", async () => {
+    const oldNode = `data:text/javascript,${encodeURIComponent(
+      `Object.defineProperty(process, "versions", { value: { ...process.versions, node: "20.20.2" } });`,
+    )}`;
+    const child = spawn(process.execPath, ["--import", oldNode, BIN, "run", "--", "true"]);
+    let stderr = "";
+    child.stderr.setEncoding("utf8").on("data", (d: string) => {
+      stderr += d;
+    });
+    const [code] = await once(child, "exit");
+    expect(code).toBe(125);
+    expect(stderr).toBe("remote-task needs Node.js >= 22.19.0; this is Node.js 20.20.2.\n");
+  });
+
   it("refuses a bad timeout", async () => {
     const { code, stderr } = await runCli(["run", "--timeout", "soon", "--", "true"]);
     expect(code).toBe(2);
@@ -73,9 +95,64 @@ describe("run", () => {
     expect(code).toBe(3);
   });
 
-  it("joins several words like ssh", async () => {
+  it("runs several words as a command and its arguments", async () => {
     const { code, stdout } = await runCli(["run", "echo", "a", "b"], { env });
     expect(stdout).toBe("a b\n");
+    expect(code).toBe(0);
+  });
+
+  it("keeps each of several words one argument, as docker exec does", async () => {
+    const exit = await runCli(["run", "--", "sh", "-c", "exit 7"], { env });
+    expect(exit.code).toBe(7);
+    const spaced = await runCli(["run", "--", "echo", "a   b"], { env });
+    expect(spaced.stdout).toBe("a   b\n");
+    const quoted = await runCli(["run", "--", "printf", "%s|", "it's", "$HOME", "*"], { env });
+    expect(quoted.stdout).toBe("it's|$HOME|*|");
+  });
+
+  it("runs one word as a shell command line, pipes included", async () => {
+    const { code, stdout } = await runCli(["run", "--", "echo a b | tr a-z A-Z; exit 3"], { env });
+    expect(stdout).toBe("A B\n");
+    expect(code).toBe(3);
+  });
+
+  it("refuses a relative --cwd as a usage error and exits, with --local too", async () => {
+    for (const args of [
+      ["run", "--local", "--cwd", "sub", "--", "pwd"],
+      ["run", "--cwd", "sub", "--", "pwd"],
+    ]) {
+      const { code, stderr } = await runCli(args, { env, timeoutMs: 20_000 });
+      expect(code).toBe(2);
+      expect(stderr).toContain("expected an absolute path");
+    }
+  });
+
+  it("exits 2 naming --timeout when the bridge refuses the timeout", async () => {
+    const { code, stderr } = await runCli(["run", "--timeout", "99999", "--", "true"], { env });
+    expect(code).toBe(2);
+    expect(stderr).toContain("InvalidRequestError");
+    expect(stderr).toContain("timeoutSeconds");
+    expect(stderr).toContain("Check --timeout.");
+  });
+
+  it("refuses --isolation without --local", async () => {
+    for (const cmd of [
+      ["run", "--isolation", "none", "--", "true"],
+      ["health", "--isolation", "none"],
+    ]) {
+      const { code, stderr } = await runCli(cmd, { env });
+      expect(code).toBe(2);
+      expect(stderr).toContain("--isolation applies only with --local");
+    }
+    const { code, stdout } = await runCli([
+      "run",
+      "--local",
+      "--isolation",
+      "none",
+      "--",
+      "echo ok",
+    ]);
+    expect(stdout).toBe("ok\n");
     expect(code).toBe(0);
   });
 
@@ -87,7 +164,7 @@ describe("run", () => {
       },
     );
     expect(code).toBe(124);
-    expect(stderr).toContain("timed out after 1 seconds");
+    expect(stderr).toContain("Command timed out after 1 second.\n");
   });
 
   it("prints a schema-valid result with --json", async () => {
@@ -118,10 +195,12 @@ describe("run", () => {
     expect(stdout).toMatch(/^Linux\n\/workspace\n$/);
   });
 
-  it("fails with 125 and the variable name when no bridge is configured", async () => {
+  it("fails with 125 naming the variable, --url and --local when no bridge is configured", async () => {
     const { code, stderr } = await runCli(["run", "--", "true"]);
     expect(code).toBe(125);
-    expect(stderr).toContain("CLOUDFLARE_SANDBOX_URL");
+    expect(stderr).toContain("CLOUDFLARE_SANDBOX_URL is not set");
+    expect(stderr).toContain("--url <bridge URL>");
+    expect(stderr).toContain("--local");
   });
 
   it("fails with 125 on a wrong token, without echoing it", async () => {
@@ -133,6 +212,41 @@ describe("run", () => {
     expect(stderr).toContain("AuthenticationError");
     expect(stderr).not.toContain("wrong-secret-token");
   });
+});
+
+// After the deadline the client still gives its best-effort cancel up to 5 s before closing.
+describe("a bridge that accepts connections and never answers", () => {
+  let silent: Server;
+  let silentUrl: string;
+  beforeAll(async () => {
+    silent = createHttpServer(() => {}).listen(0, "127.0.0.1");
+    await once(silent, "listening");
+    silentUrl = `http://127.0.0.1:${(silent.address() as { port: number }).port}`;
+  });
+  afterAll(() => {
+    silent.closeAllConnections();
+    silent.close();
+  });
+
+  it("gives up after --timeout plus --grace and says which flags to raise", async () => {
+    const { code, stderr } = await runCli(
+      ["run", "--url", silentUrl, "--timeout", "1", "--grace", "0.5", "--", "true"],
+      { env: cleanEnv() },
+    );
+    expect(code).toBe(125);
+    expect(stderr).toContain("TimeoutError");
+    expect(stderr).toContain("within 1.5s");
+    expect(stderr).toContain("--grace <seconds>");
+  }, 40_000);
+
+  it("waits a grace in proportion to a short timeout by default (10 s, not 30 s)", async () => {
+    const { code, stderr } = await runCli(
+      ["run", "--url", silentUrl, "--timeout", "0.5", "--", "true"],
+      { env: cleanEnv() },
+    );
+    expect(code).toBe(125);
+    expect(stderr).toContain("within 10.5s");
+  }, 40_000);
 });
 
 describe("interrupt", () => {
@@ -160,6 +274,31 @@ describe("interrupt", () => {
       await new Promise((r) => setTimeout(r, 20));
     }
     expect(bridge.backend.liveSandboxes()).toBe(0);
+  });
+
+  it("Ctrl-C without --stream shows the output that arrived", async () => {
+    const child = startCli(["run", "--", "echo started; echo warn >&2; sleep 30"], env);
+    let out = "";
+    let err = "";
+    child.stdout?.setEncoding("utf8").on("data", (d: string) => {
+      out += d;
+    });
+    child.stderr?.setEncoding("utf8").on("data", (d: string) => {
+      err += d;
+    });
+    const until = Date.now() + 15_000;
+    while (bridge.backend.liveSandboxes() === 0 && Date.now() < until) {
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    // The output is printed at once by the command; give it time to reach the CLI.
+    await new Promise((r) => setTimeout(r, 1_500));
+    expect(out).toBe("");
+    child.kill("SIGINT");
+    const [code] = await once(child, "exit");
+    expect(code).toBe(130);
+    expect(out).toBe("started\n");
+    expect(err).toContain("warn\n");
+    expect(err).toContain("interrupted");
   });
 });
 
@@ -191,14 +330,13 @@ describe("run-many", () => {
       "sleep 0.2; echo a",
       "echo b",
     ]);
+    // Numbered from 1, as the text output's [1], [2].
+    expect(results.map((r: { task: number }) => r.task)).toEqual([1, 2]);
     for (const r of results) execResultSchema.parse(r.result);
     expect(results[0].result.stdout).toBe("a\n");
   });
 
   it("reads commands from --file", async () => {
-    const { writeFile, mkdtemp } = await import("node:fs/promises");
-    const { join } = await import("node:path");
-    const { tmpdir } = await import("node:os");
     const file = join(await mkdtemp(join(tmpdir(), "rt-cli-")), "tasks.txt");
     await writeFile(file, "echo from-file\n");
     const { code, stdout } = await runCli(["run-many", "--file", file], { env });
@@ -248,6 +386,40 @@ describe("serve and health", () => {
     expect(code).toBe(0);
   });
 
+  it("the one-shell example of serve --help works as written (port changed)", async () => {
+    const port = await closedPort();
+    const { stdout: help } = await runCli(["serve", "--help"]);
+    const example = help.slice(help.indexOf("Example, in one shell"));
+    const lines = example
+      .split("\n")
+      .filter((line) => line.trimStart().startsWith("$ "))
+      .map((line) => line.trimStart().slice(2).replaceAll("8787", String(port)));
+    expect(lines.length).toBeGreaterThanOrEqual(3);
+    const bin = await mkdtemp(join(tmpdir(), "rt-cli-path-"));
+    await writeFile(
+      join(bin, "remote-task"),
+      `#!/bin/sh\nexec "${process.execPath}" "${BIN}" "$@"\n`,
+      {
+        mode: 0o755,
+      },
+    );
+    // The test waits for the server where a person typing would not need to.
+    const wait = "until remote-task health > /dev/null 2>&1; do sleep 0.1; done";
+    const firstRun = lines.findIndex((line) => line.startsWith("remote-task run"));
+    lines.splice(firstRun, 0, wait);
+    const script = ["trap 'kill %1 2>/dev/null' EXIT", ...lines].join("\n");
+    const child = spawn("bash", ["-c", script], {
+      env: { ...cleanEnv(), PATH: `${bin}:${process.env.PATH}` },
+    });
+    let out = "";
+    child.stdout.setEncoding("utf8").on("data", (d: string) => {
+      out += d;
+    });
+    const [code] = await once(child, "exit");
+    expect(out).toMatch(/^Linux /);
+    expect(code).toBe(0);
+  });
+
   it("health prints protocol, backend and limits", async () => {
     const { code, stdout } = await runCli(["health", "--json"], { env });
     expect(code).toBe(0);
@@ -270,9 +442,6 @@ describe("serve and health", () => {
 
 describe("mcp", () => {
   it("serves remote_task to a real MCP client", async () => {
-    const { Client } = await import("@modelcontextprotocol/sdk/client/index.js");
-    const { StdioClientTransport } = await import("@modelcontextprotocol/sdk/client/stdio.js");
-    const { BIN } = await import("./helpers.js");
     const transport = new StdioClientTransport({
       command: process.execPath,
       args: [BIN, "mcp"],
@@ -290,6 +459,26 @@ describe("mcp", () => {
       });
       expect(result.isError).toBeFalsy();
       expect(result.content).toEqual([{ type: "text", text: "via-mcp\n" }]);
+    } finally {
+      await client.close();
+    }
+  });
+
+  it("--local serves remote_task on its own embedded bridge", async () => {
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [BIN, "mcp", "--local"],
+      env: cleanEnv() as Record<string, string>,
+      stderr: "pipe",
+    });
+    const client = new Client({ name: "cli-test", version: "1.0.0" });
+    await client.connect(transport);
+    try {
+      const result = await client.callTool({
+        name: "remote_task",
+        arguments: { command: "echo via-local" },
+      });
+      expect(result.content).toEqual([{ type: "text", text: "via-local\n" }]);
     } finally {
       await client.close();
     }

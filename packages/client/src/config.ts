@@ -6,9 +6,12 @@ import {
 } from "@remote-task/protocol";
 import type { Dispatcher } from "undici";
 import { ConfigurationError } from "./errors.js";
+import { unsupportedNodeReason } from "./node-version.js";
 import type { ClientOptions, RetryInfo } from "./types.js";
 
-export const DEFAULT_GRACE_SECONDS = 30;
+/** Bounds of the default grace period, which follows the client's default task timeout. */
+export const MIN_DEFAULT_GRACE_SECONDS = 10;
+export const MAX_DEFAULT_GRACE_SECONDS = 30;
 export const DEFAULT_IDLE_TIMEOUT_SECONDS = 45;
 export const DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024;
 export const DEFAULT_MAX_CONNECTIONS = 128;
@@ -120,6 +123,14 @@ function resolveRetry(retry: ClientOptions["retry"]): RetryPolicy {
   return policy;
 }
 
+/**
+ * Grace period when none is set: as long as the task timeout itself, at least 10 s (a cold
+ * start and the transfer) and at most 30 s, so a 2 s task is abandoned after 12 s, not 32 s.
+ */
+export function defaultGraceSeconds(timeoutSeconds: number): number {
+  return Math.min(MAX_DEFAULT_GRACE_SECONDS, Math.max(MIN_DEFAULT_GRACE_SECONDS, timeoutSeconds));
+}
+
 export function resolveConfig(options: ClientOptions): ResolvedConfig {
   if (typeof options !== "object" || options === null) {
     throw new ConfigurationError("createClient needs an options object with at least `url`.");
@@ -155,18 +166,25 @@ export function resolveConfig(options: ClientOptions): ResolvedConfig {
   if (options.tokenSource !== undefined && typeof options.tokenSource !== "string") {
     throw new ConfigurationError('tokenSource must be a string, e.g. "--token".');
   }
+  const unsupported = options.fetch === undefined ? unsupportedNodeReason() : undefined;
+  if (unsupported !== undefined) throw new ConfigurationError(unsupported);
+  const timeoutSeconds = positiveNumber(
+    "timeoutSeconds",
+    options.timeoutSeconds,
+    DEFAULT_TIMEOUT_SECONDS,
+  );
   return {
     baseUrl,
     token,
     tokenSource: options.tokenSource ?? TOKEN_OPTION,
     cwd,
     idPrefix,
-    timeoutSeconds: positiveNumber(
-      "timeoutSeconds",
-      options.timeoutSeconds,
-      DEFAULT_TIMEOUT_SECONDS,
+    timeoutSeconds,
+    graceSeconds: nonNegativeNumber(
+      "graceSeconds",
+      options.graceSeconds,
+      defaultGraceSeconds(timeoutSeconds),
     ),
-    graceSeconds: nonNegativeNumber("graceSeconds", options.graceSeconds, DEFAULT_GRACE_SECONDS),
     idleTimeoutSeconds: positiveNumber(
       "idleTimeoutSeconds",
       options.idleTimeoutSeconds,

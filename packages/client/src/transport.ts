@@ -1,5 +1,17 @@
 import { raceAbort } from "@remote-task/internal";
-import { Agent, type Dispatcher, request } from "undici";
+import type { Agent, Dispatcher } from "undici";
+
+type Undici = typeof import("undici");
+let undici: Undici | undefined;
+
+/**
+ * undici is loaded on the first request, not when the client is imported: on a Node.js older
+ * than it needs it fails while loading, and `createClient` reports that clearly first.
+ */
+async function loadUndici(): Promise<Undici> {
+  undici ??= await import("undici");
+  return undici;
+}
 
 /** One HTTP exchange, as the rest of the client sees it: undici and fetch look the same here. */
 export interface TransportRequest {
@@ -37,19 +49,18 @@ export function undiciTransport(
   injected: Dispatcher | undefined,
   maxConnections: number,
 ): Transport {
-  const owned =
-    injected === undefined
-      ? new Agent({
-          connections: maxConnections,
-          pipelining: 1,
-          allowH2: false,
-          keepAliveTimeout: 4_000,
-          connect: { timeout: 10_000 },
-        })
-      : undefined;
-  const dispatcher = injected ?? (owned as Agent);
+  let owned: Agent | undefined;
+  let dispatcher = injected;
   return {
     async send(req) {
+      const { Agent, request } = undici ?? (await loadUndici());
+      dispatcher ??= owned = new Agent({
+        connections: maxConnections,
+        pipelining: 1,
+        allowH2: false,
+        keepAliveTimeout: 4_000,
+        connect: { timeout: 10_000 },
+      });
       const pending = request(req.url, {
         method: req.method,
         headers: req.headers,

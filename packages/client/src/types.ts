@@ -42,8 +42,9 @@ export interface ClientOptions {
   /** Default per-task timeout in seconds (default 120). */
   timeoutSeconds?: number | undefined;
   /**
-   * Extra client-side time beyond the task timeout before a call is abandoned (default 30 s);
-   * covers cold start and transfer. `health()` and `cancel()` are bounded by this alone.
+   * Extra client-side time beyond the task timeout before a call is abandoned; covers cold start
+   * and transfer (default: `timeoutSeconds`, at least 10 s and at most 30 s). `health()` and
+   * `cancel()` are bounded by this alone.
    */
   graceSeconds?: number | undefined;
   /**

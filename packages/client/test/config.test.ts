@@ -1,6 +1,6 @@
 import * as protocol from "@remote-task/protocol";
 import { describe, expect, it } from "vitest";
-import { optionsFromEnv } from "../src/config.js";
+import { defaultGraceSeconds, optionsFromEnv, resolveConfig } from "../src/config.js";
 import {
   ConfigurationError,
   clientFromEnv,
@@ -20,6 +20,30 @@ function configError(fn: () => unknown): ConfigurationError {
   }
   throw new Error("expected a ConfigurationError");
 }
+
+describe("the grace period", () => {
+  it.each([
+    [undefined, 30],
+    [0.5, 10],
+    [2, 10],
+    [10, 10],
+    [20, 20],
+    [30, 30],
+    [3_600, 30],
+  ])(
+    "defaults to the task timeout within 10..30 s (timeoutSeconds %s -> %s s)",
+    (timeout, grace) => {
+      const config = resolveConfig({ url: "https://b.test", timeoutSeconds: timeout });
+      expect(config.graceSeconds).toBe(grace);
+    },
+  );
+
+  it("is the caller's when set, zero included", () => {
+    expect(resolveConfig({ url: "https://b.test", graceSeconds: 45 }).graceSeconds).toBe(45);
+    expect(resolveConfig({ url: "https://b.test", graceSeconds: 0 }).graceSeconds).toBe(0);
+    expect(defaultGraceSeconds(5)).toBe(10);
+  });
+});
 
 describe("createClient options", () => {
   it("accepts a valid configuration", async () => {

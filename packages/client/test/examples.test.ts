@@ -16,11 +16,17 @@ describe("the README quick start", () => {
   it("runs against the embedded bridge", async () => {
     const lines: string[] = [];
     vi.spyOn(console, "log").mockImplementation((...args: unknown[]) => {
-      const line = args.join(" ");
-      // The bridge's own JSON log lines are not the example's output.
-      if (!line.startsWith("{")) lines.push(line);
+      lines.push(args.join(" "));
+    });
+    const logged: string[] = [];
+    vi.spyOn(process.stderr, "write").mockImplementation((chunk) => {
+      logged.push(String(chunk));
+      return true;
     });
     await import("../examples/quick-start.js");
+    // Its bridge is silenced: no log line on stdout or stderr, only the example's own output.
+    expect(lines.filter((line) => line.startsWith("{"))).toEqual([]);
+    expect(logged).toEqual([]);
     expect(lines[0]).toBe("exited 3");
     expect(lines[1]).toMatch(/^hello from \//);
     expect(lines).toContain("3/3 (0 failed)");

@@ -1,4 +1,5 @@
 import { execFileSync } from "node:child_process";
+import { silentLogger } from "@remote-task/bridge";
 import { createLocalBackend } from "@remote-task/bridge/local";
 import { startLocalBridge } from "@remote-task/bridge/node";
 import { formatOutput, truncateTail } from "@remote-task/protocol";
@@ -19,6 +20,7 @@ beforeAll(async () => {
   bridge = await startLocalBridge({
     backend: createLocalBackend({ isolation: "auto" }),
     limits: { maxOutputBytes: 256 * 1024 },
+    logger: silentLogger,
   });
   client = createClient({ url: bridge.url, token: bridge.token, timeoutSeconds: 30 });
 });

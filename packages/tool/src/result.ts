@@ -22,30 +22,39 @@ export interface RemoteTaskToolResult {
   result?: TaskResult;
 }
 
-/** Text of a call stopped by the caller before any result arrived. */
-export const ABORTED_TEXT = "Command aborted";
+/** Text of a call the caller aborted, exactly as the reference tool words it. */
+export const ABORTED_TEXT = "remote_task aborted";
 
-function withNotice(output: string, notice: string): string {
-  return `${output}\n\n${notice}`;
+/**
+ * Text of a call abandoned because the bridge did not answer within the timeout plus the grace
+ * period, exactly as the reference tool words its own client-side timeout.
+ */
+export function clientTimeoutText(timeoutSeconds: number): string {
+  return `remote_task timed out after ${timeoutSeconds} seconds`;
 }
 
-/** The agent's view of a finished command, exactly as the reference tool words it. */
+/** An error result's text: the output, a blank line, the notice, trimmed as the reference trims. */
+function errorText(output: string, notice: string): string {
+  return `${output}\n\n${notice}`.trim();
+}
+
+/** The agent's view of a finished command, worded as the reference tool words it. */
 export function resultFromTask(result: TaskResult, timeoutSeconds: number): RemoteTaskToolResult {
   const output = formatOutput(result).text;
   switch (result.outcome) {
     case "timeout":
       return {
-        text: withNotice(output, `Command timed out after ${timeoutSeconds} seconds`),
+        text: errorText(output, `Command timed out after ${timeoutSeconds} seconds`),
         isError: true,
         status: "timeout",
         result,
       };
     case "cancelled":
-      return { text: withNotice(output, ABORTED_TEXT), isError: true, status: "aborted", result };
+      return { text: errorText(output, ABORTED_TEXT), isError: true, status: "aborted", result };
     case "exited":
       if (result.exitCode === 0) return { text: output, isError: false, status: "success", result };
       return {
-        text: withNotice(output, `Command exited with code ${result.exitCode}`),
+        text: errorText(output, `Command exited with code ${result.exitCode}`),
         isError: true,
         status: "failed",
         result,
@@ -55,6 +64,10 @@ export function resultFromTask(result: TaskResult, timeoutSeconds: number): Remo
 
 export function abortedResult(): RemoteTaskToolResult {
   return { text: ABORTED_TEXT, isError: true, status: "aborted" };
+}
+
+export function clientTimeoutResult(timeoutSeconds: number): RemoteTaskToolResult {
+  return { text: clientTimeoutText(timeoutSeconds), isError: true, status: "timeout" };
 }
 
 export function errorResult(message: string): RemoteTaskToolResult {

@@ -4,6 +4,7 @@ import {
   isConfigured,
   type RemoteTaskClient,
   RemoteTaskError,
+  TimeoutError,
 } from "@remote-task/client";
 import { issuesOf, type SchemaIssue } from "@remote-task/internal";
 import { DEFAULT_TIMEOUT_SECONDS } from "@remote-task/protocol";
@@ -12,7 +13,13 @@ import {
   REMOTE_TASK_TOOL_TITLE,
   remoteTaskDescription,
 } from "./description.js";
-import { abortedResult, errorResult, type RemoteTaskToolResult, resultFromTask } from "./result.js";
+import {
+  abortedResult,
+  clientTimeoutResult,
+  errorResult,
+  type RemoteTaskToolResult,
+  resultFromTask,
+} from "./result.js";
 import {
   type JsonSchemaObject,
   type RemoteTaskParametersSchema,
@@ -122,6 +129,7 @@ export function createRemoteTaskTool(options: RemoteTaskToolOptions = {}): Remot
         return resultFromTask(result, timeout);
       } catch (error) {
         if (signal?.aborted || AbortError.isInstance(error)) return abortedResult();
+        if (TimeoutError.isInstance(error)) return clientTimeoutResult(timeout);
         return errorResult(messageOf(error));
       }
     },

@@ -145,7 +145,7 @@ describe("AI SDK adapter (generateText with a mock model, real bridge)", () => {
     if ("value" in outcome) {
       const errors = outcome.value.steps[0]?.content.filter((p) => p.type === "tool-error");
       expect(errors?.map((e) => (e.type === "tool-error" ? String(e.error) : ""))).toEqual([
-        "RemoteTaskToolError: Command aborted",
+        "RemoteTaskToolError: remote_task aborted",
       ]);
     }
   });

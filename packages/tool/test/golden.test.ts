@@ -1,11 +1,12 @@
-import { readFileSync } from "node:fs";
-import type { TaskResult } from "@remote-task/client";
+import { readdirSync, readFileSync } from "node:fs";
+import { AbortError, type TaskResult, TimeoutError } from "@remote-task/client";
 import { describe, expect, it } from "vitest";
 import { createRemoteTaskTool } from "../src/index.js";
 import { fakeClient, taskResult } from "./helpers/fake-client.js";
 
 // The inputs follow the recipes in test/golden/generate.py, an independent implementation of
-// the reference rules that wrote the expected bytes.
+// the reference tool's algorithm (and of the deliberate differences the README lists) that
+// wrote the expected bytes.
 function cjkLines(): string {
   let text = "";
   for (let i = 1; i <= 1500; i++) text += `行${i}：${"漢字かな交じり文".repeat(4)}\n`;
@@ -19,7 +20,9 @@ function numbered(prefix: string, count: number): string {
 
 interface Case {
   name: string;
-  result: Partial<TaskResult>;
+  /** What the client answers: a result, or the error it throws. */
+  result?: Partial<TaskResult>;
+  throws?: () => Error;
   timeout?: number;
   isError: boolean;
 }
@@ -33,8 +36,41 @@ const cases: Case[] = [
   },
   { name: "stderr-only", result: { stderr: "only stderr" }, isError: false },
   { name: "no-output", result: {}, isError: false },
+  { name: "success-leading-blank", result: { stdout: "\n  indented\n" }, isError: false },
   { name: "exit-code", result: { stdout: "boom\n", exitCode: 2 }, isError: true },
   { name: "exit-code-no-output", result: { exitCode: 1 }, isError: true },
+  {
+    name: "exit-code-leading-blank",
+    result: { stdout: "\n\n  indented\n", exitCode: 1 },
+    isError: true,
+  },
+  {
+    name: "exit-code-leading-space-stderr",
+    result: { stderr: "   warning: x\n", exitCode: 2 },
+    isError: true,
+  },
+  {
+    name: "exit-code-unicode-space",
+    result: { stdout: "\u00a0\ufeff\u3000text\n", exitCode: 1 },
+    isError: true,
+  },
+  {
+    name: "aborted",
+    throws: () => new AbortError("The call was aborted."),
+    isError: true,
+  },
+  {
+    name: "client-timeout",
+    throws: () => new TimeoutError("Running the command did not finish within 15s."),
+    timeout: 5,
+    isError: true,
+  },
+  {
+    name: "timeout-leading-blank",
+    result: { stdout: "\n tick\n", exitCode: 124, outcome: "timeout" },
+    timeout: 3,
+    isError: true,
+  },
   {
     name: "timeout-partial",
     result: { stdout: "tick 1\ntick 2\n", exitCode: 124, outcome: "timeout" },
@@ -77,9 +113,22 @@ function golden(name: string): string {
 }
 
 describe("result text (golden, byte for byte)", () => {
+  it("has a case for every golden file", () => {
+    const files = readdirSync(new URL("./golden/", import.meta.url))
+      .filter((file) => file.endsWith(".txt"))
+      .map((file) => file.slice(0, -4))
+      .sort();
+    expect(cases.map((c) => c.name).sort()).toEqual(files);
+  });
+
   for (const c of cases) {
     it(c.name, async () => {
-      const tool = createRemoteTaskTool({ client: fakeClient(() => taskResult(c.result)) });
+      const tool = createRemoteTaskTool({
+        client: fakeClient(() => {
+          if (c.throws) throw c.throws();
+          return taskResult(c.result);
+        }),
+      });
       const args =
         c.timeout === undefined ? { command: "x" } : { command: "x", timeout: c.timeout };
       const result = await tool.execute(args);
@@ -97,7 +146,8 @@ describe("result text (golden, byte for byte)", () => {
       // In `u` mode a character class matches only lone surrogates, never a valid pair.
       expect(kept).not.toMatch(/[\uD800-\uDFFF]|\uFFFD/u);
       expect(Buffer.byteLength(kept)).toBeLessThanOrEqual(51_200);
-      const joined = c.result.stderr ? `${c.result.stdout}\n${c.result.stderr}` : c.result.stdout!;
+      const { stdout, stderr } = c.result!;
+      const joined = stderr ? `${stdout}\n${stderr}` : stdout!;
       expect(joined.endsWith(kept)).toBe(true);
     }
   });

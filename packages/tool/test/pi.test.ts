@@ -83,7 +83,7 @@ describe("pi-agent-core adapter (Agent with the faux provider, real bridge)", ()
     await bridge.destroyed(spec.sandboxId);
     expect(spec.signal.aborted).toBe(true);
     expect(message.isError).toBe(true);
-    expect(textOf(message)).toBe("Command aborted");
+    expect(textOf(message)).toBe("remote_task aborted");
     expect(bridge.live()).toBe(0);
   });
 

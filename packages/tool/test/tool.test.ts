@@ -119,7 +119,7 @@ describe("createRemoteTaskTool: execute", () => {
       }),
     });
     const result = await tool.execute({ command: "sleep 60" }, { signal: controller.signal });
-    expect(result).toEqual({ text: "Command aborted", isError: true, status: "aborted" });
+    expect(result).toEqual({ text: "remote_task aborted", isError: true, status: "aborted" });
   });
 
   it("does not start a call whose signal is already aborted", async () => {
@@ -128,7 +128,7 @@ describe("createRemoteTaskTool: execute", () => {
       { command: "x" },
       { signal: AbortSignal.abort() },
     );
-    expect(result.text).toBe("Command aborted");
+    expect(result.text).toBe("remote_task aborted");
     expect(client.runs).toHaveLength(0);
   });
 

@@ -6,12 +6,18 @@ import { type Connection, type ConnectionFlags, connect } from "../connect.js";
 import { EXIT } from "../exit-codes.js";
 import { abortOnInterrupt } from "../interrupt.js";
 import { createProgressBar } from "../progress.js";
-import { describeError, exitCodeOf, resultJson, resultNotes } from "../report.js";
+import {
+  describeError,
+  exitCodeOf,
+  exitCodeOfError,
+  refusedRequest,
+  resultJson,
+  resultNotes,
+} from "../report.js";
 
 export interface RunManyFlags extends ConnectionFlags {
   concurrency: number;
   file?: string;
-  timeout?: number;
   json?: boolean;
 }
 
@@ -27,8 +33,13 @@ function succeeded(settled: SettledTask): boolean {
   return settled.status === "fulfilled" && exitCodeOf(settled.value) === 0;
 }
 
+/** Tasks are numbered from 1 in both outputs: `[1]` in the text, `"task": 1` in the JSON. */
+function taskNumber(settled: SettledTask): number {
+  return settled.index + 1;
+}
+
 function settledJson(settled: SettledTask) {
-  const base = { index: settled.index, command: settled.task.command };
+  const base = { task: taskNumber(settled), command: settled.task.command };
   return settled.status === "fulfilled"
     ? { ...base, ok: succeeded(settled), result: resultJson(settled.value) }
     : {
@@ -39,7 +50,7 @@ function settledJson(settled: SettledTask) {
 }
 
 function printHuman(settled: SettledTask, timeoutSeconds: number): void {
-  const head = `--- [${settled.index + 1}] ${settled.task.command}`;
+  const head = `--- [${taskNumber(settled)}] ${settled.task.command}`;
   if (settled.status === "rejected") {
     process.stdout.write(`${head} (error)\n`);
     process.stderr.write(`remote-task: ${describeError(settled.reason)}\n`);
@@ -92,10 +103,13 @@ export async function runManyCommand(flags: RunManyFlags): Promise<number> {
       `remote-task: ${results.length} tasks, ${results.length - failed} succeeded, ${failed} failed in ${seconds}s\n`,
     );
     if (interrupt.signal.aborted) return EXIT.interrupted;
+    // Every task refused before it ran (e.g. a --timeout above the bridge's limit): a usage error.
+    if (results.every((s) => s.status === "rejected" && refusedRequest(s.reason)))
+      return EXIT.usage;
     return failed > 0 ? EXIT.failed : EXIT.ok;
   } catch (error) {
     process.stderr.write(`remote-task: ${describeError(error)}\n`);
-    return EXIT.bridge;
+    return exitCodeOfError(error);
   } finally {
     interrupt.dispose();
     await connection?.close();

@@ -1,20 +1,68 @@
-import { DEFAULT_TIMEOUT_SECONDS } from "@remote-task/protocol";
+import type { OutputEvent } from "@remote-task/client";
+import { DEFAULT_TIMEOUT_SECONDS, formatSize } from "@remote-task/protocol";
 import { type Connection, type ConnectionFlags, connect } from "../connect.js";
 import { EXIT } from "../exit-codes.js";
 import { abortOnInterrupt } from "../interrupt.js";
-import { describeError, exitCodeOf, resultJson, resultNotes } from "../report.js";
+import { describeError, exitCodeOf, exitCodeOfError, resultJson, resultNotes } from "../report.js";
+import { commandFromWords } from "../shell.js";
 
 export interface RunFlags extends ConnectionFlags {
-  timeout?: number;
   json?: boolean;
   stream?: boolean;
 }
 
+/** Most characters of each stream kept to show when the run is interrupted. */
+const INTERRUPTED_TAIL_CHARS = 1024 * 1024;
+
+/** The end of one stream's output as it arrives, at most `limit` characters of it. */
+class OutputTail {
+  #text = "";
+  #dropped = 0;
+  constructor(readonly limit: number) {}
+
+  add(data: string): void {
+    this.#text += data;
+    if (this.#text.length > 2 * this.limit) {
+      this.#dropped += this.#text.length - this.limit;
+      this.#text = this.#text.slice(-this.limit);
+    }
+  }
+
+  /** The kept end, and how many characters before it were dropped. */
+  get(): { text: string; dropped: number } {
+    const extra = Math.max(0, this.#text.length - this.limit);
+    return { text: this.#text.slice(extra), dropped: this.#dropped + extra };
+  }
+}
+
+/** Writes what arrived before an interrupt, so Ctrl-C never throws away printed output. */
+function showArrived(tails: Record<OutputEvent["stream"], OutputTail>): void {
+  for (const [stream, tail] of Object.entries(tails) as Array<
+    [OutputEvent["stream"], OutputTail]
+  >) {
+    const { text, dropped } = tail.get();
+    if (dropped > 0) {
+      process.stderr.write(
+        `remote-task: (${stream}: only the last ${formatSize(Buffer.byteLength(text))} of what arrived is shown)\n`,
+      );
+    }
+    (stream === "stdout" ? process.stdout : process.stderr).write(text);
+  }
+}
+
 /** Runs one task and returns the exit code for the process. */
 export async function runCommand(words: string[], flags: RunFlags): Promise<number> {
-  // Like ssh: one word is the whole shell command; several are joined with spaces.
-  const command = words.join(" ");
+  const command = commandFromWords(words);
   const timeoutSeconds = flags.timeout ?? DEFAULT_TIMEOUT_SECONDS;
+  const tails = {
+    stdout: new OutputTail(INTERRUPTED_TAIL_CHARS),
+    stderr: new OutputTail(INTERRUPTED_TAIL_CHARS),
+  };
+  const onOutput = (event: OutputEvent) => {
+    if (flags.stream)
+      (event.stream === "stdout" ? process.stdout : process.stderr).write(event.data);
+    else tails[event.stream].add(event.data);
+  };
   let connection: Connection | undefined;
   const interrupt = abortOnInterrupt();
   try {
@@ -22,12 +70,7 @@ export async function runCommand(words: string[], flags: RunFlags): Promise<numb
     const result = await connection.client.run(command, {
       timeoutSeconds,
       signal: interrupt.signal,
-      ...(flags.stream && !flags.json
-        ? {
-            onOutput: (event) =>
-              (event.stream === "stdout" ? process.stdout : process.stderr).write(event.data),
-          }
-        : {}),
+      ...(flags.json ? {} : { onOutput }),
     });
     if (flags.json) {
       process.stdout.write(`${JSON.stringify(resultJson(result))}\n`);
@@ -43,11 +86,12 @@ export async function runCommand(words: string[], flags: RunFlags): Promise<numb
     return exitCodeOf(result);
   } catch (error) {
     if (interrupt.signal.aborted) {
+      if (!flags.stream && !flags.json) showArrived(tails);
       process.stderr.write("remote-task: interrupted; the remote command was cancelled.\n");
       return EXIT.interrupted;
     }
     process.stderr.write(`remote-task: ${describeError(error)}\n`);
-    return EXIT.bridge;
+    return exitCodeOfError(error);
   } finally {
     interrupt.dispose();
     await connection?.close();

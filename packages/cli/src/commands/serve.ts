@@ -1,5 +1,5 @@
 import { EXIT } from "../exit-codes.js";
-import { stderrLogger } from "../log.js";
+import { cliLogger } from "../log.js";
 
 export interface ServeFlags {
   local?: boolean;
@@ -28,7 +28,7 @@ export async function serveCommand(flags: ServeFlags): Promise<number> {
     backend,
     port: flags.port,
     host: flags.host,
-    logger: stderrLogger(true),
+    logger: cliLogger(true),
     ...(flags.token ? { token: flags.token } : {}),
   });
   if (!LOOPBACK.has(flags.host)) {

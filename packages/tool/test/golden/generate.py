@@ -1,5 +1,15 @@
 """Writes the golden result texts from an independent implementation of the reference rules.
 
+The reference tool (RESEARCH.md section 1) joins stdout and stderr with one newline, keeps the
+tail within 50 KiB / 2000 lines with a notice, shows `(no output)` when empty, returns the text
+as is on exit 0, and otherwise throws `f"{text}\n\nCommand exited with code {code}".trim()` (the
+JavaScript trim); a call its caller aborts says `remote_task aborted`, its own client-side timeout
+says `remote_task timed out after N seconds`.
+
+The cases marked DELIBERATE follow the differences listed in the tool README instead: a timeout
+the bridge reports keeps the output that arrived, a bridge-side cancel too, and a notice counts
+the bytes the command really wrote when the bridge kept only their tail.
+
 The inputs are built from the same recipes as test/golden.test.ts. Run with `python3 generate.py`
 only when the reference wording itself changes; the TypeScript tests compare against these bytes.
 """
@@ -62,6 +72,28 @@ def output(stdout, stderr, stdout_bytes=None, stderr_bytes=None):
     return f"{kept or '(no output)'}\n\n{notice}"
 
 
+# ECMAScript WhiteSpace and LineTerminator code points: what String.prototype.trim removes
+# (Python's str.strip differs: it keeps U+FEFF and removes U+001C..U+001F and U+0085).
+JS_WHITESPACE = (
+    "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
+    "\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+
+
+def js_trim(text):
+    return text.strip(JS_WHITESPACE)
+
+
+def exited(text, code):
+    """The reference's error message for a non-zero exit."""
+    return js_trim(f"{text}\n\nCommand exited with code {code}")
+
+
+def ended(text, notice):
+    """DELIBERATE: a timeout or cancel the bridge reports, worded like an exit, output kept."""
+    return js_trim(f"{text}\n\n{notice}")
+
+
 def cjk_lines():
     return "".join(f"行{i}：" + "漢字かな交じり文" * 4 + "\n" for i in range(1, 1501))
 
@@ -71,18 +103,26 @@ CASES = {
     "stdout-and-stderr": output("out\n", "warn: careful\n"),
     "stderr-only": output("", "only stderr"),
     "no-output": output("", ""),
-    "exit-code": output("boom\n", "") + "\n\nCommand exited with code 2",
-    "exit-code-no-output": output("", "") + "\n\nCommand exited with code 1",
-    "timeout-partial": output("tick 1\ntick 2\n", "") + "\n\nCommand timed out after 5 seconds",
-    "timeout-no-output": output("", "") + "\n\nCommand timed out after 0.5 seconds",
-    "cancelled": output("started\n", "") + "\n\nCommand aborted",
+    "success-leading-blank": output("\n  indented\n", ""),
+    "exit-code": exited(output("boom\n", ""), 2),
+    "exit-code-no-output": exited(output("", ""), 1),
+    "exit-code-leading-blank": exited(output("\n\n  indented\n", ""), 1),
+    "exit-code-leading-space-stderr": exited(output("", "   warning: x\n"), 2),
+    "exit-code-unicode-space": exited(output("\u00a0\ufeff\u3000text\n", ""), 1),
+    "aborted": "remote_task aborted",
+    "client-timeout": "remote_task timed out after 5 seconds",
+    "timeout-partial": ended(output("tick 1\ntick 2\n", ""), "Command timed out after 5 seconds"),
+    "timeout-no-output": ended(output("", ""), "Command timed out after 0.5 seconds"),
+    "timeout-leading-blank": ended(output("\n tick\n", ""), "Command timed out after 3 seconds"),
+    "cancelled": ended(output("started\n", ""), "remote_task aborted"),
     "cjk-single-line": output("頭" + "界" * 20000, ""),
     "cjk-lines": output(cjk_lines(), "エラー：最後の行\n"),
     "emoji-at-cut": output("😀" * 13000 + "x", ""),
     "line-limit": output("".join(f"line {i}\n" for i in range(1, 3001)), ""),
-    "bridge-truncated": output("tail line\n", "", stdout_bytes=4_400_000),
-    "truncated-exit-code": output("".join(f"row {i}\n" for i in range(1, 2501)), "failed at the end")
-    + "\n\nCommand exited with code 3",
+    "bridge-truncated": output("tail line\n", "", stdout_bytes=4_400_000),  # DELIBERATE total
+    "truncated-exit-code": exited(
+        output("".join(f"row {i}\n" for i in range(1, 2501)), "failed at the end"), 3
+    ),
 }
 
 for name, text in CASES.items():

@@ -1,0 +1,40 @@
+import { afterEach, expect, it, vi } from "vitest";
+import { startLocalBridge } from "../src/node.js";
+
+afterEach(() => {
+  vi.restoreAllMocks();
+});
+
+it("the Node host logs to stderr by default, leaving stdout to the embedding program", async () => {
+  const stdout: string[] = [];
+  const stderr: string[] = [];
+  vi.spyOn(process.stdout, "write").mockImplementation((chunk) => {
+    stdout.push(String(chunk));
+    return true;
+  });
+  vi.spyOn(process.stderr, "write").mockImplementation((chunk) => {
+    stderr.push(String(chunk));
+    return true;
+  });
+  vi.spyOn(console, "log").mockImplementation((...args) => stdout.push(args.join(" ")));
+  const bridge = await startLocalBridge({ token: "logger-test-token" });
+  try {
+    const response = await fetch(`${bridge.url}/exec`, {
+      method: "POST",
+      headers: { authorization: "Bearer logger-test-token", "content-type": "application/json" },
+      body: JSON.stringify({ sandboxId: "logger-test-1", command: "echo hi" }),
+    });
+    expect((await response.json()).stdout).toBe("hi\n");
+  } finally {
+    await bridge.close();
+  }
+  expect(stdout).toEqual([]);
+  const lines = stderr
+    .join("")
+    .trim()
+    .split("\n")
+    .map((line) => JSON.parse(line));
+  expect(lines).toContainEqual(
+    expect.objectContaining({ event: "exec", sandboxId: "logger-test-1", outcome: "exited" }),
+  );
+});

@@ -1,0 +1,99 @@
+import { execFile } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import {
+  getDefaultEnvironment,
+  StdioClientTransport,
+} from "@modelcontextprotocol/sdk/client/stdio.js";
+import { describe, expect, it } from "vitest";
+
+const run = promisify(execFile);
+/** The bin as npm links it. */
+const BIN = fileURLToPath(new URL("../bin/remote-task-mcp.js", import.meta.url));
+
+/** A module hook that makes `peer` missing, with the error Node gives for a missing package. */
+function without(peer: string): string {
+  return `data:text/javascript,${encodeURIComponent(`
+    import { registerHooks } from "node:module";
+    registerHooks({
+      resolve(specifier, context, next) {
+        if (specifier === ${JSON.stringify(peer)} || specifier.startsWith(${JSON.stringify(`${peer}/`)})) {
+          const error = new Error("Cannot find package '" + ${JSON.stringify(peer)} + "' imported from " + context.parentURL);
+          error.code = "ERR_MODULE_NOT_FOUND";
+          throw error;
+        }
+        return next(specifier, context);
+      },
+    });`)}`;
+}
+
+/** A module that makes this process report an older Node.js. */
+const OLD_NODE = `data:text/javascript,${encodeURIComponent(
+  `Object.defineProperty(process, "versions", { value: { ...process.versions, node: "20.20.2" } });`,
+)}`;
+
+async function failure(args: string[], env: NodeJS.ProcessEnv = getDefaultEnvironment()) {
+  return run(process.execPath, args, { env }).then(
+    () => undefined,
+    (error: { code?: number; stderr?: string }) => error,
+  );
+}
+
+describe("the remote-task-mcp bin", () => {
+  it("--local serves remote_task on its own embedded bridge", async () => {
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [BIN, "--local"],
+      // No CLOUDFLARE_SANDBOX_* at all: --local needs none.
+      env: getDefaultEnvironment(),
+      stderr: "pipe",
+    });
+    const client = new Client({ name: "remote-task-test", version: "1.0.0" });
+    await client.connect(transport);
+    try {
+      const result = await client.callTool({
+        name: "remote_task",
+        arguments: { command: "echo via-local; exit 3" },
+      });
+      expect(result.isError).toBe(true);
+      expect(result.content).toEqual([
+        { type: "text", text: "via-local\n\n\nCommand exited with code 3" },
+      ]);
+    } finally {
+      await client.close();
+    }
+  });
+
+  it("names the package to install when the MCP SDK is missing", async () => {
+    const error = await failure(["--import", without("@modelcontextprotocol/sdk"), BIN]);
+    expect(error?.code).toBe(1);
+    expect(error?.stderr).toBe(
+      "remote-task-mcp: the MCP server needs @modelcontextprotocol/sdk, which is not installed. Install it next to @remote-task/tool: npm install @modelcontextprotocol/sdk\n",
+    );
+  });
+
+  it("names the package to install when --local has no bridge package", async () => {
+    const error = await failure(["--import", without("@remote-task/bridge"), BIN, "--local"]);
+    expect(error?.code).toBe(1);
+    expect(error?.stderr).toBe(
+      "remote-task-mcp: --local (the embedded bridge) needs @remote-task/bridge, which is not installed. Install it next to @remote-task/tool: npm install @remote-task/bridge\n",
+    );
+  });
+
+  it("prints its usage with --help and refuses unknown flags", async () => {
+    const { stdout } = await run(process.execPath, [BIN, "--help"]);
+    expect(stdout).toContain("Usage: remote-task-mcp [--local]");
+    const error = await failure([BIN, "--bogus"]);
+    expect(error?.code).toBe(2);
+    expect(error?.stderr).toContain("Unknown option '--bogus'");
+  });
+
+  it("refuses an older Node.js with the version it needs", async () => {
+    const error = await failure(["--import", OLD_NODE, BIN]);
+    expect(error?.code).toBe(1);
+    expect(error?.stderr).toBe(
+      "remote-task-mcp needs Node.js >= 22.19.0; this is Node.js 20.20.2.\n",
+    );
+  });
+});
