@@ -14,6 +14,7 @@ import {
 import { parseJson, readBounded } from "./body.js";
 import {
   type Env,
+  graceSecondsFor,
   NO_RETRY,
   optionsFromEnv,
   processEnv,
@@ -228,7 +229,8 @@ class Client implements RemoteTaskClient {
         { issues },
       );
     }
-    const deadlineMs = (timeoutSeconds + this.#config.graceSeconds) * 1000;
+    const graceSeconds = graceSecondsFor(this.#config, timeoutSeconds);
+    const deadlineMs = (timeoutSeconds + graceSeconds) * 1000;
     return { sandboxId, request: parsed.data, deadlineMs, secrets };
   }
 

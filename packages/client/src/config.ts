@@ -35,7 +35,10 @@ export interface ResolvedConfig {
   cwd: string;
   idPrefix: string;
   timeoutSeconds: number;
+  /** The grace period of a call with the client's default timeout (health and cancel use it). */
   graceSeconds: number;
+  /** The caller's `graceSeconds`, when set; otherwise each call's grace follows its own timeout. */
+  graceOption: number | undefined;
   idleTimeoutSeconds: number;
   retry: RetryPolicy;
   dispatcher: Dispatcher | undefined;
@@ -131,6 +134,11 @@ export function defaultGraceSeconds(timeoutSeconds: number): number {
   return Math.min(MAX_DEFAULT_GRACE_SECONDS, Math.max(MIN_DEFAULT_GRACE_SECONDS, timeoutSeconds));
 }
 
+/** The grace period of a call whose timeout is `timeoutSeconds`: the caller's, or the default. */
+export function graceSecondsFor(config: ResolvedConfig, timeoutSeconds: number): number {
+  return config.graceOption ?? defaultGraceSeconds(timeoutSeconds);
+}
+
 export function resolveConfig(options: ClientOptions): ResolvedConfig {
   if (typeof options !== "object" || options === null) {
     throw new ConfigurationError("createClient needs an options object with at least `url`.");
@@ -173,6 +181,10 @@ export function resolveConfig(options: ClientOptions): ResolvedConfig {
     options.timeoutSeconds,
     DEFAULT_TIMEOUT_SECONDS,
   );
+  const graceOption =
+    options.graceSeconds === undefined
+      ? undefined
+      : nonNegativeNumber("graceSeconds", options.graceSeconds, 0);
   return {
     baseUrl,
     token,
@@ -180,11 +192,8 @@ export function resolveConfig(options: ClientOptions): ResolvedConfig {
     cwd,
     idPrefix,
     timeoutSeconds,
-    graceSeconds: nonNegativeNumber(
-      "graceSeconds",
-      options.graceSeconds,
-      defaultGraceSeconds(timeoutSeconds),
-    ),
+    graceSeconds: graceOption ?? defaultGraceSeconds(timeoutSeconds),
+    graceOption,
     idleTimeoutSeconds: positiveNumber(
       "idleTimeoutSeconds",
       options.idleTimeoutSeconds,

@@ -43,8 +43,8 @@ export interface ClientOptions {
   timeoutSeconds?: number | undefined;
   /**
    * Extra client-side time beyond the task timeout before a call is abandoned; covers cold start
-   * and transfer (default: `timeoutSeconds`, at least 10 s and at most 30 s). `health()` and
-   * `cancel()` are bounded by this alone.
+   * and transfer (default: the call's own timeout, at least 10 s and at most 30 s). `health()` and
+   * `cancel()` are bounded by this alone (by default, the grace of the client's `timeoutSeconds`).
    */
   graceSeconds?: number | undefined;
   /**

@@ -6,7 +6,7 @@ import {
   utf8ByteLength,
 } from "@remote-task/protocol";
 import { HttpResponse, http } from "msw";
-import { describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import {
   AbortError,
   AuthenticationError,
@@ -579,6 +579,55 @@ describe("deadlines and aborts", () => {
     expect(AbortError.isInstance(await failure(pending))).toBe(true);
     await eventually(() => cancelRequests(f).length === 1);
     await c.close();
+  });
+
+  describe("the default grace period follows the call's own timeout", () => {
+    /** A bridge that never answers /exec (until the call aborts it) and accepts every cancel. */
+    const silentBridge: typeof globalThis.fetch = (input, init) => {
+      if (String(input).endsWith("/cancel")) {
+        const { sandboxId } = JSON.parse(String(init?.body));
+        return Promise.resolve(Response.json({ ok: true, sandboxId, cancelled: true }));
+      }
+      return new Promise((_, reject) => {
+        init?.signal?.addEventListener("abort", () => reject(init.signal?.reason), { once: true });
+      });
+    };
+    afterEach(() => {
+      vi.useRealTimers();
+    });
+
+    /** Runs a call on fake timers; resolves with the seconds it took to time out. */
+    async function secondsUntilTimeout(
+      options: Record<string, unknown>,
+      timeoutSeconds: number,
+      notBefore: number,
+    ): Promise<string> {
+      vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout", "Date"] });
+      const c = client(silentBridge, { retry: false, ...options });
+      let settled: unknown;
+      const pending = c.run("x", { timeoutSeconds }).catch((error: unknown) => {
+        settled = error;
+      });
+      await vi.advanceTimersByTimeAsync(notBefore * 1000 - 100);
+      expect(settled).toBeUndefined();
+      await vi.advanceTimersByTimeAsync(200);
+      expect(TimeoutError.isInstance(settled)).toBe(true);
+      await pending;
+      await c.close();
+      return /within ([\d.]+)s/.exec((settled as Error).message)?.[1] ?? "";
+    }
+
+    it("a short call on a client with the default 120 s timeout gets 10 s, not 30 s", async () => {
+      expect(await secondsUntilTimeout({}, 2, 12)).toBe("12");
+    });
+
+    it("a long call on a client with a short default timeout gets 25 s, not 10 s", async () => {
+      expect(await secondsUntilTimeout({ timeoutSeconds: 2 }, 25, 50)).toBe("50");
+    });
+
+    it("an explicit graceSeconds is kept for every call", async () => {
+      expect(await secondsUntilTimeout({ graceSeconds: 3 }, 25, 28)).toBe("28");
+    });
   });
 
   it("an already aborted signal sends nothing", async () => {
