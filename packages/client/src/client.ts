@@ -51,6 +51,7 @@ import {
   undiciTransport,
 } from "./transport.js";
 import type {
+  CancelResult,
   ClientOptions,
   RemoteTaskClient,
   RunManyOptions,
@@ -68,6 +69,14 @@ const BACKGROUND_CANCEL_MS = 5_000;
 /** An exception thrown by the caller's own `onOutput`, passed through unchanged. */
 class CallbackFailure {
   constructor(readonly error: unknown) {}
+}
+
+/**
+ * True for the answer of a bridge that has no such route (404, or 405 for another method): the
+ * reference bridge has no `/cancel`, which is no failure of the cancel itself.
+ */
+function isMissingRoute(error: unknown): boolean {
+  return InvalidRequestError.isInstance(error) && (error.status === 404 || error.status === 405);
 }
 
 /** One request to the bridge. */
@@ -172,7 +181,7 @@ class Client implements RemoteTaskClient {
   async cancel(
     sandboxId: string,
     options: { signal?: AbortSignal | undefined } = {},
-  ): Promise<boolean> {
+  ): Promise<CancelResult> {
     this.#assertOpen();
     if (!isSandboxId(sandboxId)) {
       throw new InvalidRequestError(
@@ -180,8 +189,13 @@ class Client implements RemoteTaskClient {
         { issues: [{ path: ["sandboxId"], message: "invalid sandbox id" }] },
       );
     }
-    const response = await this.#postCancel(sandboxId, options.signal, this.#config.retry);
-    return response.cancelled;
+    try {
+      const response = await this.#postCancel(sandboxId, options.signal, this.#config.retry);
+      return { sandboxId, cancelled: response.cancelled, supported: true };
+    } catch (error) {
+      if (isMissingRoute(error)) return { sandboxId, cancelled: false, supported: false };
+      throw error;
+    }
   }
 
   async close(): Promise<void> {

@@ -102,6 +102,18 @@ export interface TaskResult {
   stderrTruncated: boolean;
 }
 
+/** What `client.cancel()` did. */
+export interface CancelResult {
+  sandboxId: string;
+  /** A running command was found and stopped (always false when `supported` is false). */
+  cancelled: boolean;
+  /**
+   * False when the bridge has no `/cancel` (it answered 404 or 405 there, as the reference bridge
+   * does): nothing was stopped, and a command still running ends at its own timeout.
+   */
+  supported: boolean;
+}
+
 export interface Task extends Omit<RunOptions, "signal" | "onOutput"> {
   command: string;
 }
@@ -129,7 +141,12 @@ export interface RemoteTaskClient {
   stream(command: string, options?: Omit<RunOptions, "onOutput">): AsyncIterable<StreamEvent>;
   runMany(tasks: ReadonlyArray<string | Task>, options?: RunManyOptions): Promise<SettledTask[]>;
   health(options?: { signal?: AbortSignal | undefined }): Promise<HealthResponse>;
-  cancel(sandboxId: string, options?: { signal?: AbortSignal | undefined }): Promise<boolean>;
+  /**
+   * Stops the command of the call with this sandbox id and destroys its sandbox. Resolves with
+   * `supported: false` (and throws nothing) when the bridge has no `/cancel`, as the reference
+   * bridge has none.
+   */
+  cancel(sandboxId: string, options?: { signal?: AbortSignal | undefined }): Promise<CancelResult>;
   /** Closes the client's own connection pool (not an injected dispatcher). */
   close(): Promise<void>;
 }

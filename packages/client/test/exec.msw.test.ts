@@ -691,20 +691,57 @@ describe("health and cancel", () => {
       }),
     );
     const c = client(f);
-    expect(await c.cancel("running-1")).toBe(true);
-    expect(await c.cancel("idle-1")).toBe(false);
+    expect(await c.cancel("running-1")).toEqual({
+      sandboxId: "running-1",
+      cancelled: true,
+      supported: true,
+    });
+    expect(await c.cancel("idle-1")).toEqual({
+      sandboxId: "idle-1",
+      cancelled: false,
+      supported: true,
+    });
   });
 
-  it("cancel refuses an invalid id before sending, and maps a 404 from an older bridge", async () => {
-    const f = mswFetch(
-      http.post(`${URL_BASE}/cancel`, () =>
-        HttpResponse.json({ error: "not_found" }, { status: 404 }),
-      ),
-    );
+  it("cancel refuses an invalid id before sending", async () => {
+    const f = mswFetch();
     const c = client(f);
     expect(InvalidRequestError.isInstance(await failure(c.cancel("Bad Id")))).toBe(true);
     expect(f.requests).toHaveLength(0);
-    expect(InvalidRequestError.isInstance(await failure(c.cancel("some-id")))).toBe(true);
+  });
+
+  it.each([
+    [404, errorBody("not_found")],
+    [404, { error: "not_found" }],
+    [405, errorBody("method_not_allowed")],
+  ])(
+    "cancel on a bridge without /cancel (HTTP %s) resolves with supported: false",
+    async (status, body) => {
+      const f = mswFetch(
+        http.post(`${URL_BASE}/cancel`, () => HttpResponse.json(body, { status })),
+      );
+      expect(await client(f).cancel("some-id")).toEqual({
+        sandboxId: "some-id",
+        cancelled: false,
+        supported: false,
+      });
+      expect(cancelRequests(f)).toHaveLength(1);
+    },
+  );
+
+  it("cancel still throws what is not a missing route (a 400, a 401, a 500)", async () => {
+    for (const [status, code] of [
+      [400, "invalid_request"],
+      [401, "unauthorized"],
+      [500, "internal"],
+    ] as const) {
+      const f = mswFetch(
+        http.post(`${URL_BASE}/cancel`, () => HttpResponse.json(errorBody(code), { status })),
+      );
+      const error = await failure(client(f, { retry: false }).cancel("some-id"));
+      expect(error.status).toBe(status);
+      expect(expectedErrorClass[code].isInstance(error)).toBe(true);
+    }
   });
 
   it("a closed client refuses new calls", async () => {
