@@ -14,6 +14,17 @@ export const MIN_DEFAULT_GRACE_SECONDS = 10;
 export const MAX_DEFAULT_GRACE_SECONDS = 30;
 export const DEFAULT_IDLE_TIMEOUT_SECONDS = 45;
 export const DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024;
+/**
+ * Bytes of the end of each output a result keeps when the call names no `maxOutputBytes`: as much
+ * as a remote-task bridge keeps by default.
+ */
+export const DEFAULT_KEPT_OUTPUT_BYTES = 1024 * 1024;
+/**
+ * Largest exec result read whole (then parsed at once); a larger one is read as it arrives. Held
+ * whole, an answer costs several times its size in memory (the bytes, the text, the parsed
+ * strings): 4 MiB keeps a call under 64 MiB of growth whatever the bridge sends.
+ */
+export const WHOLE_RESULT_BYTES = 4 * 1024 * 1024;
 export const DEFAULT_MAX_CONNECTIONS = 128;
 export const DEFAULT_CONCURRENCY = 8;
 

@@ -60,7 +60,11 @@ export interface ClientOptions {
   dispatcher?: Dispatcher | undefined;
   /** A Fetch API implementation to use instead of undici (runtimes without undici, msw tests). */
   fetch?: typeof globalThis.fetch | undefined;
-  /** Most bytes of a response body the client reads (default 16 MiB). */
+  /**
+   * Largest health or cancel answer and largest stream event the client holds (default 16 MiB).
+   * Exec results of any size are read: whole up to 4 MiB (or this, when lower), beyond that as
+   * they arrive, keeping `maxOutputBytes` of each output.
+   */
   maxResponseBytes?: number | undefined;
 }
 
@@ -80,7 +84,10 @@ export interface RunOptions {
   signal?: AbortSignal | undefined;
   /** Receive output as it arrives (uses the streaming mode). */
   onOutput?: ((event: OutputEvent) => void) | undefined;
-  /** Ask the bridge to retain at most this many bytes per stream. */
+  /**
+   * Keep at most this many bytes of the end of each output (default 1 MiB): asked of the bridge,
+   * and kept by the client itself when a bridge sends more.
+   */
   maxOutputBytes?: number | undefined;
   /** Use this sandbox id instead of a fresh one (it must follow the protocol's id rules). */
   sandboxId?: string | undefined;
@@ -88,7 +95,7 @@ export interface RunOptions {
 
 export interface TaskResult {
   sandboxId: string;
-  /** The retained tail of stdout (the whole of it unless `stdoutTruncated`). */
+  /** The end of stdout, at most `maxOutputBytes` of it (the whole of it unless `stdoutTruncated`). */
   stdout: string;
   stderr: string;
   /** Exit code; 124 when `outcome` is `timeout`. */

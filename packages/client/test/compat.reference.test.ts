@@ -43,6 +43,7 @@ async function referenceBridge(token: string | undefined): Promise<ReferenceBrid
       return send(400, { error: "sandboxId and command are required" });
     }
     if (body.command === "hang") return;
+    if (body.command === "big") return send(200, { stdout: BIG_STDOUT, stderr: "", code: 0 });
     if (body.command === "pwd") return send(200, referenceExecResponse);
     if (body.command === "explode") return send(500, { error: "Container crashed" });
     if (body.command === "quiet") return send(200, { stdout: "", stderr: "", code: 0 });
@@ -52,6 +53,9 @@ async function referenceBridge(token: string | undefined): Promise<ReferenceBrid
 }
 
 type ReferenceBridge = TestServer & { bodies: unknown[]; requests: string[] };
+
+/** 24 MiB of numbered lines: more than the 16 MiB the client once refused to read. */
+const BIG_STDOUT = Array.from({ length: 24 * 1024 }, (_, i) => `${i}`.padEnd(1023, ".")).join("\n");
 
 let server: ReferenceBridge | undefined;
 afterEach(async () => {
@@ -104,6 +108,25 @@ describe("against a bridge that speaks only the reference shape", () => {
     expect(BridgeError.isInstance(crashed)).toBe(true);
     expect(crashed.message).toContain("Container crashed");
     await Promise.all([wrong.close(), client.close()]);
+  });
+
+  it("a big output comes back as its tail with exact totals, and formats as the reference tool shows it", async () => {
+    server = await referenceBridge(undefined);
+    const client = createClient({ url: server.url });
+    const result = await client.run("big");
+    const total = Buffer.byteLength(BIG_STDOUT);
+    expect(total).toBeGreaterThan(24 * 1024 * 1023);
+    expect(result).toMatchObject({ exitCode: 0, stdoutBytes: total, stdoutTruncated: true });
+    expect(BIG_STDOUT.endsWith(result.stdout)).toBe(true);
+    expect(Buffer.byteLength(result.stdout)).toBe(1024 * 1024);
+    const { text } = formatOutput(result);
+    expect(
+      text.endsWith(
+        "\n\n[Showing the last 50.0KB of 24.0MB (50.0KB limit). Have the command summarise or filter its own output.]",
+      ),
+    ).toBe(true);
+    expect(BIG_STDOUT.endsWith(text.slice(0, text.indexOf("\n\n[Showing")))).toBe(true);
+    await client.close();
   });
 
   it("cancel resolves with supported: false: the reference bridge has no /cancel", async () => {

@@ -21,6 +21,7 @@ import {
 } from "../src/index.js";
 import { eventually, expectedErrorClass, failure } from "./helpers/assertions.js";
 import {
+  byteTail,
   capacityBody,
   errorBody,
   execResult,
@@ -255,7 +256,7 @@ describe("run: malformed and hostile bodies", () => {
     expect(error.message).toMatch(/code: .*outcome: /);
   });
 
-  it("a 100 MB body is refused after maxResponseBytes without reading it all", async () => {
+  it("a 100 MB body that is not JSON is refused without reading it all", async () => {
     const body = hugeBody(100 * 1024 * 1024);
     const f = mswFetch(
       http.post(
@@ -265,11 +266,20 @@ describe("run: malformed and hostile bodies", () => {
     );
     const error = await failure(client(f, { maxResponseBytes: 1024 * 1024 }).run("x"));
     expect(ProtocolError.isInstance(error)).toBe(true);
+    expect(error.message).toMatch(/HTTP 200 with a body that is not protocol JSON/);
+    expect(body.sent()).toBeLessThan(4 * 1024 * 1024);
+  });
+
+  it("a health answer over maxResponseBytes is refused without reading it all", async () => {
+    const body = hugeBody(100 * 1024 * 1024);
+    const f = mswFetch(http.get(`${URL_BASE}/health`, () => new HttpResponse(body)));
+    const error = await failure(client(f, { maxResponseBytes: 1024 * 1024 }).health());
+    expect(ProtocolError.isInstance(error)).toBe(true);
     expect(error.message).toMatch(/larger than the 1.0MB limit/);
     expect(body.sent()).toBeLessThan(4 * 1024 * 1024);
   });
 
-  it("a declared Content-Length over the limit is refused before reading", async () => {
+  it("a declared Content-Length over the limit is not buffered: a body that is not JSON fails at once", async () => {
     const body = hugeBody(100 * 1024 * 1024);
     const f = mswFetch(
       http.post(
@@ -285,15 +295,22 @@ describe("run: malformed and hostile bodies", () => {
     );
     const error = await failure(client(f, { maxResponseBytes: 1024 * 1024 }).run("x"));
     expect(ProtocolError.isInstance(error)).toBe(true);
+    expect(error.message).toMatch(/not protocol JSON/);
     expect(body.sent()).toBeLessThan(1024 * 1024);
   });
 
   it("the default limit is 16 MiB", async () => {
     const body = hugeBody(100 * 1024 * 1024);
-    const f = mswFetch(http.post(`${URL_BASE}/exec`, () => new HttpResponse(body)));
-    const error = await failure(client(f).run("x"));
+    const f = mswFetch(http.get(`${URL_BASE}/health`, () => new HttpResponse(body)));
+    const error = await failure(client(f).health());
     expect(error.message).toMatch(/16.0MB limit/);
     expect(body.sent()).toBeLessThan(20 * 1024 * 1024);
+    // An exec result is read whole up to 4 MiB (or this limit when lower), then as it arrives.
+    const exec = hugeBody(100 * 1024 * 1024);
+    const g = mswFetch(http.post(`${URL_BASE}/exec`, () => new HttpResponse(exec)));
+    expect(ProtocolError.isInstance(await failure(client(g).run("x")))).toBe(true);
+    expect(exec.sent()).toBeGreaterThan(4 * 1024 * 1024);
+    expect(exec.sent()).toBeLessThan(8 * 1024 * 1024);
   });
 
   it("a huge error body is not buffered either", async () => {
@@ -341,6 +358,126 @@ describe("run: malformed and hostile bodies", () => {
       expect(text).not.toContain(TOKEN);
       expect(text).not.toContain(envValue);
     }
+  });
+});
+
+describe("run: answers larger than maxResponseBytes (a bridge that caps nothing)", () => {
+  const MiB = 1024 * 1024;
+  /** A reference-shaped answer with `stdoutBytes` of numbered lines, sent chunk by chunk. */
+  function bigAnswer(stdoutBytes: number, declareLength: boolean) {
+    const line = 'line of output with a tab\t, a quote " and é\n';
+    const stdout = line.repeat(Math.ceil(stdoutBytes / utf8ByteLength(line)));
+    const text = JSON.stringify({ stdout, stderr: "warning: big\n", code: 3 });
+    const bytes = new TextEncoder().encode(text);
+    const headers: Record<string, string> = { "content-type": "application/json" };
+    if (declareLength) headers["content-length"] = String(bytes.byteLength);
+    const body = () =>
+      new ReadableStream<Uint8Array>({
+        start(controller) {
+          for (let i = 0; i < bytes.byteLength; i += 64 * 1024) {
+            controller.enqueue(bytes.subarray(i, i + 64 * 1024));
+          }
+          controller.close();
+        },
+      });
+    return { stdout, size: bytes.byteLength, respond: () => new HttpResponse(body(), { headers }) };
+  }
+
+  it.each([
+    ["declared", true],
+    ["chunked", false],
+  ])("returns the tail of each output with exact totals (length %s)", async (_, declared) => {
+    const answer = bigAnswer(3 * MiB, declared);
+    const f = mswFetch(http.post(`${URL_BASE}/exec`, answer.respond));
+    const result = await client(f, { maxResponseBytes: MiB }).run("x");
+    expect(answer.size).toBeGreaterThan(3 * MiB);
+    expect(result).toMatchObject({
+      exitCode: 3,
+      outcome: "exited",
+      stdout: byteTail(answer.stdout, MiB),
+      stdoutBytes: utf8ByteLength(answer.stdout),
+      stdoutTruncated: true,
+      stderr: "warning: big\n",
+      stderrBytes: 13,
+      stderrTruncated: false,
+    });
+  });
+
+  it("keeps the call's maxOutputBytes of each output, whether the answer is read whole or not", async () => {
+    const answer = bigAnswer(3 * MiB, false);
+    const f = mswFetch(http.post(`${URL_BASE}/exec`, answer.respond));
+    const asItArrives = await client(f, { maxResponseBytes: MiB }).run("x", {
+      maxOutputBytes: 100_000,
+    });
+    expect(asItArrives.stdout).toBe(byteTail(answer.stdout, 100_000));
+    expect(asItArrives.stdoutBytes).toBe(utf8ByteLength(answer.stdout));
+    expect(asItArrives.stdoutTruncated).toBe(true);
+    const whole = await client(f).run("x", { maxOutputBytes: 100_000 });
+    expect({ ...whole, durationMs: 0, sandboxId: "" }).toEqual({
+      ...asItArrives,
+      durationMs: 0,
+      sandboxId: "",
+    });
+    const fits = await client(f).run("x", { maxOutputBytes: 4 * MiB });
+    expect(fits.stdout).toBe(answer.stdout);
+    expect(fits.stdoutTruncated).toBe(false);
+  });
+
+  it("keeps 1 MiB of each output by default, as a remote-task bridge does", async () => {
+    const answer = bigAnswer(3 * MiB, true);
+    const f = mswFetch(http.post(`${URL_BASE}/exec`, answer.respond));
+    const result = await client(f).run("x");
+    expect(result.stdout).toBe(byteTail(answer.stdout, MiB));
+    expect(result.stdoutBytes).toBe(utf8ByteLength(answer.stdout));
+    expect(result.stdoutTruncated).toBe(true);
+  });
+
+  it("reads a compressed answer as it arrives: its Content-Length is not what is read", async () => {
+    const body = hugeBody(100 * 1024 * 1024);
+    const f = mswFetch(
+      http.post(
+        `${URL_BASE}/exec`,
+        () =>
+          new HttpResponse(body, {
+            headers: { "content-encoding": "gzip", "content-length": "100" },
+          }),
+      ),
+    );
+    expect(ProtocolError.isInstance(await failure(client(f).run("x")))).toBe(true);
+    expect(body.sent()).toBeLessThan(8 * 1024 * 1024);
+  });
+
+  it("replays the tail as events when a streaming call gets such an answer", async () => {
+    const answer = bigAnswer(2 * MiB, true);
+    const f = mswFetch(http.post(`${URL_BASE}/exec`, answer.respond));
+    const seen: string[] = [];
+    const result = await client(f, { maxResponseBytes: MiB }).run("x", {
+      onOutput: (event) => seen.push(`${event.stream}:${event.data.length}`),
+    });
+    expect(result.stdoutBytes).toBe(utf8ByteLength(answer.stdout));
+    expect(seen).toEqual([`stdout:${result.stdout.length}`, "stderr:13"]);
+    expect(utf8ByteLength(result.stdout)).toBeLessThanOrEqual(MiB);
+  });
+
+  it("a large answer of the wrong shape is a ProtocolError naming the fields", async () => {
+    const text = JSON.stringify({ stdout: "x".repeat(2 * MiB), stderr: 5 });
+    const f = mswFetch(http.post(`${URL_BASE}/exec`, () => new HttpResponse(text)));
+    const error = (await failure(client(f, { maxResponseBytes: MiB }).run("x"))) as ProtocolError;
+    expect(ProtocolError.isInstance(error)).toBe(true);
+    expect(error.paths).toEqual([["stderr"], ["code"]]);
+  });
+
+  it("a large answer cut off midway is not JSON", async () => {
+    const text = JSON.stringify({ stdout: "x".repeat(2 * MiB), stderr: "", code: 0 });
+    const f = mswFetch(
+      http.post(`${URL_BASE}/exec`, () => new HttpResponse(text.slice(0, -20))),
+      http.post(`${URL_BASE}/cancel`, () =>
+        HttpResponse.json({ error: "not_found" }, { status: 404 }),
+      ),
+    );
+    const error = await failure(client(f, { maxResponseBytes: MiB }).run("x"));
+    expect(ProtocolError.isInstance(error)).toBe(true);
+    expect(error.message).toMatch(/not protocol JSON/);
   });
 });
 
