@@ -469,11 +469,11 @@ class Client implements RemoteTaskClient {
       // The bridge answered with an error: it is not (or no longer) running the command.
       scope.settled();
       const context = { status: response.status, ...scope.facts };
-      const bytes = await this.#read(
+      const bytes = await this.#read<Uint8Array | undefined>(
         scope,
         response,
         readBounded(response, MAX_ERROR_BODY_BYTES, scope.signal, context),
-        new Uint8Array(),
+        () => undefined,
       );
       throw errorFromResponse(
         bytes,
@@ -514,20 +514,20 @@ class Client implements RemoteTaskClient {
   }
 
   /**
-   * Waits for `reading` (of the answer's body); a failure is the call's typed error. An error
-   * answer's body over its limit reads as `errorBody` when given: the status alone then explains
-   * the error.
+   * Waits for `reading` (of the answer's body); a failure is the call's typed error. A body over
+   * its limit reads as `tooLarge()` when it is given (an error answer, whose status alone then
+   * explains the error).
    */
   #read<T>(
     scope: CallScope,
     response: TransportResponse,
     reading: Promise<T>,
-    errorBody?: T,
+    tooLarge?: () => T,
   ): Promise<T> {
     return reading.catch((error: unknown) => {
       response.discard();
       if (scope.reason) throw scope.reason;
-      if (errorBody !== undefined && ProtocolError.isInstance(error)) return errorBody;
+      if (tooLarge !== undefined && ProtocolError.isInstance(error)) return tooLarge();
       if (RemoteTaskError.isInstance(error)) throw error;
       throw connectionFailure(error, false, scope.facts);
     });

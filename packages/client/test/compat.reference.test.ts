@@ -103,10 +103,12 @@ describe("against a bridge that speaks only the reference shape", () => {
     const denied = await failure(wrong.run("pwd"));
     expect(AuthenticationError.isInstance(denied)).toBe(true);
     expect(denied.message).not.toContain("wrong");
+    expect(denied.bridgeMessage).toBe("unauthorized");
     const client = createClient({ url: server.url, token: "right" });
     const crashed = await failure(client.run("explode"));
     expect(BridgeError.isInstance(crashed)).toBe(true);
     expect(crashed.message).toContain("Container crashed");
+    expect(crashed.bridgeMessage).toBe("Container crashed");
     await Promise.all([wrong.close(), client.close()]);
   });
 

@@ -159,6 +159,9 @@ describe("run: every error status", () => {
       expect(expectedErrorClass[code].isInstance(error)).toBe(true);
       expect(error.status).toBe(status);
       expect(error.code).toBe(code);
+      expect(error.bridgeMessage).toBe(
+        code === "invalid_request" ? invalidRequestBody.error : `bridge says ${code}`,
+      );
       expect(error.sandboxId).toMatch(/^mikan-task-/);
       expect(execRequests(f)).toHaveLength(1);
     },
@@ -206,8 +209,57 @@ describe("run: every error status", () => {
     expect(cls.isInstance(error)).toBe(true);
     expect(error.code).toBe(code);
     expect(error.message).toContain("reference says no");
+    expect(error.bridgeMessage).toBe("reference says no");
     // A plain 503 without `capacity_exceeded` may have run: never retried.
     expect(execRequests(f)).toHaveLength(1);
+  });
+});
+
+describe("run: the bridge's own words (bridgeMessage)", () => {
+  const answer = (status: number, body: string) =>
+    mswFetch(http.post(`${URL_BASE}/exec`, () => new HttpResponse(body, { status })));
+
+  it("keeps the whole text, with the token and env values redacted; the message shortens it", async () => {
+    const words = `worker said: ${TOKEN} and env-s3cret-value, then ${"x".repeat(2000)}`;
+    const f = answer(500, JSON.stringify({ error: words }));
+    const error = await failure(client(f).run("x", { env: { V: "env-s3cret-value" } }));
+    expect(error.bridgeMessage).toBe(
+      `worker said: [redacted] and [redacted], then ${"x".repeat(2000)}`,
+    );
+    expect(error.message).not.toContain(TOKEN);
+    expect(error.message.length).toBeLessThan(1000);
+  });
+
+  it.each([
+    [401, "", AuthenticationError, undefined],
+    [502, "  \n", BridgeError, undefined],
+    [500, "{}", BridgeError, undefined],
+    [400, '{"error":""}', InvalidRequestError, undefined],
+    [503, '{"stdout":"","stderr":"sandbox gone\\n","code":1}', BridgeError, "sandbox gone\n"],
+    [500, '{"error":"","stderr":"from stderr"}', BridgeError, "from stderr"],
+    [404, '["not", "an object"]', InvalidRequestError, undefined],
+  ])(
+    "an answer with status %i and body %j: the status says what failed",
+    async (status, body, cls, words) => {
+      const error = await failure(client(answer(status, body), { retry: false }).run("x"));
+      expect(cls.isInstance(error)).toBe(true);
+      expect(error.status).toBe(status);
+      expect(error.bridgeMessage).toBe(words);
+    },
+  );
+
+  it("is undefined when the failure is not the bridge's answer", async () => {
+    const html = mswFetch(
+      http.post(`${URL_BASE}/exec`, () =>
+        HttpResponse.html("<h1>Bad Gateway</h1>", { status: 502 }),
+      ),
+    );
+    const notJson = await failure(client(html).run("x"));
+    expect(ProtocolError.isInstance(notJson)).toBe(true);
+    expect(notJson.bridgeMessage).toBeUndefined();
+    const refused = await failure(client(mswFetch(), { retry: false }).run("x"));
+    expect(ConnectionError.isInstance(refused)).toBe(true);
+    expect(refused.bridgeMessage).toBeUndefined();
   });
 });
 
