@@ -11,10 +11,15 @@ import type { ParsedJson } from "./body.js";
  *
  * Why not a streaming tokenizer library: stream-json, the well-kept one, was tried first. It hands
  * out a token object and a string for every 256 characters and every escape, and that garbage
- * grew the client's RSS by 53-70 MiB on a 40 MiB answer (more when the length is not declared),
- * over the 64 MiB bound. This scanner allocates nothing per byte (25-48 MiB in the same test,
- * most of it the HTTP client's own buffers) and is checked against `JSON.parse` by property tests
- * (test/result-tail.test.ts).
+ * grew the client's RSS by 53-70 MiB on a 40 MiB answer with a `Content-Length`, against a bound
+ * of 64 MiB. This scanner allocates nothing per byte (31-39 MiB in the same test, most of it the
+ * HTTP client's own buffers; about 0.4 s of CPU for 40 MiB) and is checked against `JSON.parse`
+ * by property tests (test/result-tail.test.ts).
+ *
+ * Outputs are kept as bytes, so two things read differently from a whole read, both only from a
+ * bridge sending what no remote-task bridge sends: a lone surrogate escape (`\ud800`) comes back
+ * as U+FFFD (it counts 3 bytes either way), and bytes that are not UTF-8 inside a string count as
+ * they are (a whole read counts each U+FFFD they decode to as 3).
  */
 
 /** Longest value kept of a field other than `stdout`/`stderr`; a longer one reads as `null`. */
