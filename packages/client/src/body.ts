@@ -113,19 +113,19 @@ export async function readBounded(
 }
 
 /**
- * Reads a JSON answer. One larger than `maxBytes` is refused, unless `tailBytes` is given (an
+ * Reads a JSON answer. One larger than `maxBytes` is refused, unless `keptBytes` is given (an
  * exec result): then it is read as it arrives, keeping that many bytes of each output's end.
  */
 export async function readJson(
   response: TransportResponse,
-  limits: { maxBytes: number; tailBytes: number | undefined },
+  limits: { maxBytes: number; keptBytes: number | undefined },
   signal: AbortSignal,
   context: CallFacts & { status: number },
 ): Promise<ParsedJson> {
   const body = await readUpTo(response, limits.maxBytes, signal);
   if (body.larger === undefined) return parseJson(body.bytes);
-  if (limits.tailBytes === undefined) throw tooLarge(limits.maxBytes, context);
-  return readResultTail(body.larger, limits.tailBytes);
+  if (limits.keptBytes === undefined) throw tooLarge(limits.maxBytes, context);
+  return readResultTail(body.larger, limits.keptBytes);
 }
 
 const decoder = new TextDecoder();

@@ -93,7 +93,7 @@ interface Exchange {
    * For an exec result: an answer larger than it is read whole is read as it arrives, keeping
    * this many bytes of the end of each output. Without it such an answer is refused.
    */
-  tailBytes?: number | undefined;
+  keptBytes?: number | undefined;
 }
 
 /** The part of a zod schema the client uses. */
@@ -287,7 +287,7 @@ class Client implements RemoteTaskClient {
       accept,
       retry,
       secrets: call.secrets,
-      tailBytes: call.keptBytes,
+      keptBytes: call.keptBytes,
     };
   }
 
@@ -337,7 +337,7 @@ class Client implements RemoteTaskClient {
           response,
           execResultSchema,
           "an exec result",
-          exchange.tailBytes,
+          exchange.keptBytes,
         );
         const replay: StreamEvent[] = [];
         if (result.stdout) replay.push({ type: "stdout", data: result.stdout });
@@ -429,7 +429,7 @@ class Client implements RemoteTaskClient {
   ): Promise<T> {
     try {
       const response = await this.#send(scope, exchange);
-      return await this.#receive(scope, response, schema, what, exchange.tailBytes);
+      return await this.#receive(scope, response, schema, what, exchange.keptBytes);
     } catch (error) {
       throw this.#settleFailure(error, scope);
     } finally {
@@ -489,13 +489,13 @@ class Client implements RemoteTaskClient {
     response: TransportResponse,
     schema: Schema<T>,
     what: string,
-    tailBytes: number | undefined,
+    keptBytes: number | undefined,
   ): Promise<T> {
     const context = { status: response.status, ...scope.facts };
     const { maxResponseBytes } = this.#config;
     const maxBytes =
-      tailBytes === undefined ? maxResponseBytes : Math.min(maxResponseBytes, WHOLE_RESULT_BYTES);
-    const limits = { maxBytes, tailBytes };
+      keptBytes === undefined ? maxResponseBytes : Math.min(maxResponseBytes, WHOLE_RESULT_BYTES);
+    const limits = { maxBytes, keptBytes };
     const parsed = await this.#read(
       scope,
       response,

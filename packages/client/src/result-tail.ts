@@ -6,7 +6,7 @@ import type { ParsedJson } from "./body.js";
  * Reading an exec result too large to hold: a bridge that caps nothing (the reference one) sends
  * all of a command's output. The body is scanned byte by byte as it arrives; the bytes of the
  * `stdout` and `stderr` strings go straight into a fixed ring (`TailBuffer`) that keeps their
- * last `tailBytes`, with exact totals; the other fields of the result are read whole (they are
+ * last `keptBytes`, with exact totals; the other fields of the result are read whole (they are
  * small); everything else is checked as JSON and dropped.
  *
  * Why not a streaming tokenizer library: stream-json, the well-kept one, was tried first. It hands
@@ -177,7 +177,7 @@ function utf8(codePoint: number): Uint8Array {
  * output is its tail with the total the bridge declared, or the total counted here.
  */
 export class ResultScanner {
-  readonly #tailBytes: number;
+  readonly #keptBytes: number;
   #state = BOM;
   #bomIndex = 0;
   readonly #stack = new Uint8Array(MAX_DEPTH);
@@ -204,8 +204,8 @@ export class ResultScanner {
   readonly #fields: Record<string, unknown> = {};
   readonly #tails: Partial<Record<Output, TailBuffer>> = {};
 
-  constructor(tailBytes: number) {
-    this.#tailBytes = tailBytes;
+  constructor(keptBytes: number) {
+    this.#keptBytes = keptBytes;
   }
 
   /** Scans the next bytes; false once the body is not JSON. */
@@ -358,7 +358,7 @@ export class ResultScanner {
       this.#stringIsKey = false;
       const key = this.#fieldKey();
       if (isOutput(key)) {
-        const tail = new TailBuffer(this.#tailBytes);
+        const tail = new TailBuffer(this.#keptBytes);
         this.#tails[key] = tail;
         delete this.#fields[key];
         this.#sink = tail;
@@ -470,15 +470,15 @@ export class ResultScanner {
 }
 
 /**
- * Reads a JSON exec result from `chunks` keeping the last `tailBytes` of `stdout` and of
+ * Reads a JSON exec result from `chunks` keeping the last `keptBytes` of `stdout` and of
  * `stderr`; `{ok: false}` when the bytes are not one JSON value. A failure of `chunks` itself
  * (the connection) is thrown.
  */
 export async function readResultTail(
   chunks: AsyncIterable<Uint8Array>,
-  tailBytes: number,
+  keptBytes: number,
 ): Promise<ParsedJson> {
-  const scanner = new ResultScanner(tailBytes);
+  const scanner = new ResultScanner(keptBytes);
   for await (const chunk of chunks) {
     if (!scanner.push(chunk)) return { ok: false };
   }

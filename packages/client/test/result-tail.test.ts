@@ -22,19 +22,19 @@ async function* from(chunks: Uint8Array[]): AsyncGenerator<Uint8Array> {
   yield* chunks;
 }
 
-async function read(text: string, tailBytes: number, cuts: number[] = []) {
-  return readResultTail(from(cut(encoder.encode(text), cuts)), tailBytes);
+async function read(text: string, keptBytes: number, cuts: number[] = []) {
+  return readResultTail(from(cut(encoder.encode(text), cuts)), keptBytes);
 }
 
 /** What the tail reader must give for an answer whose outputs are `stdout` and `stderr`. */
-function expected(answer: Record<string, unknown>, tailBytes: number) {
+function expected(answer: Record<string, unknown>, keptBytes: number) {
   const result: Record<string, unknown> = { ...answer };
   for (const output of ["stdout", "stderr"] as const) {
     const text = answer[output] as string;
     const total = utf8ByteLength(text);
-    result[output] = byteTail(text, tailBytes);
+    result[output] = byteTail(text, keptBytes);
     result[`${output}Bytes`] ??= total;
-    if (total > tailBytes) result[`${output}Truncated`] = true;
+    if (total > keptBytes) result[`${output}Truncated`] = true;
   }
   return result;
 }
@@ -59,10 +59,10 @@ describe("readResultTail", () => {
         fc.integer({ min: -5, max: 300 }),
         fc.integer({ min: 0, max: 200 }),
         fc.array(fc.nat(), { maxLength: 8 }),
-        async (stdout, stderr, code, tailBytes, cuts) => {
+        async (stdout, stderr, code, keptBytes, cuts) => {
           const answer = { stdout, stderr, code };
-          const parsed = await read(JSON.stringify(answer), tailBytes, cuts);
-          expect(parsed).toEqual({ ok: true, value: expected(answer, tailBytes) });
+          const parsed = await read(JSON.stringify(answer), keptBytes, cuts);
+          expect(parsed).toEqual({ ok: true, value: expected(answer, keptBytes) });
         },
       ),
       { numRuns: 300 },
