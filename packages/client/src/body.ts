@@ -2,6 +2,7 @@ import { concatBytes, raceAbort } from "@remote-task/internal";
 import { formatSize } from "@remote-task/protocol";
 import { ProtocolError } from "./errors.js";
 import type { CallFacts } from "./responses.js";
+import { readResultTail } from "./result-tail.js";
 import type { TransportResponse } from "./transport.js";
 
 /**
@@ -30,6 +31,75 @@ export async function* abortableChunks(
   if (signal.aborted) throw signal.reason;
 }
 
+/**
+ * A body read whole within the limit, or a body larger than the limit: then all of it as chunks
+ * still to be read (those read before the limit was passed first).
+ */
+export type BoundedBody =
+  | { bytes: Uint8Array; larger?: undefined }
+  | { bytes?: undefined; larger: AsyncIterable<Uint8Array> };
+
+/**
+ * Reads the body whole if it is at most `maxBytes`; a larger one is handed back unread past the
+ * limit (a declared `Content-Length` over the limit is not read at all).
+ */
+export async function readUpTo(
+  response: TransportResponse,
+  maxBytes: number,
+  signal: AbortSignal,
+): Promise<BoundedBody> {
+  const declared = declaredLength(response);
+  if (declared !== undefined) {
+    if (declared > maxBytes) return { larger: abortableChunks(response.body, signal) };
+    // The transport holds the body to its declared length, so reading it whole is bounded.
+    const bytes = await raceAbort(response.readAll(), signal);
+    return bytes.byteLength > maxBytes ? { larger: replay([bytes], undefined) } : { bytes };
+  }
+  const iterator = abortableChunks(response.body, signal);
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const next = await iterator.next();
+    if (next.done) return { bytes: concatBytes(chunks) };
+    size += next.value.byteLength;
+    chunks.push(next.value);
+    if (size > maxBytes) return { larger: replay(chunks, iterator) };
+  }
+}
+
+/**
+ * The body's length from `Content-Length`, when it says how many bytes will be read: not for a
+ * compressed body, which a Fetch implementation hands over decoded (and larger).
+ */
+function declaredLength(response: TransportResponse): number | undefined {
+  const encoding = response.header("content-encoding");
+  if (encoding !== undefined && !/^\s*identity\s*$/i.test(encoding)) return undefined;
+  const declared = Number(response.header("content-length") ?? Number.NaN);
+  return Number.isSafeInteger(declared) && declared >= 0 ? declared : undefined;
+}
+
+/** `read` chunks again (releasing each one as it goes), then the rest of `iterator`. */
+async function* replay(
+  read: Uint8Array[],
+  iterator: AsyncIterator<Uint8Array> | undefined,
+): AsyncGenerator<Uint8Array> {
+  for (let chunk = read.shift(); chunk !== undefined; chunk = read.shift()) yield chunk;
+  if (iterator === undefined) return;
+  for (;;) {
+    const next = await iterator.next();
+    if (next.done) return;
+    yield next.value;
+  }
+}
+
+/** The error for a body over `maxBytes` that the client does not read. */
+export function tooLarge(maxBytes: number, context: CallFacts & { status: number }): ProtocolError {
+  return new ProtocolError(
+    `The bridge's response is larger than the ${formatSize(maxBytes)} limit (maxResponseBytes); stopped reading it. Check that the URL points at a remote-task bridge, or raise maxResponseBytes.`,
+    context,
+  );
+}
+
 /** Reads the whole body, refusing (with a `ProtocolError`) to hold more than `maxBytes`. */
 export async function readBounded(
   response: TransportResponse,
@@ -37,33 +107,33 @@ export async function readBounded(
   signal: AbortSignal,
   context: CallFacts & { status: number },
 ): Promise<Uint8Array> {
-  const tooLarge = () =>
-    new ProtocolError(
-      `The bridge's response is larger than the ${formatSize(maxBytes)} limit (maxResponseBytes); stopped reading it. Check that the URL points at a remote-task bridge, or raise maxResponseBytes.`,
-      context,
-    );
-  const declared = Number(response.header("content-length") ?? Number.NaN);
-  if (Number.isSafeInteger(declared) && declared >= 0) {
-    if (declared > maxBytes) throw tooLarge();
-    // The transport holds the body to its declared length, so reading it whole is bounded.
-    const bytes = await raceAbort(response.readAll(), signal);
-    if (bytes.byteLength > maxBytes) throw tooLarge();
-    return bytes;
-  }
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  for await (const chunk of abortableChunks(response.body, signal)) {
-    size += chunk.byteLength;
-    if (size > maxBytes) throw tooLarge();
-    chunks.push(chunk);
-  }
-  return concatBytes(chunks);
+  const body = await readUpTo(response, maxBytes, signal);
+  if (body.larger !== undefined) throw tooLarge(maxBytes, context);
+  return body.bytes;
+}
+
+/**
+ * Reads a JSON answer. One larger than `maxBytes` is refused, unless `keptBytes` is given (an
+ * exec result): then it is read as it arrives, keeping that many bytes of each output's end.
+ */
+export async function readJson(
+  response: TransportResponse,
+  limits: { maxBytes: number; keptBytes: number | undefined },
+  signal: AbortSignal,
+  context: CallFacts & { status: number },
+): Promise<ParsedJson> {
+  const body = await readUpTo(response, limits.maxBytes, signal);
+  if (body.larger === undefined) return parseJson(body.bytes);
+  if (limits.keptBytes === undefined) throw tooLarge(limits.maxBytes, context);
+  return readResultTail(body.larger, limits.keptBytes);
 }
 
 const decoder = new TextDecoder();
 
 /** `{ok: true, value}` with the parsed JSON, or `{ok: false}` for bytes that are not JSON. */
-export function parseJson(bytes: Uint8Array): { ok: true; value: unknown } | { ok: false } {
+export type ParsedJson = { ok: true; value: unknown } | { ok: false };
+
+export function parseJson(bytes: Uint8Array): ParsedJson {
   try {
     return { ok: true, value: JSON.parse(decoder.decode(bytes)) };
   } catch {

@@ -11,15 +11,18 @@ import {
   newSandboxId,
   type StreamEvent,
 } from "@remote-task/protocol";
-import { parseJson, readBounded } from "./body.js";
+import { readBounded, readJson } from "./body.js";
 import {
+  DEFAULT_KEPT_OUTPUT_BYTES,
   type Env,
+  graceSecondsFor,
   NO_RETRY,
   optionsFromEnv,
   processEnv,
   type ResolvedConfig,
   type RetryPolicy,
   resolveConfig,
+  WHOLE_RESULT_BYTES,
 } from "./config.js";
 import {
   AbortError,
@@ -50,6 +53,7 @@ import {
   undiciTransport,
 } from "./transport.js";
 import type {
+  CancelResult,
   ClientOptions,
   RemoteTaskClient,
   RunManyOptions,
@@ -69,6 +73,14 @@ class CallbackFailure {
   constructor(readonly error: unknown) {}
 }
 
+/**
+ * True for the answer of a bridge that has no such route (404, or 405 for another method): the
+ * reference bridge has no `/cancel`, which is no failure of the cancel itself.
+ */
+function isMissingRoute(error: unknown): boolean {
+  return InvalidRequestError.isInstance(error) && (error.status === 404 || error.status === 405);
+}
+
 /** One request to the bridge. */
 interface Exchange {
   method: "GET" | "POST";
@@ -77,6 +89,11 @@ interface Exchange {
   accept: string;
   retry: RetryPolicy;
   secrets: Secrets;
+  /**
+   * For an exec result: an answer larger than it is read whole is read as it arrives, keeping
+   * this many bytes of the end of each output. Without it such an answer is refused.
+   */
+  keptBytes?: number | undefined;
 }
 
 /** The part of a zod schema the client uses. */
@@ -87,6 +104,8 @@ interface Schema<T> {
 interface PreparedCall {
   sandboxId: string;
   request: ExecRequest;
+  /** Bytes of the end of each output the result keeps. */
+  keptBytes: number;
   deadlineMs: number;
   secrets: Secrets;
 }
@@ -129,10 +148,11 @@ class Client implements RemoteTaskClient {
         throw new InvalidRequestError("onOutput must be a function.");
       }
       const started = performance.now();
-      const call = { sandboxId: "" };
+      const call = { sandboxId: "", keptBytes: 0 };
       for await (const event of this.#events(command, options, onOutput, call)) {
         if (event.type === "exit") {
-          return toTaskResult(event.result, call.sandboxId, performance.now() - started);
+          const ms = performance.now() - started;
+          return toTaskResult(event.result, call.sandboxId, ms, call.keptBytes);
         }
       }
       // #events always ends with an exit event or throws.
@@ -142,7 +162,7 @@ class Client implements RemoteTaskClient {
   }
 
   stream(command: string, options: Omit<RunOptions, "onOutput"> = {}): AsyncIterable<StreamEvent> {
-    return this.#events(command, options, undefined, { sandboxId: "" });
+    return this.#events(command, options, undefined, { sandboxId: "", keptBytes: 0 });
   }
 
   runMany(
@@ -171,7 +191,7 @@ class Client implements RemoteTaskClient {
   async cancel(
     sandboxId: string,
     options: { signal?: AbortSignal | undefined } = {},
-  ): Promise<boolean> {
+  ): Promise<CancelResult> {
     this.#assertOpen();
     if (!isSandboxId(sandboxId)) {
       throw new InvalidRequestError(
@@ -179,8 +199,13 @@ class Client implements RemoteTaskClient {
         { issues: [{ path: ["sandboxId"], message: "invalid sandbox id" }] },
       );
     }
-    const response = await this.#postCancel(sandboxId, options.signal, this.#config.retry);
-    return response.cancelled;
+    try {
+      const response = await this.#postCancel(sandboxId, options.signal, this.#config.retry);
+      return { sandboxId, cancelled: response.cancelled, supported: true };
+    } catch (error) {
+      if (isMissingRoute(error)) return { sandboxId, cancelled: false, supported: false };
+      throw error;
+    }
   }
 
   async close(): Promise<void> {
@@ -228,8 +253,10 @@ class Client implements RemoteTaskClient {
         { issues },
       );
     }
-    const deadlineMs = (timeoutSeconds + this.#config.graceSeconds) * 1000;
-    return { sandboxId, request: parsed.data, deadlineMs, secrets };
+    const graceSeconds = graceSecondsFor(this.#config, timeoutSeconds);
+    const deadlineMs = (timeoutSeconds + graceSeconds) * 1000;
+    const keptBytes = parsed.data.maxOutputBytes ?? DEFAULT_KEPT_OUTPUT_BYTES;
+    return { sandboxId, request: parsed.data, keptBytes, deadlineMs, secrets };
   }
 
   /** The scope of an exec call: however it ends early, a command that may run is cancelled. */
@@ -260,6 +287,7 @@ class Client implements RemoteTaskClient {
       accept,
       retry,
       secrets: call.secrets,
+      keptBytes: call.keptBytes,
     };
   }
 
@@ -269,7 +297,7 @@ class Client implements RemoteTaskClient {
     const started = performance.now();
     const exchange = this.#execExchange(call, "application/json");
     return this.#exchange(scope, exchange, execResultSchema, "an exec result").then((result) =>
-      toTaskResult(result, call.sandboxId, performance.now() - started),
+      toTaskResult(result, call.sandboxId, performance.now() - started, call.keptBytes),
     );
   }
 
@@ -281,12 +309,13 @@ class Client implements RemoteTaskClient {
     command: string,
     options: RunOptions,
     onOutput: RunOptions["onOutput"],
-    /** Receives the call's sandbox id once the call is prepared. */
-    meta: { sandboxId: string },
+    /** Receives the call's sandbox id and output budget once the call is prepared. */
+    meta: { sandboxId: string; keptBytes: number },
   ): AsyncGenerator<StreamEvent, void, undefined> {
     const call = this.#prepare(command, options);
     const { sandboxId } = call;
     meta.sandboxId = sandboxId;
+    meta.keptBytes = call.keptBytes;
     const scope = this.#execScope(call, options.signal);
     let finished = false;
     const deliver = (event: StreamEvent) => {
@@ -298,11 +327,18 @@ class Client implements RemoteTaskClient {
       }
     };
     try {
-      const response = await this.#send(scope, this.#execExchange(call, "text/event-stream"));
+      const exchange = this.#execExchange(call, "text/event-stream");
+      const response = await this.#send(scope, exchange);
       const contentType = response.header("content-type");
       if (!/^\s*text\/event-stream/i.test(contentType ?? "")) {
         // A bridge without streaming (the reference one) answers JSON; replay it as events.
-        const result = await this.#receive(scope, response, execResultSchema, "an exec result");
+        const result = await this.#receive(
+          scope,
+          response,
+          execResultSchema,
+          "an exec result",
+          exchange.keptBytes,
+        );
         const replay: StreamEvent[] = [];
         if (result.stdout) replay.push({ type: "stdout", data: result.stdout });
         if (result.stderr) replay.push({ type: "stderr", data: result.stderr });
@@ -393,7 +429,7 @@ class Client implements RemoteTaskClient {
   ): Promise<T> {
     try {
       const response = await this.#send(scope, exchange);
-      return await this.#receive(scope, response, schema, what);
+      return await this.#receive(scope, response, schema, what, exchange.keptBytes);
     } catch (error) {
       throw this.#settleFailure(error, scope);
     } finally {
@@ -432,7 +468,13 @@ class Client implements RemoteTaskClient {
       if (response.status >= 200 && response.status < 300) return response;
       // The bridge answered with an error: it is not (or no longer) running the command.
       scope.settled();
-      const bytes = await this.#read(scope, response, MAX_ERROR_BODY_BYTES, true);
+      const context = { status: response.status, ...scope.facts };
+      const bytes = await this.#read<Uint8Array | undefined>(
+        scope,
+        response,
+        readBounded(response, MAX_ERROR_BODY_BYTES, scope.signal, context),
+        () => undefined,
+      );
       throw errorFromResponse(
         bytes,
         { status: response.status, contentType: response.header("content-type") },
@@ -447,10 +489,22 @@ class Client implements RemoteTaskClient {
     response: TransportResponse,
     schema: Schema<T>,
     what: string,
+    keptBytes: number | undefined,
   ): Promise<T> {
-    const bytes = await this.#read(scope, response, this.#config.maxResponseBytes, false);
-    const parsed = parseJson(bytes);
-    if (!parsed.ok) throw notJson(response.status, response.header("content-type"), scope.facts);
+    const context = { status: response.status, ...scope.facts };
+    const { maxResponseBytes } = this.#config;
+    const maxBytes =
+      keptBytes === undefined ? maxResponseBytes : Math.min(maxResponseBytes, WHOLE_RESULT_BYTES);
+    const limits = { maxBytes, keptBytes };
+    const parsed = await this.#read(
+      scope,
+      response,
+      readJson(response, limits, scope.signal, context),
+    );
+    if (!parsed.ok) {
+      response.discard();
+      throw notJson(response.status, response.header("content-type"), scope.facts);
+    }
     scope.settled();
     const checked = schema.safeParse(parsed.value);
     if (!checked.success) {
@@ -460,20 +514,20 @@ class Client implements RemoteTaskClient {
   }
 
   /**
-   * Reads a whole body within `maxBytes`; a failure is the call's typed error. An error answer's
-   * body over its limit (`errorBody`) reads as empty: the status alone then explains the error.
+   * Waits for `reading` (of the answer's body); a failure is the call's typed error. A body over
+   * its limit reads as `tooLarge()` when it is given (an error answer, whose status alone then
+   * explains the error).
    */
-  #read(
+  #read<T>(
     scope: CallScope,
     response: TransportResponse,
-    maxBytes: number,
-    errorBody: boolean,
-  ): Promise<Uint8Array> {
-    const context = { status: response.status, ...scope.facts };
-    return readBounded(response, maxBytes, scope.signal, context).catch((error: unknown) => {
+    reading: Promise<T>,
+    tooLarge?: () => T,
+  ): Promise<T> {
+    return reading.catch((error: unknown) => {
       response.discard();
       if (scope.reason) throw scope.reason;
-      if (errorBody && ProtocolError.isInstance(error)) return new Uint8Array();
+      if (tooLarge !== undefined && ProtocolError.isInstance(error)) return tooLarge();
       if (RemoteTaskError.isInstance(error)) throw error;
       throw connectionFailure(error, false, scope.facts);
     });

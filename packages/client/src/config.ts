@@ -14,6 +14,17 @@ export const MIN_DEFAULT_GRACE_SECONDS = 10;
 export const MAX_DEFAULT_GRACE_SECONDS = 30;
 export const DEFAULT_IDLE_TIMEOUT_SECONDS = 45;
 export const DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024;
+/**
+ * Bytes of the end of each output a result keeps when the call names no `maxOutputBytes`: as much
+ * as a remote-task bridge keeps by default.
+ */
+export const DEFAULT_KEPT_OUTPUT_BYTES = 1024 * 1024;
+/**
+ * Largest exec result read whole (then parsed at once); a larger one is read as it arrives. Held
+ * whole, an answer costs several times its size in memory (the bytes, the text, the parsed
+ * strings): 4 MiB keeps a call under 64 MiB of growth whatever the bridge sends.
+ */
+export const WHOLE_RESULT_BYTES = 4 * 1024 * 1024;
 export const DEFAULT_MAX_CONNECTIONS = 128;
 export const DEFAULT_CONCURRENCY = 8;
 
@@ -35,7 +46,10 @@ export interface ResolvedConfig {
   cwd: string;
   idPrefix: string;
   timeoutSeconds: number;
+  /** The grace period of a call with the client's default timeout (health and cancel use it). */
   graceSeconds: number;
+  /** The caller's `graceSeconds`, when set; otherwise each call's grace follows its own timeout. */
+  graceOption: number | undefined;
   idleTimeoutSeconds: number;
   retry: RetryPolicy;
   dispatcher: Dispatcher | undefined;
@@ -131,6 +145,11 @@ export function defaultGraceSeconds(timeoutSeconds: number): number {
   return Math.min(MAX_DEFAULT_GRACE_SECONDS, Math.max(MIN_DEFAULT_GRACE_SECONDS, timeoutSeconds));
 }
 
+/** The grace period of a call whose timeout is `timeoutSeconds`: the caller's, or the default. */
+export function graceSecondsFor(config: ResolvedConfig, timeoutSeconds: number): number {
+  return config.graceOption ?? defaultGraceSeconds(timeoutSeconds);
+}
+
 export function resolveConfig(options: ClientOptions): ResolvedConfig {
   if (typeof options !== "object" || options === null) {
     throw new ConfigurationError("createClient needs an options object with at least `url`.");
@@ -173,6 +192,10 @@ export function resolveConfig(options: ClientOptions): ResolvedConfig {
     options.timeoutSeconds,
     DEFAULT_TIMEOUT_SECONDS,
   );
+  const graceOption =
+    options.graceSeconds === undefined
+      ? undefined
+      : nonNegativeNumber("graceSeconds", options.graceSeconds, 0);
   return {
     baseUrl,
     token,
@@ -180,11 +203,8 @@ export function resolveConfig(options: ClientOptions): ResolvedConfig {
     cwd,
     idPrefix,
     timeoutSeconds,
-    graceSeconds: nonNegativeNumber(
-      "graceSeconds",
-      options.graceSeconds,
-      defaultGraceSeconds(timeoutSeconds),
-    ),
+    graceSeconds: graceOption ?? defaultGraceSeconds(timeoutSeconds),
+    graceOption,
     idleTimeoutSeconds: positiveNumber(
       "idleTimeoutSeconds",
       options.idleTimeoutSeconds,

@@ -15,6 +15,8 @@ export interface RemoteTaskErrorOptions {
   retryable?: boolean | undefined;
   /** The command may have started on the bridge (default false). */
   mayHaveRun?: boolean | undefined;
+  /** The bridge's own text for the failure, redacted (see `RemoteTaskError.bridgeMessage`). */
+  bridgeMessage?: string | undefined;
 }
 
 /**
@@ -38,6 +40,13 @@ export class RemoteTaskError extends Error {
   readonly retryable: boolean;
   /** The command may have started on the bridge: sending it again could run it twice. */
   readonly mayHaveRun: boolean;
+  /**
+   * The bridge's own text for the failure, as it sent it: the `error` of its error answer (or of
+   * a stream `error` event), or for a bridge that answers a failure in the result shape, its
+   * `stderr`. The token and `env` values are redacted; nothing is shortened. Undefined when the
+   * bridge gave no text (an empty body) or the failure is not the bridge's answer.
+   */
+  readonly bridgeMessage: string | undefined;
 
   constructor(message: string, options: RemoteTaskErrorOptions = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
@@ -49,6 +58,7 @@ export class RemoteTaskError extends Error {
     this.sandboxId = options.sandboxId;
     this.retryable = options.retryable ?? false;
     this.mayHaveRun = options.mayHaveRun ?? false;
+    this.bridgeMessage = options.bridgeMessage;
   }
 
   /** True for errors of this class or a subclass, from any copy of the package. */

@@ -15,6 +15,7 @@ export {
   TimeoutError,
 } from "./errors.js";
 export type {
+  CancelResult,
   ClientOptions,
   OutputEvent,
   Progress,

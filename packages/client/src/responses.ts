@@ -5,6 +5,7 @@ import {
   type SchemaIssue,
   shorten,
   summarizeIssues,
+  TailBuffer,
 } from "@remote-task/internal";
 import {
   ERROR_STATUS,
@@ -16,7 +17,7 @@ import {
   referenceErrorBodySchema,
   utf8ByteLength,
 } from "@remote-task/protocol";
-import { parseJson } from "./body.js";
+import { type ParsedJson, parseJson } from "./body.js";
 import {
   AuthenticationError,
   BridgeError,
@@ -84,9 +85,9 @@ export function notJson(
   );
 }
 
-/** `: <the bridge's message>`, redacted, without its final full stop (the caller adds one). */
-function reason(body: ErrorBody | undefined, secrets: Secrets): string {
-  return body ? `: ${secrets.redact(body.error).replace(/\.\s*$/, "")}` : "";
+/** `: <the bridge's words>`, shortened, without their final full stop (the caller adds one). */
+function reason(bridgeMessage: string | undefined): string {
+  return bridgeMessage ? `: ${shorten(bridgeMessage, 500).replace(/\.\s*$/, "")}` : "";
 }
 
 /** ` (a.b: message; ...)` for issues already redacted, or nothing. */
@@ -117,16 +118,20 @@ export interface ErrorContext {
 
 /**
  * The error for a bridge's error body (from an HTTP error answer or an SSE `error` event).
- * `body` is undefined when the bridge sent only `{error}` (the reference shape).
+ * `body` is undefined when the answer was not an error body (empty, or JSON of another shape):
+ * the status alone then says what failed. `words` are the bridge's own text for the failure
+ * (`body.error` by default), kept redacted on the error as `bridgeMessage`.
  */
 export function errorFromBody(
   status: number,
   body: ErrorBody | undefined,
   context: ErrorContext,
+  words: string | undefined = body?.error,
 ): RemoteTaskError {
   const { secrets, sandboxId, accepted } = context;
   const code: ErrorCode | undefined = body?.code;
-  const base = { status, code, sandboxId, mayHaveRun: accepted };
+  const bridgeMessage = words ? secrets.redact(words, Number.POSITIVE_INFINITY) : undefined;
+  const base = { status, code, sandboxId, mayHaveRun: accepted, bridgeMessage };
   const label = code === undefined ? `HTTP ${status}` : `HTTP ${status} ${code}`;
   const headerMs = parseRetryAfter(context.retryAfterHeader);
   const bodyMs = body?.retryAfterSeconds === undefined ? undefined : body.retryAfterSeconds * 1000;
@@ -136,7 +141,7 @@ export function errorFromBody(
     const retryAfterSeconds = retryAfterMs === undefined ? undefined : retryAfterMs / 1000;
     // Only an HTTP answer refusing for capacity proves the command never started.
     return new CapacityError(
-      `The bridge has no capacity right now (${label})${reason(body, secrets)}. Try again later${retryAfterSeconds === undefined ? "" : ` (the bridge suggests after ${retryAfterSeconds}s)`}, or lower the concurrency.`,
+      `The bridge has no capacity right now (${label})${reason(bridgeMessage)}. Try again later${retryAfterSeconds === undefined ? "" : ` (the bridge suggests after ${retryAfterSeconds}s)`}, or lower the concurrency.`,
       { ...base, retryAfterSeconds, retryable: !accepted },
     );
   }
@@ -144,8 +149,8 @@ export function errorFromBody(
     const { token } = context;
     return new AuthenticationError(
       token.sent
-        ? `The bridge refused the token given by ${token.source} (${label})${reason(body, secrets)}. Check that it is the bridge's token.`
-        : `The bridge requires a token and this client sent none (${label})${reason(body, secrets)}. Give the client the bridge's token with ${token.source}.`,
+        ? `The bridge refused the token given by ${token.source} (${label})${reason(bridgeMessage)}. Check that it is the bridge's token.`
+        : `The bridge requires a token and this client sent none (${label})${reason(bridgeMessage)}. Give the client the bridge's token with ${token.source}.`,
       base,
     );
   }
@@ -155,7 +160,7 @@ export function errorFromBody(
       message: secrets.redact(issue.message, 200),
     }));
     return new InvalidRequestError(
-      `The bridge refused the request (${label})${reason(body, secrets)}${issueList(issues)}. Fix the request; sending it again unchanged will fail the same way.`,
+      `The bridge refused the request (${label})${reason(bridgeMessage)}${issueList(issues)}. Fix the request; sending it again unchanged will fail the same way.`,
       { ...base, issues },
     );
   }
@@ -166,45 +171,67 @@ export function errorFromBody(
     );
   }
   return new BridgeError(
-    `The bridge failed (${label})${reason(body, secrets)}. The command may or may not have run; it was not retried.`,
+    `The bridge failed (${label})${reason(bridgeMessage)}. The command may or may not have run; it was not retried.`,
     { ...base, mayHaveRun: true },
   );
 }
 
-/** Parses an HTTP error answer's bytes as a protocol (or reference) error body. */
+/**
+ * Parses an HTTP error answer's bytes as a protocol (or reference) error body. An empty body, or
+ * JSON of another shape, leaves the status to say what failed; a body that is not JSON at all (an
+ * HTML page) is a `ProtocolError`, as something else may be answering. `bytes` is undefined for a
+ * body too large to read.
+ */
 export function errorFromResponse(
-  bytes: Uint8Array,
+  bytes: Uint8Array | undefined,
   answer: { status: number; contentType: string | undefined },
   context: Omit<ErrorContext, "accepted">,
 ): RemoteTaskError {
   const { status } = answer;
-  const parsed = parseJson(bytes);
+  const parsed: ParsedJson =
+    bytes === undefined
+      ? { ok: false }
+      : isBlank(bytes)
+        ? { ok: true, value: {} }
+        : parseJson(bytes);
   let body: ErrorBody | undefined;
-  let recognised = false;
   if (parsed.ok) {
     const full = errorBodySchema.safeParse(parsed.value);
-    if (full.success) {
-      body = full.data;
-      recognised = true;
-    } else {
+    if (full.success) body = full.data;
+    else {
       const reference = referenceErrorBodySchema.safeParse(parsed.value);
-      if (reference.success) {
-        // The reference bridge sends `{error}` only; its status carries the meaning.
-        body = { error: reference.data.error, code: codeForStatus(status) };
-        recognised = true;
-      }
+      // The reference bridge sends `{error}` only; its status carries the meaning.
+      if (reference.success) body = { error: reference.data.error, code: codeForStatus(status) };
     }
   }
-  if (!recognised && status !== 429) {
-    if (status >= 300 && status < 400) {
-      return new ProtocolError(
-        `The bridge answered with a redirect (HTTP ${status}); the client does not follow redirects. Configure the final bridge URL.`,
-        { status, sandboxId: context.sandboxId },
-      );
-    }
+  if (body === undefined && status >= 300 && status < 400) {
+    return new ProtocolError(
+      `The bridge answered with a redirect (HTTP ${status}); the client does not follow redirects. Configure the final bridge URL.`,
+      { status, sandboxId: context.sandboxId },
+    );
+  }
+  if (!parsed.ok && status !== 429) {
     return notJson(status, answer.contentType, { sandboxId: context.sandboxId, mayHaveRun: false });
   }
-  return errorFromBody(status, body, { ...context, accepted: false });
+  return errorFromBody(status, body, { ...context, accepted: false }, wordsOf(parsed));
+}
+
+/**
+ * The bridge's own text in an error answer: its `error`, or for a bridge that answers a failure
+ * in the result shape, its `stderr` (the first that is a non-empty string).
+ */
+function wordsOf(parsed: ParsedJson): string | undefined {
+  if (!parsed.ok || typeof parsed.value !== "object" || parsed.value === null) return undefined;
+  const { error, stderr } = parsed.value as { error?: unknown; stderr?: unknown };
+  if (typeof error === "string" && error !== "") return error;
+  if (typeof stderr === "string" && stderr !== "") return stderr;
+  return undefined;
+}
+
+/** True for a body of nothing but white space. */
+function isBlank(bytes: Uint8Array): boolean {
+  for (const b of bytes) if (b !== 0x20 && b !== 0x09 && b !== 0x0a && b !== 0x0d) return false;
+  return true;
 }
 
 /** The protocol code a reference `{error}` answer stands for, by its HTTP status. */
@@ -279,22 +306,44 @@ export function connectionFailure(
   );
 }
 
-/** A `TaskResult` from a protocol (or reference) exec result; missing extensions get defaults. */
+/**
+ * A `TaskResult` from a protocol (or reference) exec result; missing extensions get defaults.
+ * Each output keeps at most its last `keptBytes` (a bridge that caps nothing may send more).
+ */
 export function toTaskResult(
   result: ExecResult,
   sandboxId: string,
   measuredDurationMs: number,
+  keptBytes: number,
 ): TaskResult {
+  const stdout = keepEnd(result.stdout, keptBytes);
+  const stderr = keepEnd(result.stderr, keptBytes);
   return {
     sandboxId,
-    stdout: result.stdout,
-    stderr: result.stderr,
+    stdout: stdout.text,
+    stderr: stderr.text,
     exitCode: result.code,
     outcome: result.outcome ?? "exited",
     durationMs: result.durationMs ?? measuredDurationMs,
-    stdoutBytes: result.stdoutBytes ?? utf8ByteLength(result.stdout),
-    stderrBytes: result.stderrBytes ?? utf8ByteLength(result.stderr),
-    stdoutTruncated: result.stdoutTruncated ?? false,
-    stderrTruncated: result.stderrTruncated ?? false,
+    stdoutBytes: result.stdoutBytes ?? stdout.bytes ?? utf8ByteLength(result.stdout),
+    stderrBytes: result.stderrBytes ?? stderr.bytes ?? utf8ByteLength(result.stderr),
+    stdoutTruncated: stdout.cut || (result.stdoutTruncated ?? false),
+    stderrTruncated: stderr.cut || (result.stderrTruncated ?? false),
   };
+}
+
+const encoder = new TextEncoder();
+
+/**
+ * `text`, or its last `maxBytes` UTF-8 bytes (no character cut) when it has more; `bytes` is its
+ * whole size when it had to be counted.
+ */
+function keepEnd(text: string, maxBytes: number): { text: string; cut: boolean; bytes?: number } {
+  // A UTF-16 unit is at most 3 UTF-8 bytes: a short text needs no counting.
+  if (text.length * 3 <= maxBytes) return { text, cut: false };
+  const bytes = encoder.encode(text);
+  if (bytes.byteLength <= maxBytes) return { text, cut: false, bytes: bytes.byteLength };
+  const tail = new TailBuffer(maxBytes);
+  tail.push(bytes);
+  return { text: tail.text(), cut: true, bytes: bytes.byteLength };
 }

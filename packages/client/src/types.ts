@@ -43,8 +43,8 @@ export interface ClientOptions {
   timeoutSeconds?: number | undefined;
   /**
    * Extra client-side time beyond the task timeout before a call is abandoned; covers cold start
-   * and transfer (default: `timeoutSeconds`, at least 10 s and at most 30 s). `health()` and
-   * `cancel()` are bounded by this alone.
+   * and transfer (default: the call's own timeout, at least 10 s and at most 30 s). `health()` and
+   * `cancel()` are bounded by this alone (by default, the grace of the client's `timeoutSeconds`).
    */
   graceSeconds?: number | undefined;
   /**
@@ -60,7 +60,11 @@ export interface ClientOptions {
   dispatcher?: Dispatcher | undefined;
   /** A Fetch API implementation to use instead of undici (runtimes without undici, msw tests). */
   fetch?: typeof globalThis.fetch | undefined;
-  /** Most bytes of a response body the client reads (default 16 MiB). */
+  /**
+   * Largest health or cancel answer and largest stream event the client holds (default 16 MiB).
+   * Exec results of any size are read: whole up to 4 MiB (or this, when lower), beyond that as
+   * they arrive, keeping `maxOutputBytes` of each output.
+   */
   maxResponseBytes?: number | undefined;
 }
 
@@ -80,7 +84,10 @@ export interface RunOptions {
   signal?: AbortSignal | undefined;
   /** Receive output as it arrives (uses the streaming mode). */
   onOutput?: ((event: OutputEvent) => void) | undefined;
-  /** Ask the bridge to retain at most this many bytes per stream. */
+  /**
+   * Keep at most this many bytes of the end of each output (default 1 MiB): asked of the bridge,
+   * and kept by the client itself when a bridge sends more.
+   */
   maxOutputBytes?: number | undefined;
   /** Use this sandbox id instead of a fresh one (it must follow the protocol's id rules). */
   sandboxId?: string | undefined;
@@ -88,7 +95,7 @@ export interface RunOptions {
 
 export interface TaskResult {
   sandboxId: string;
-  /** The retained tail of stdout (the whole of it unless `stdoutTruncated`). */
+  /** The end of stdout, at most `maxOutputBytes` of it (the whole of it unless `stdoutTruncated`). */
   stdout: string;
   stderr: string;
   /** Exit code; 124 when `outcome` is `timeout`. */
@@ -100,6 +107,18 @@ export interface TaskResult {
   stderrBytes: number;
   stdoutTruncated: boolean;
   stderrTruncated: boolean;
+}
+
+/** What `client.cancel()` did. */
+export interface CancelResult {
+  sandboxId: string;
+  /** A running command was found and stopped (always false when `supported` is false). */
+  cancelled: boolean;
+  /**
+   * False when the bridge has no `/cancel` (it answered 404 or 405 there, as the reference bridge
+   * does): nothing was stopped, and a command still running ends at its own timeout.
+   */
+  supported: boolean;
 }
 
 export interface Task extends Omit<RunOptions, "signal" | "onOutput"> {
@@ -129,7 +148,12 @@ export interface RemoteTaskClient {
   stream(command: string, options?: Omit<RunOptions, "onOutput">): AsyncIterable<StreamEvent>;
   runMany(tasks: ReadonlyArray<string | Task>, options?: RunManyOptions): Promise<SettledTask[]>;
   health(options?: { signal?: AbortSignal | undefined }): Promise<HealthResponse>;
-  cancel(sandboxId: string, options?: { signal?: AbortSignal | undefined }): Promise<boolean>;
+  /**
+   * Stops the command of the call with this sandbox id and destroys its sandbox. Resolves with
+   * `supported: false` (and throws nothing) when the bridge has no `/cancel`, as the reference
+   * bridge has none.
+   */
+  cancel(sandboxId: string, options?: { signal?: AbortSignal | undefined }): Promise<CancelResult>;
   /** Closes the client's own connection pool (not an injected dispatcher). */
   close(): Promise<void>;
 }

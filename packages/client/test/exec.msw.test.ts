@@ -6,7 +6,7 @@ import {
   utf8ByteLength,
 } from "@remote-task/protocol";
 import { HttpResponse, http } from "msw";
-import { describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import {
   AbortError,
   AuthenticationError,
@@ -21,6 +21,7 @@ import {
 } from "../src/index.js";
 import { eventually, expectedErrorClass, failure } from "./helpers/assertions.js";
 import {
+  byteTail,
   capacityBody,
   errorBody,
   execResult,
@@ -158,6 +159,9 @@ describe("run: every error status", () => {
       expect(expectedErrorClass[code].isInstance(error)).toBe(true);
       expect(error.status).toBe(status);
       expect(error.code).toBe(code);
+      expect(error.bridgeMessage).toBe(
+        code === "invalid_request" ? invalidRequestBody.error : `bridge says ${code}`,
+      );
       expect(error.sandboxId).toMatch(/^mikan-task-/);
       expect(execRequests(f)).toHaveLength(1);
     },
@@ -205,8 +209,57 @@ describe("run: every error status", () => {
     expect(cls.isInstance(error)).toBe(true);
     expect(error.code).toBe(code);
     expect(error.message).toContain("reference says no");
+    expect(error.bridgeMessage).toBe("reference says no");
     // A plain 503 without `capacity_exceeded` may have run: never retried.
     expect(execRequests(f)).toHaveLength(1);
+  });
+});
+
+describe("run: the bridge's own words (bridgeMessage)", () => {
+  const answer = (status: number, body: string) =>
+    mswFetch(http.post(`${URL_BASE}/exec`, () => new HttpResponse(body, { status })));
+
+  it("keeps the whole text, with the token and env values redacted; the message shortens it", async () => {
+    const words = `worker said: ${TOKEN} and env-s3cret-value, then ${"x".repeat(2000)}`;
+    const f = answer(500, JSON.stringify({ error: words }));
+    const error = await failure(client(f).run("x", { env: { V: "env-s3cret-value" } }));
+    expect(error.bridgeMessage).toBe(
+      `worker said: [redacted] and [redacted], then ${"x".repeat(2000)}`,
+    );
+    expect(error.message).not.toContain(TOKEN);
+    expect(error.message.length).toBeLessThan(1000);
+  });
+
+  it.each([
+    [401, "", AuthenticationError, undefined],
+    [502, "  \n", BridgeError, undefined],
+    [500, "{}", BridgeError, undefined],
+    [400, '{"error":""}', InvalidRequestError, undefined],
+    [503, '{"stdout":"","stderr":"sandbox gone\\n","code":1}', BridgeError, "sandbox gone\n"],
+    [500, '{"error":"","stderr":"from stderr"}', BridgeError, "from stderr"],
+    [404, '["not", "an object"]', InvalidRequestError, undefined],
+  ])(
+    "an answer with status %i and body %j: the status says what failed",
+    async (status, body, cls, words) => {
+      const error = await failure(client(answer(status, body), { retry: false }).run("x"));
+      expect(cls.isInstance(error)).toBe(true);
+      expect(error.status).toBe(status);
+      expect(error.bridgeMessage).toBe(words);
+    },
+  );
+
+  it("is undefined when the failure is not the bridge's answer", async () => {
+    const html = mswFetch(
+      http.post(`${URL_BASE}/exec`, () =>
+        HttpResponse.html("<h1>Bad Gateway</h1>", { status: 502 }),
+      ),
+    );
+    const notJson = await failure(client(html).run("x"));
+    expect(ProtocolError.isInstance(notJson)).toBe(true);
+    expect(notJson.bridgeMessage).toBeUndefined();
+    const refused = await failure(client(mswFetch(), { retry: false }).run("x"));
+    expect(ConnectionError.isInstance(refused)).toBe(true);
+    expect(refused.bridgeMessage).toBeUndefined();
   });
 });
 
@@ -255,7 +308,7 @@ describe("run: malformed and hostile bodies", () => {
     expect(error.message).toMatch(/code: .*outcome: /);
   });
 
-  it("a 100 MB body is refused after maxResponseBytes without reading it all", async () => {
+  it("a 100 MB body that is not JSON is refused without reading it all", async () => {
     const body = hugeBody(100 * 1024 * 1024);
     const f = mswFetch(
       http.post(
@@ -265,11 +318,20 @@ describe("run: malformed and hostile bodies", () => {
     );
     const error = await failure(client(f, { maxResponseBytes: 1024 * 1024 }).run("x"));
     expect(ProtocolError.isInstance(error)).toBe(true);
+    expect(error.message).toMatch(/HTTP 200 with a body that is not protocol JSON/);
+    expect(body.sent()).toBeLessThan(4 * 1024 * 1024);
+  });
+
+  it("a health answer over maxResponseBytes is refused without reading it all", async () => {
+    const body = hugeBody(100 * 1024 * 1024);
+    const f = mswFetch(http.get(`${URL_BASE}/health`, () => new HttpResponse(body)));
+    const error = await failure(client(f, { maxResponseBytes: 1024 * 1024 }).health());
+    expect(ProtocolError.isInstance(error)).toBe(true);
     expect(error.message).toMatch(/larger than the 1.0MB limit/);
     expect(body.sent()).toBeLessThan(4 * 1024 * 1024);
   });
 
-  it("a declared Content-Length over the limit is refused before reading", async () => {
+  it("a declared Content-Length over the limit is not buffered: a body that is not JSON fails at once", async () => {
     const body = hugeBody(100 * 1024 * 1024);
     const f = mswFetch(
       http.post(
@@ -285,15 +347,22 @@ describe("run: malformed and hostile bodies", () => {
     );
     const error = await failure(client(f, { maxResponseBytes: 1024 * 1024 }).run("x"));
     expect(ProtocolError.isInstance(error)).toBe(true);
+    expect(error.message).toMatch(/not protocol JSON/);
     expect(body.sent()).toBeLessThan(1024 * 1024);
   });
 
   it("the default limit is 16 MiB", async () => {
     const body = hugeBody(100 * 1024 * 1024);
-    const f = mswFetch(http.post(`${URL_BASE}/exec`, () => new HttpResponse(body)));
-    const error = await failure(client(f).run("x"));
+    const f = mswFetch(http.get(`${URL_BASE}/health`, () => new HttpResponse(body)));
+    const error = await failure(client(f).health());
     expect(error.message).toMatch(/16.0MB limit/);
     expect(body.sent()).toBeLessThan(20 * 1024 * 1024);
+    // An exec result is read whole up to 4 MiB (or this limit when lower), then as it arrives.
+    const exec = hugeBody(100 * 1024 * 1024);
+    const g = mswFetch(http.post(`${URL_BASE}/exec`, () => new HttpResponse(exec)));
+    expect(ProtocolError.isInstance(await failure(client(g).run("x")))).toBe(true);
+    expect(exec.sent()).toBeGreaterThan(4 * 1024 * 1024);
+    expect(exec.sent()).toBeLessThan(8 * 1024 * 1024);
   });
 
   it("a huge error body is not buffered either", async () => {
@@ -341,6 +410,126 @@ describe("run: malformed and hostile bodies", () => {
       expect(text).not.toContain(TOKEN);
       expect(text).not.toContain(envValue);
     }
+  });
+});
+
+describe("run: answers larger than maxResponseBytes (a bridge that caps nothing)", () => {
+  const MiB = 1024 * 1024;
+  /** A reference-shaped answer with `stdoutBytes` of numbered lines, sent chunk by chunk. */
+  function bigAnswer(stdoutBytes: number, declareLength: boolean) {
+    const line = 'line of output with a tab\t, a quote " and é\n';
+    const stdout = line.repeat(Math.ceil(stdoutBytes / utf8ByteLength(line)));
+    const text = JSON.stringify({ stdout, stderr: "warning: big\n", code: 3 });
+    const bytes = new TextEncoder().encode(text);
+    const headers: Record<string, string> = { "content-type": "application/json" };
+    if (declareLength) headers["content-length"] = String(bytes.byteLength);
+    const body = () =>
+      new ReadableStream<Uint8Array>({
+        start(controller) {
+          for (let i = 0; i < bytes.byteLength; i += 64 * 1024) {
+            controller.enqueue(bytes.subarray(i, i + 64 * 1024));
+          }
+          controller.close();
+        },
+      });
+    return { stdout, size: bytes.byteLength, respond: () => new HttpResponse(body(), { headers }) };
+  }
+
+  it.each([
+    ["declared", true],
+    ["chunked", false],
+  ])("returns the tail of each output with exact totals (length %s)", async (_, declared) => {
+    const answer = bigAnswer(3 * MiB, declared);
+    const f = mswFetch(http.post(`${URL_BASE}/exec`, answer.respond));
+    const result = await client(f, { maxResponseBytes: MiB }).run("x");
+    expect(answer.size).toBeGreaterThan(3 * MiB);
+    expect(result).toMatchObject({
+      exitCode: 3,
+      outcome: "exited",
+      stdout: byteTail(answer.stdout, MiB),
+      stdoutBytes: utf8ByteLength(answer.stdout),
+      stdoutTruncated: true,
+      stderr: "warning: big\n",
+      stderrBytes: 13,
+      stderrTruncated: false,
+    });
+  });
+
+  it("keeps the call's maxOutputBytes of each output, whether the answer is read whole or not", async () => {
+    const answer = bigAnswer(3 * MiB, false);
+    const f = mswFetch(http.post(`${URL_BASE}/exec`, answer.respond));
+    const asItArrives = await client(f, { maxResponseBytes: MiB }).run("x", {
+      maxOutputBytes: 100_000,
+    });
+    expect(asItArrives.stdout).toBe(byteTail(answer.stdout, 100_000));
+    expect(asItArrives.stdoutBytes).toBe(utf8ByteLength(answer.stdout));
+    expect(asItArrives.stdoutTruncated).toBe(true);
+    const whole = await client(f).run("x", { maxOutputBytes: 100_000 });
+    expect({ ...whole, durationMs: 0, sandboxId: "" }).toEqual({
+      ...asItArrives,
+      durationMs: 0,
+      sandboxId: "",
+    });
+    const fits = await client(f).run("x", { maxOutputBytes: 4 * MiB });
+    expect(fits.stdout).toBe(answer.stdout);
+    expect(fits.stdoutTruncated).toBe(false);
+  });
+
+  it("keeps 1 MiB of each output by default, as a remote-task bridge does", async () => {
+    const answer = bigAnswer(3 * MiB, true);
+    const f = mswFetch(http.post(`${URL_BASE}/exec`, answer.respond));
+    const result = await client(f).run("x");
+    expect(result.stdout).toBe(byteTail(answer.stdout, MiB));
+    expect(result.stdoutBytes).toBe(utf8ByteLength(answer.stdout));
+    expect(result.stdoutTruncated).toBe(true);
+  });
+
+  it("reads a compressed answer as it arrives: its Content-Length is not what is read", async () => {
+    const body = hugeBody(100 * 1024 * 1024);
+    const f = mswFetch(
+      http.post(
+        `${URL_BASE}/exec`,
+        () =>
+          new HttpResponse(body, {
+            headers: { "content-encoding": "gzip", "content-length": "100" },
+          }),
+      ),
+    );
+    expect(ProtocolError.isInstance(await failure(client(f).run("x")))).toBe(true);
+    expect(body.sent()).toBeLessThan(8 * 1024 * 1024);
+  });
+
+  it("replays the tail as events when a streaming call gets such an answer", async () => {
+    const answer = bigAnswer(2 * MiB, true);
+    const f = mswFetch(http.post(`${URL_BASE}/exec`, answer.respond));
+    const seen: string[] = [];
+    const result = await client(f, { maxResponseBytes: MiB }).run("x", {
+      onOutput: (event) => seen.push(`${event.stream}:${event.data.length}`),
+    });
+    expect(result.stdoutBytes).toBe(utf8ByteLength(answer.stdout));
+    expect(seen).toEqual([`stdout:${result.stdout.length}`, "stderr:13"]);
+    expect(utf8ByteLength(result.stdout)).toBeLessThanOrEqual(MiB);
+  });
+
+  it("a large answer of the wrong shape is a ProtocolError naming the fields", async () => {
+    const text = JSON.stringify({ stdout: "x".repeat(2 * MiB), stderr: 5 });
+    const f = mswFetch(http.post(`${URL_BASE}/exec`, () => new HttpResponse(text)));
+    const error = (await failure(client(f, { maxResponseBytes: MiB }).run("x"))) as ProtocolError;
+    expect(ProtocolError.isInstance(error)).toBe(true);
+    expect(error.paths).toEqual([["stderr"], ["code"]]);
+  });
+
+  it("a large answer cut off midway is not JSON", async () => {
+    const text = JSON.stringify({ stdout: "x".repeat(2 * MiB), stderr: "", code: 0 });
+    const f = mswFetch(
+      http.post(`${URL_BASE}/exec`, () => new HttpResponse(text.slice(0, -20))),
+      http.post(`${URL_BASE}/cancel`, () =>
+        HttpResponse.json({ error: "not_found" }, { status: 404 }),
+      ),
+    );
+    const error = await failure(client(f, { maxResponseBytes: MiB }).run("x"));
+    expect(ProtocolError.isInstance(error)).toBe(true);
+    expect(error.message).toMatch(/not protocol JSON/);
   });
 });
 
@@ -581,6 +770,55 @@ describe("deadlines and aborts", () => {
     await c.close();
   });
 
+  describe("the default grace period follows the call's own timeout", () => {
+    /** A bridge that never answers /exec (until the call aborts it) and accepts every cancel. */
+    const silentBridge: typeof globalThis.fetch = (input, init) => {
+      if (String(input).endsWith("/cancel")) {
+        const { sandboxId } = JSON.parse(String(init?.body));
+        return Promise.resolve(Response.json({ ok: true, sandboxId, cancelled: true }));
+      }
+      return new Promise((_, reject) => {
+        init?.signal?.addEventListener("abort", () => reject(init.signal?.reason), { once: true });
+      });
+    };
+    afterEach(() => {
+      vi.useRealTimers();
+    });
+
+    /** Runs a call on fake timers; resolves with the seconds it took to time out. */
+    async function secondsUntilTimeout(
+      options: Record<string, unknown>,
+      timeoutSeconds: number,
+      notBefore: number,
+    ): Promise<string> {
+      vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout", "Date"] });
+      const c = client(silentBridge, { retry: false, ...options });
+      let settled: unknown;
+      const pending = c.run("x", { timeoutSeconds }).catch((error: unknown) => {
+        settled = error;
+      });
+      await vi.advanceTimersByTimeAsync(notBefore * 1000 - 100);
+      expect(settled).toBeUndefined();
+      await vi.advanceTimersByTimeAsync(200);
+      expect(TimeoutError.isInstance(settled)).toBe(true);
+      await pending;
+      await c.close();
+      return /within ([\d.]+)s/.exec((settled as Error).message)?.[1] ?? "";
+    }
+
+    it("a short call on a client with the default 120 s timeout gets 10 s, not 30 s", async () => {
+      expect(await secondsUntilTimeout({}, 2, 12)).toBe("12");
+    });
+
+    it("a long call on a client with a short default timeout gets 25 s, not 10 s", async () => {
+      expect(await secondsUntilTimeout({ timeoutSeconds: 2 }, 25, 50)).toBe("50");
+    });
+
+    it("an explicit graceSeconds is kept for every call", async () => {
+      expect(await secondsUntilTimeout({ graceSeconds: 3 }, 25, 28)).toBe("28");
+    });
+  });
+
   it("an already aborted signal sends nothing", async () => {
     const f = mswFetch(cancelOk);
     const error = await failure(client(f).run("x", { signal: AbortSignal.abort() }));
@@ -642,20 +880,57 @@ describe("health and cancel", () => {
       }),
     );
     const c = client(f);
-    expect(await c.cancel("running-1")).toBe(true);
-    expect(await c.cancel("idle-1")).toBe(false);
+    expect(await c.cancel("running-1")).toEqual({
+      sandboxId: "running-1",
+      cancelled: true,
+      supported: true,
+    });
+    expect(await c.cancel("idle-1")).toEqual({
+      sandboxId: "idle-1",
+      cancelled: false,
+      supported: true,
+    });
   });
 
-  it("cancel refuses an invalid id before sending, and maps a 404 from an older bridge", async () => {
-    const f = mswFetch(
-      http.post(`${URL_BASE}/cancel`, () =>
-        HttpResponse.json({ error: "not_found" }, { status: 404 }),
-      ),
-    );
+  it("cancel refuses an invalid id before sending", async () => {
+    const f = mswFetch();
     const c = client(f);
     expect(InvalidRequestError.isInstance(await failure(c.cancel("Bad Id")))).toBe(true);
     expect(f.requests).toHaveLength(0);
-    expect(InvalidRequestError.isInstance(await failure(c.cancel("some-id")))).toBe(true);
+  });
+
+  it.each([
+    [404, errorBody("not_found")],
+    [404, { error: "not_found" }],
+    [405, errorBody("method_not_allowed")],
+  ])(
+    "cancel on a bridge without /cancel (HTTP %s) resolves with supported: false",
+    async (status, body) => {
+      const f = mswFetch(
+        http.post(`${URL_BASE}/cancel`, () => HttpResponse.json(body, { status })),
+      );
+      expect(await client(f).cancel("some-id")).toEqual({
+        sandboxId: "some-id",
+        cancelled: false,
+        supported: false,
+      });
+      expect(cancelRequests(f)).toHaveLength(1);
+    },
+  );
+
+  it("cancel still throws what is not a missing route (a 400, a 401, a 500)", async () => {
+    for (const [status, code] of [
+      [400, "invalid_request"],
+      [401, "unauthorized"],
+      [500, "internal"],
+    ] as const) {
+      const f = mswFetch(
+        http.post(`${URL_BASE}/cancel`, () => HttpResponse.json(errorBody(code), { status })),
+      );
+      const error = await failure(client(f, { retry: false }).cancel("some-id"));
+      expect(error.status).toBe(status);
+      expect(expectedErrorClass[code].isInstance(error)).toBe(true);
+    }
   });
 
   it("a closed client refuses new calls", async () => {

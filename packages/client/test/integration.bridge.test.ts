@@ -132,10 +132,14 @@ describe("against the embedded local bridge (loopback, real commands)", () => {
     });
     const results: string[] = [];
     await started;
-    expect(await client.cancel(sandboxId)).toBe(true);
+    expect(await client.cancel(sandboxId)).toEqual({ sandboxId, cancelled: true, supported: true });
     await eventually(() => results.length === 1, 10_000);
     expect(results).toEqual(["cancelled"]);
-    expect(await client.cancel(sandboxId)).toBe(false);
+    expect(await client.cancel(sandboxId)).toEqual({
+      sandboxId,
+      cancelled: false,
+      supported: true,
+    });
     await eventually(() => processesMatching("sleep 27.1828").length === 0, 10_000);
   });
 

@@ -1,6 +1,10 @@
 import {
   AbortError,
+  AuthenticationError,
+  BridgeError,
+  CapacityError,
   clientFromEnv,
+  InvalidRequestError,
   isConfigured,
   type RemoteTaskClient,
   RemoteTaskError,
@@ -88,8 +92,23 @@ function describeIssues(error: { issues: ReadonlyArray<SchemaIssue> }): string {
   return `Invalid ${REMOTE_TASK_TOOL_NAME} arguments: ${lines.join("; ")}. Pass {"command": "<shell command>", "timeout": <seconds, optional>}.`;
 }
 
+/**
+ * A call the bridge refused or failed (an HTTP error answer), worded as the reference tool words
+ * it: the bridge's own text (its `error`, else its `stderr`), else `remote sandbox returned HTTP
+ * <status>`. Undefined for a failure that is not such an answer.
+ */
+function answerText(error: RemoteTaskError): string | undefined {
+  if (error.bridgeMessage !== undefined) return error.bridgeMessage;
+  const answered = [AuthenticationError, InvalidRequestError, CapacityError, BridgeError].some(
+    (kind) => kind.isInstance(error),
+  );
+  return answered && error.status !== undefined
+    ? `remote sandbox returned HTTP ${error.status}`
+    : undefined;
+}
+
 function messageOf(error: unknown): string {
-  if (RemoteTaskError.isInstance(error)) return error.message;
+  if (RemoteTaskError.isInstance(error)) return answerText(error) ?? error.message;
   const detail = error instanceof Error ? error.message : String(error);
   return `${REMOTE_TASK_TOOL_NAME} failed unexpectedly: ${detail}`;
 }

@@ -21,6 +21,20 @@ describe("core tool configured from env (real bridge)", () => {
     }
   });
 
+  it("counts what the command wrote in the notice when the bridge kept only the tail", async () => {
+    const tool = createRemoteTaskTool({ env: bridge.env });
+    try {
+      // 1.5 MB of output; the bridge keeps 1 MiB of it.
+      const result = await tool.execute({ command: "yes line | head -n 300000" });
+      expect(result.result).toMatchObject({ stdoutBytes: 1_500_000, stdoutTruncated: true });
+      expect(result.text).toBe(
+        `${"line\n".repeat(1999)}\n\n[Showing the last 9.8KB of 1.4MB (50.0KB limit). Have the command summarise or filter its own output.]`,
+      );
+    } finally {
+      await tool.close();
+    }
+  });
+
   it("sends neither the host's variables nor a model-chosen env to the sandbox", async () => {
     const tool = createRemoteTaskTool({ env: { ...bridge.env, GH_TOKEN: "host-secret" } });
     try {

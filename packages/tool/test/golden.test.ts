@@ -1,6 +1,14 @@
 import { readdirSync, readFileSync } from "node:fs";
-import { AbortError, type TaskResult, TimeoutError } from "@remote-task/client";
-import { describe, expect, it } from "vitest";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import {
+  AbortError,
+  createClient,
+  type RemoteTaskClient,
+  type TaskResult,
+  TimeoutError,
+} from "@remote-task/client";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRemoteTaskTool } from "../src/index.js";
 import { fakeClient, taskResult } from "./helpers/fake-client.js";
 
@@ -17,10 +25,56 @@ function numbered(prefix: string, count: number): string {
   for (let i = 1; i <= count; i++) text += `${prefix} ${i}\n`;
   return text;
 }
+function buildLog(lines: number): string {
+  let text = "";
+  for (let i = 1; i <= lines; i++) text += `line ${i} of the build log\n`;
+  return text;
+}
+
+const TOKEN = "golden-token-1234";
+/**
+ * HTTP answers the real client receives, by case name (the same bytes as `ANSWERS` in
+ * generate.py): a bridge's error answers, and reference-shape results too large to show whole.
+ */
+const ANSWERS: Record<string, { status: number; body: string }> = {
+  "http-401-reference": { status: 401, body: '{"error":"unauthorized"}' },
+  "http-401-bridge": {
+    status: 401,
+    body: '{"error":"Missing or wrong bearer token; send Authorization: Bearer <token>.","code":"unauthorized"}',
+  },
+  "http-400-reference": { status: 400, body: '{"error":"sandboxId and command are required"}' },
+  "http-400-issues": {
+    status: 400,
+    body: '{"error":"Exec request is invalid: see issues.","code":"invalid_request","issues":[{"path":["cwd"],"message":"cwd must be an absolute path"}]}',
+  },
+  "http-404-reference": { status: 404, body: '{"error":"not_found"}' },
+  "http-500-reference": { status: 500, body: '{"error":"Container crashed"}' },
+  "http-502-empty": { status: 502, body: "" },
+  "http-503-capacity": {
+    status: 503,
+    body: '{"error":"No sandbox container is free right now. Try again shortly.","code":"capacity_exceeded","retryAfterSeconds":1}',
+  },
+  "http-503-stderr": { status: 503, body: '{"stdout":"","stderr":"sandbox gone\\n","code":1}' },
+  "http-500-empty-error": { status: 500, body: '{"error":"","stderr":""}' },
+  "http-401-echoes-token": { status: 401, body: `{"error":"token ${TOKEN} is not valid here"}` },
+  // Under 4 MiB: read whole, its 3 MB of stdout cut to the 1 MiB the client keeps.
+  "reference-large-output": {
+    status: 200,
+    body: JSON.stringify({ stdout: buildLog(120_000), stderr: "warn: slow\n", code: 0 }),
+  },
+  // 21 MB: over the 16 MiB the client once refused, scanned as it arrives.
+  "reference-huge-output": {
+    status: 200,
+    body: JSON.stringify({ stdout: buildLog(700_000), stderr: "", code: 2 }),
+  },
+};
 
 interface Case {
   name: string;
-  /** What the client answers: a result, or the error it throws. */
+  /**
+   * What the client answers: a result, or the error it throws; or, for a name in `ANSWERS`, the
+   * real client's reading of that HTTP answer.
+   */
   result?: Partial<TaskResult>;
   throws?: () => Error;
   timeout?: number;
@@ -106,7 +160,35 @@ const cases: Case[] = [
     result: { stdout: numbered("row", 2500), stderr: "failed at the end", exitCode: 3 },
     isError: true,
   },
+  ...Object.entries(ANSWERS).map(([name, answer]) => ({
+    name,
+    isError: answer.status !== 200 || name === "reference-huge-output",
+  })),
 ];
+
+/** A bridge answering each `/exec` with the answer named by its command. */
+let server: Server;
+let answering: RemoteTaskClient;
+beforeAll(async () => {
+  server = createServer((req, res) => {
+    let body = "";
+    req.setEncoding("utf8").on("data", (chunk: string) => {
+      body += chunk;
+    });
+    req.on("end", () => {
+      const answer = ANSWERS[(JSON.parse(body) as { command: string }).command];
+      res.writeHead(answer?.status ?? 500, { "content-type": "application/json" });
+      res.end(answer?.body ?? '{"error":"no such case"}');
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  answering = createClient({ url: `http://127.0.0.1:${port}`, token: TOKEN, retry: false });
+});
+afterAll(async () => {
+  await answering?.close();
+  await new Promise((resolve) => server?.close(resolve));
+});
 
 function golden(name: string): string {
   return readFileSync(new URL(`./golden/${name}.txt`, import.meta.url), "utf8");
@@ -124,13 +206,16 @@ describe("result text (golden, byte for byte)", () => {
   for (const c of cases) {
     it(c.name, async () => {
       const tool = createRemoteTaskTool({
-        client: fakeClient(() => {
-          if (c.throws) throw c.throws();
-          return taskResult(c.result);
-        }),
+        client:
+          c.name in ANSWERS
+            ? answering
+            : fakeClient(() => {
+                if (c.throws) throw c.throws();
+                return taskResult(c.result);
+              }),
       });
-      const args =
-        c.timeout === undefined ? { command: "x" } : { command: "x", timeout: c.timeout };
+      const command = c.name in ANSWERS ? c.name : "x";
+      const args = c.timeout === undefined ? { command } : { command, timeout: c.timeout };
       const result = await tool.execute(args);
       expect(Buffer.from(result.text)).toEqual(Buffer.from(golden(c.name)));
       expect(result.isError).toBe(c.isError);

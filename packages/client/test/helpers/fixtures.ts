@@ -46,3 +46,14 @@ export function sse(value: StreamEvent): string {
   const checked = event(value);
   return `event: ${checked.type}\ndata: ${JSON.stringify(checked)}\n\n`;
 }
+
+/**
+ * The last `maxBytes` bytes of `text` as UTF-8, without a character cut at the start: what a
+ * bridge (or the client, for an answer too large to hold) keeps of an output.
+ */
+export function byteTail(text: string, maxBytes: number): string {
+  const bytes = new TextEncoder().encode(text);
+  let start = Math.max(0, bytes.byteLength - maxBytes);
+  while (start > 0 && start < bytes.byteLength && ((bytes[start] ?? 0) & 0xc0) === 0x80) start++;
+  return new TextDecoder("utf-8", { ignoreBOM: true }).decode(bytes.subarray(start));
+}

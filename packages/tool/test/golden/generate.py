@@ -6,13 +6,21 @@ as is on exit 0, and otherwise throws `f"{text}\n\nCommand exited with code {cod
 JavaScript trim); a call its caller aborts says `remote_task aborted`, its own client-side timeout
 says `remote_task timed out after N seconds`.
 
+A call the bridge refuses or fails (an HTTP error answer) reads, as the reference words it, the
+answer's `error`, else its `stderr`, else `remote sandbox returned HTTP N` (the body trimmed, an
+empty one read as `{}`). The `http-*` and `reference-*` cases are answers served over HTTP to the
+real client; the others are results and errors the client hands the tool.
+
 The cases marked DELIBERATE follow the differences listed in the tool README instead: a timeout
-the bridge reports keeps the output that arrived, a bridge-side cancel too, and a notice counts
-the bytes the command really wrote when the bridge kept only their tail.
+the bridge reports keeps the output that arrived, a bridge-side cancel too, a notice counts the
+bytes the command really wrote when the bridge kept only their tail, and a token the bridge's
+text quotes is redacted.
 
 The inputs are built from the same recipes as test/golden.test.ts. Run with `python3 generate.py`
 only when the reference wording itself changes; the TypeScript tests compare against these bytes.
 """
+
+import json
 
 MAX_BYTES = 51200
 MAX_LINES = 2000
@@ -94,6 +102,63 @@ def ended(text, notice):
     return js_trim(f"{text}\n\n{notice}")
 
 
+def refused(status, body):
+    """The reference's error message for an HTTP error answer with this body."""
+    raw = js_trim(body)
+    parsed = json.loads(raw) if raw else {}
+    return parsed.get("error") or parsed.get("stderr") or f"remote sandbox returned HTTP {status}"
+
+
+def answered(body):
+    """The reference's text for a 200 answer `{stdout, stderr, code}`."""
+    parsed = json.loads(body)
+    text = output(parsed.get("stdout") or "", parsed.get("stderr") or "")
+    code = parsed.get("code") or 0
+    return exited(text, code) if code != 0 else text
+
+
+def build_log(lines):
+    return "".join(f"line {i} of the build log\n" for i in range(1, lines + 1))
+
+
+# HTTP answers served to the real client, by case name: (status, body). The TypeScript test
+# serves the same bytes (test/golden.test.ts, `ANSWERS`).
+TOKEN = "golden-token-1234"
+ANSWERS = {
+    "http-401-reference": (401, '{"error":"unauthorized"}'),
+    "http-401-bridge": (
+        401,
+        '{"error":"Missing or wrong bearer token; send Authorization: Bearer <token>.",'
+        '"code":"unauthorized"}',
+    ),
+    "http-400-reference": (400, '{"error":"sandboxId and command are required"}'),
+    "http-400-issues": (
+        400,
+        '{"error":"Exec request is invalid: see issues.","code":"invalid_request",'
+        '"issues":[{"path":["cwd"],"message":"cwd must be an absolute path"}]}',
+    ),
+    "http-404-reference": (404, '{"error":"not_found"}'),
+    "http-500-reference": (500, '{"error":"Container crashed"}'),
+    "http-502-empty": (502, ""),
+    "http-503-capacity": (
+        503,
+        '{"error":"No sandbox container is free right now. Try again shortly.",'
+        '"code":"capacity_exceeded","retryAfterSeconds":1}',
+    ),
+    "http-503-stderr": (503, '{"stdout":"","stderr":"sandbox gone\\n","code":1}'),
+    "http-500-empty-error": (500, '{"error":"","stderr":""}'),
+    "http-401-echoes-token": (401, f'{{"error":"token {TOKEN} is not valid here"}}'),
+    "reference-large-output": (
+        200,
+        json.dumps({"stdout": build_log(120000), "stderr": "warn: slow\n", "code": 0}),
+    ),
+    "reference-huge-output": (
+        200,
+        json.dumps({"stdout": build_log(700000), "stderr": "", "code": 2}),
+    ),
+}
+
+
 def cjk_lines():
     return "".join(f"行{i}：" + "漢字かな交じり文" * 4 + "\n" for i in range(1, 1501))
 
@@ -124,6 +189,10 @@ CASES = {
         output("".join(f"row {i}\n" for i in range(1, 2501)), "failed at the end"), 3
     ),
 }
+for name, (status, body) in ANSWERS.items():
+    CASES[name] = answered(body) if status == 200 else refused(status, body)
+# DELIBERATE: the token the bridge's text quotes is redacted.
+CASES["http-401-echoes-token"] = CASES["http-401-echoes-token"].replace(TOKEN, "[redacted]")
 
 for name, text in CASES.items():
     with open(f"{name}.txt", "w", encoding="utf-8", newline="") as f:
