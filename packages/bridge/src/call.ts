@@ -322,6 +322,7 @@ export class ExecCall {
       durationMs: Date.now() - this.startedAt,
       streamed: this.streamed,
       ...(this.#endedBy === undefined ? {} : { endedBy: this.#endedBy }),
+      ...(this.#running?.warm === undefined ? {} : { warm: this.#running.warm }),
     };
     if (outcome.kind === "result") {
       const { result } = outcome;

@@ -17,6 +17,8 @@ export interface ExecLogEntry {
   stdoutBytes: number;
   stderrBytes: number;
   streamed: boolean;
+  /** Whether the sandbox came from a warm pool (started ahead of the call), when the backend keeps one. */
+  warm?: boolean;
   /** For unexpected backend failures: the failure's message, with env values and the token redacted. */
   detail?: string;
 }
