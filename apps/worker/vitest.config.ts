@@ -31,6 +31,7 @@ export default defineConfig({
               durableObjects: {
                 Sandbox: "FakeSandbox",
                 RealSandbox: "Sandbox",
+                WarmPool: { className: "TestWarmPoolShard", useSQLite: true },
               },
               bindings: { BRIDGE_TOKEN: "test-token" },
             },

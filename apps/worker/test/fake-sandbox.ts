@@ -12,8 +12,14 @@ import { interpretCommand } from "@remote-task/bridge/testing";
 
 type SandboxSurface = Pick<
   Sandbox,
-  "configure" | "startAndWaitForPorts" | "execStream" | "execStreamWithSessionToken" | "destroy"
+  | "configure"
+  | "startAndWaitForPorts"
+  | "execStream"
+  | "execStreamWithSessionToken"
+  | "destroy"
+  | "getState"
 >;
+type ContainerState = Awaited<ReturnType<Sandbox["getState"]>>;
 type StreamOptions = NonNullable<Parameters<Sandbox["execStream"]>[1]>;
 type Configuration = Parameters<Sandbox["configure"]>[0];
 
@@ -63,6 +69,8 @@ export interface FakeState {
   }>;
   destroyCalls: number;
   destroyed: boolean;
+  /** The container as `getState()` reports it: started, then stopped by a destroy or a kill. */
+  container: "never started" | "healthy" | "stopped";
   streamCancelled: boolean;
   bytesSent: number;
 }
@@ -103,6 +111,7 @@ export class FakeSandbox extends DurableObject implements SandboxSurface {
     execs: [],
     destroyCalls: 0,
     destroyed: false,
+    container: "never started",
     streamCancelled: false,
     bytesSent: 0,
   };
@@ -143,6 +152,20 @@ export class FakeSandbox extends DurableObject implements SandboxSurface {
     }
     await this.#update((state) => {
       state.starts.push(start);
+      state.container = "healthy";
+    });
+  }
+
+  async getState(): Promise<ContainerState> {
+    const status = this.#state.container === "healthy" ? "healthy" : "stopped";
+    return { status, lastChange: Date.now() };
+  }
+
+  /** The container dies by itself (as a crash or the platform would end it). */
+  async kill(): Promise<void> {
+    this.#running.abort();
+    await this.#update((state) => {
+      state.container = "stopped";
     });
   }
 
@@ -163,7 +186,10 @@ export class FakeSandbox extends DurableObject implements SandboxSurface {
     });
     if (this.#scenario.destroyWaits) await this.#destroyReleased;
     await this.#update((state) => {
-      if (!this.#scenario.destroyFails) state.destroyed = true;
+      if (!this.#scenario.destroyFails) {
+        state.destroyed = true;
+        state.container = "stopped";
+      }
     });
     if (this.#scenario.destroyFails) throw new Error("fake destroy failed");
   }
