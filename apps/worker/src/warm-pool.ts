@@ -88,6 +88,7 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> {
   /** Consecutive start failures, pauses in a row, and the end of the current pause. */
   #failures = 0;
   #pauses = 0;
+  #pausedAt = 0;
   #pausedUntil = 0;
 
   constructor(ctx: DurableObjectState, env: WorkerEnv) {
@@ -357,16 +358,25 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> {
             Date.now(),
             name,
           );
-          this.#startFailed(name, error);
+          this.#startFailed(name, now, error);
         },
       )
       .finally(() => this.#starting.delete(name));
     this.#starting.set(name, work);
   }
 
-  #startFailed(name: string, error: unknown): void {
-    this.#failures++;
+  /**
+   * Counts a failed start. The third in a row pauses the refill; while it probes after a pause,
+   * one failure pauses it again, twice as long. A start launched before the current pause began
+   * (the rest of its batch) does not count again.
+   */
+  #startFailed(name: string, launchedAt: number, error: unknown): void {
     const detail = toBackendError(error).message;
+    if (launchedAt < this.#pausedAt) {
+      log(this.#index, "error", "start_failed", { container: name, detail });
+      return;
+    }
+    this.#failures++;
     if (this.#failures < FAILURES_BEFORE_PAUSE && this.#pauses === 0) {
       log(this.#index, "error", "start_failed", { container: name, detail });
       return;
@@ -374,7 +384,8 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> {
     const pauseMs = Math.min(LONGEST_PAUSE_MS, FIRST_PAUSE_MS * 2 ** this.#pauses);
     this.#pauses++;
     this.#failures = 0;
-    this.#pausedUntil = Date.now() + pauseMs;
+    this.#pausedAt = Date.now();
+    this.#pausedUntil = this.#pausedAt + pauseMs;
     log(this.#index, "error", "refill_paused", { container: name, detail, pauseMs });
   }
 
