@@ -33,11 +33,13 @@ export interface ClaimRequest {
   timeoutMs: number;
 }
 
-/** One shard's share of the pool, as `/health` sums it up. */
+/** One shard's share of the pool, as `/health` sums it up, and the claims it has served. */
 export interface ShardStats {
   target: number;
   ready: number;
   starting: number;
+  /** Containers this shard has lent since it was created. */
+  claims: number;
 }
 
 type ContainerState = "starting" | "ready" | "claimed" | "doomed";
@@ -128,6 +130,9 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> {
           ready.name,
         );
         name = ready.name;
+        this.#sql.exec(
+          "INSERT INTO shard (key, value) VALUES ('claims', 1) ON CONFLICT (key) DO UPDATE SET value = value + 1",
+        );
       }
     }
     await this.#refillSoon();
@@ -169,7 +174,10 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> {
     this.#learnIndex(shard);
     const pool = this.#pool();
     await this.#refillSoon();
-    return { target: pool.target, ...this.#counts(pool.version) };
+    const claims = this.#sql
+      .exec<{ value: number }>("SELECT value FROM shard WHERE key = 'claims'")
+      .toArray()[0];
+    return { target: pool.target, ...this.#counts(pool.version), claims: claims?.value ?? 0 };
   }
 
   override async alarm(): Promise<void> {

@@ -110,6 +110,7 @@ describe("the warm pool", () => {
     const { client, shards } = await pool(2);
     await filled(client, 2);
     const before = (await rows(shards)).filter((row) => row.state === "ready");
+    const claims = (await shards[0]?.stats(0))?.claims ?? Number.NaN;
     const b = backend(client);
     const s = spec("pwd");
     const running = await b.start(s);
@@ -130,6 +131,7 @@ describe("the warm pool", () => {
     expect(after.map((row) => row.name)).not.toContain(name);
     expect(before.map((row) => row.name)).toContain(name);
     expect(after.filter((row) => row.state === "ready")).toHaveLength(2);
+    expect((await shards[0]?.stats(0))?.claims).toBe(claims + 1);
   });
 
   it("runs the call cold when the container it claimed is dead, and never sends it the command", async () => {

@@ -14,6 +14,8 @@ export interface ExecLogEntry {
   errorCode?: ErrorCode;
   endedBy?: EndReason;
   durationMs: number;
+  /** Ms until the command was running (the sandbox's start, cold or warm); absent if it never ran. */
+  startMs?: number;
   stdoutBytes: number;
   stderrBytes: number;
   streamed: boolean;

@@ -558,6 +558,17 @@ describe("exec", () => {
     expect(JSON.stringify(logger.entries)).not.toMatch(/top-secret-value|test-token/);
   });
 
+  it("logs how long the sandbox took to start, once its command ran", async () => {
+    const { exec, logger } = setup({}, { startLatencyMs: 150 });
+    await exec({ command: "echo hi" });
+    const [entry] = logger.entries as ExecLogEntry[];
+    expect(entry?.startMs).toBeGreaterThanOrEqual(140);
+    expect(entry?.startMs).toBeLessThanOrEqual(entry?.durationMs ?? 0);
+    const failing = setup({}, { script: () => ({ startError: new Error("no sandbox") }) });
+    await failing.exec({ command: "x" });
+    expect(failing.logger.entries[0]).not.toHaveProperty("startMs");
+  });
+
   it("keeps working when the logger throws", async () => {
     const backend = createFakeBackend();
     const bridge = createBridge({
