@@ -326,13 +326,17 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> {
     this.#destroying.set(name, work);
   }
 
-  /** Starts containers up to the shard's target, a batch at a time, unless the refill pauses. */
+  /**
+   * Starts containers up to the shard's target, a batch at a time, unless the refill pauses.
+   * Every container the shard holds counts against the target, the ones still being destroyed
+   * too (after a deploy, or found dead), so the pool never takes more instances than its target.
+   */
   #refill(pool: { target: number; config: WarmPoolConfig; version: string }): void {
     if (Date.now() < this.#pausedUntil) return;
-    const { ready, starting } = this.#counts(pool.version);
+    const held = this.#rows().filter((row) => row.state !== "claimed").length;
     // After a pause, one container at a time until one starts.
     const batch = this.#pauses > 0 ? 1 : pool.config.refillBatch;
-    const count = Math.min(pool.target - ready - starting, batch - this.#starting.size);
+    const count = Math.min(pool.target - held, batch - this.#starting.size);
     for (let i = 0; i < count; i++) this.#start(pool);
   }
 
@@ -407,8 +411,8 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> {
       else if (row.state === "claimed" || row.state === "doomed") times.push(row.due);
       else times.push(now);
     }
-    const { ready, starting } = this.#counts(pool.version);
-    if (ready + starting < pool.target) times.push(Math.max(now, this.#pausedUntil));
+    const held = this.#rows().filter((row) => row.state !== "claimed").length;
+    if (held < pool.target) times.push(Math.max(now, this.#pausedUntil));
     if (pool.target > 0) times.push(now + CHECK_INTERVAL_MS);
     if (times.length === 0) {
       await this.ctx.storage.deleteAlarm();

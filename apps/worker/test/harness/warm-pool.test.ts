@@ -12,12 +12,15 @@ import { type Answer, commandsRun, WorkerHarness } from "./worker.ts";
 
 const TARGET = 4;
 const COLD_START_MS = 2_000;
+const SOAK_CALLS = 200;
+const SOAK_CONCURRENCY = 4;
 let harness: WorkerHarness;
 
 beforeAll(async () => {
   harness = await WorkerHarness.start({
     image: imageUnderTest(),
     vars: { WARM_POOL_TARGET: String(TARGET), MAX_INSTANCES: "40" },
+    logLines: 50_000,
   });
   // Every container takes this long to start, as on Cloudflare (seconds).
   harness.engine.faults = { coldStartMs: COLD_START_MS };
@@ -197,6 +200,56 @@ describe("the warm pool, through the real Durable Objects", () => {
     expect(logged(sandboxId)).toMatchObject({ warm: true });
     expect(old.map((r) => r.id)).not.toContain(record.id);
   }, 120_000);
+});
+
+describe("a soak of the warm pool", () => {
+  it("runs 200 calls, none in a container that served another, deletes every one, and keeps the pool within its target", async () => {
+    // No cold start here, so that the soak is quick; the refill still races the calls, and
+    // about half of them run warm.
+    harness.engine.faults = {};
+    const first = harness.engine.records.length;
+    let most = 0;
+    let sampling = true;
+    const sampler = (async () => {
+      while (sampling) {
+        const pool = (await harness.health()).warmPool;
+        most = Math.max(most, (pool?.ready ?? 0) + (pool?.starting ?? 0));
+        await sleep(200);
+      }
+    })();
+    const ids: string[] = [];
+    try {
+      let next = 0;
+      const worker = async () => {
+        while (next < SOAK_CALLS) {
+          next++;
+          const sandboxId = newSandboxId("harness");
+          ids.push(sandboxId);
+          const answer = await harness.exec({ sandboxId, command: "true", timeoutSeconds: 60 });
+          expect(answer.status, answer.text).toBe(200);
+        }
+      };
+      await Promise.all(Array.from({ length: SOAK_CONCURRENCY }, worker));
+    } finally {
+      sampling = false;
+      await sampler;
+      harness.engine.faults = { coldStartMs: COLD_START_MS };
+    }
+    await until(() => harness.engine.live.every((record) => commandsRun(record) === 0), 30_000);
+    const records = harness.engine.records.slice(first);
+    // Every call ran in exactly one container (its own or one the pool lent), once.
+    expect(records.filter((record) => commandsRun(record) > 1)).toEqual([]);
+    expect(records.filter((record) => commandsRun(record) === 1).length).toBeGreaterThanOrEqual(
+      SOAK_CALLS - TARGET,
+    );
+    // Every container that served a call is deleted.
+    expect(harness.engine.live.filter((record) => commandsRun(record) > 0)).toEqual([]);
+    // The pool never held more than its target.
+    expect(most).toBeLessThanOrEqual(TARGET);
+    const warm = ids.filter((sandboxId) => logged(sandboxId)?.warm === true).length;
+    expect(warm).toBeGreaterThan(0);
+    expect(warm).toBeLessThan(SOAK_CALLS);
+  }, 180_000);
 });
 
 /** Container creates the engine refused. */

@@ -25,6 +25,16 @@ export interface WorkerHarnessOptions {
   image: ContainerImage;
   /** Worker variables added to (or replacing) those of wrangler.jsonc. */
   vars?: Record<string, string>;
+  /** workerd output lines kept in `logs` (default 5000; the oldest go first). */
+  logLines?: number;
+}
+
+/** What a warm pool shard reports of itself (`ShardStats` in src/warm-pool.ts). */
+export interface ShardReport {
+  target: number;
+  ready: number;
+  starting: number;
+  claims: number;
 }
 
 export interface Answer {
@@ -86,7 +96,7 @@ export class WorkerHarness {
     const storage = await mkdtemp(join(tmpdir(), "rt-harness-storage-"));
     const logs: string[] = [];
     try {
-      const mf = WorkerHarness.#miniflare(engine, storage, options.vars, logs);
+      const mf = WorkerHarness.#miniflare(engine, storage, options, logs);
       const url = await mf.ready;
       return new WorkerHarness(engine, mf, url, options, storage, logs);
     } catch (error) {
@@ -99,12 +109,13 @@ export class WorkerHarness {
   static #miniflare(
     engine: FakeDockerEngine,
     storage: string,
-    vars: Record<string, string> | undefined,
+    options: WorkerHarnessOptions,
     logs: string[],
   ): Miniflare {
+    const kept = options.logLines ?? LOG_LINES;
     const collect = (text: string) => {
       logs.push(...text.split("\n"));
-      if (logs.length > LOG_LINES) logs.splice(0, logs.length - LOG_LINES);
+      if (logs.length > kept) logs.splice(0, logs.length - kept);
     };
     const wrangler = wranglerOptions();
     return new Miniflare(
@@ -124,7 +135,7 @@ export class WorkerHarness {
             modulesRoot: WORKER_DIR,
             compatibilityDate: wrangler.compatibilityDate,
             compatibilityFlags: wrangler.compatibilityFlags,
-            bindings: { ...wrangler.bindings, BRIDGE_TOKEN: TOKEN, ...vars },
+            bindings: { ...wrangler.bindings, BRIDGE_TOKEN: TOKEN, ...options.vars },
             // A new version id each time Miniflare starts, as each deploy gets one.
             versionMetadata: "CF_VERSION_METADATA",
             durableObjects: {
@@ -150,7 +161,7 @@ export class WorkerHarness {
     this.#mf = WorkerHarness.#miniflare(
       this.engine,
       this.#storage,
-      { ...this.#options.vars, ...vars },
+      { ...this.#options, vars: { ...this.#options.vars, ...vars } },
       this.logs,
     );
     this.#url = await this.#mf.ready;
@@ -192,6 +203,17 @@ export class WorkerHarness {
   async durableObjectId(sandboxId: string): Promise<string> {
     const namespace = await this.#mf.getDurableObjectNamespace("Sandbox");
     return namespace.idFromName(sandboxId).toString();
+  }
+
+  /** What each warm pool shard reports of itself (its share, ready, starting, claims served). */
+  async shardStats(shards: number): Promise<ShardReport[]> {
+    const namespace = await this.#mf.getDurableObjectNamespace("WarmPool");
+    return Promise.all(
+      Array.from({ length: shards }, (_, index) => {
+        const shard = namespace.get(namespace.idFromName(`warm-pool-shard-${index}`));
+        return (shard as unknown as { stats(index: number): Promise<ShardReport> }).stats(index);
+      }),
+    );
   }
 
   /** Every container created for `sandboxId`, in order. */
