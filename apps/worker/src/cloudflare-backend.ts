@@ -75,8 +75,8 @@ const CONTAINERS_DISABLED_SIGNATURE = "containers have not been enabled";
 
 export const CONTAINERS_DISABLED_MESSAGE = CLOUDFLARE_TEXTS.containersDisabled;
 
-/** Where a call's sandbox is: a warm container the pool lent it, or its own. */
-type Placement = { warm: WarmClaim } | { cold: true };
+/** Where a call's sandbox is: a warm container the pool lent it, its own, or not known yet (a claim in flight). */
+type Placement = { warm: WarmClaim } | { cold: true } | { claiming: true };
 
 /**
  * Runs each command in a fresh Cloudflare container (one `Sandbox` Durable Object per
@@ -155,6 +155,7 @@ export class CloudflareSandboxBackend implements SandboxBackend {
   async #claimWarm(spec: ExecSpec): Promise<SandboxHandle | undefined> {
     const pool = this.#options.warmPool;
     if (pool === undefined) return undefined;
+    this.#placed.set(spec.sandboxId, { claiming: true });
     const claiming = this.#track(
       spec.sandboxId,
       pool.claim(spec.sandboxId, spec.timeoutMs).then(
@@ -272,6 +273,8 @@ export class CloudflareSandboxBackend implements SandboxBackend {
   /** Destroys the container `sandboxId` runs in, wherever it is. */
   async #destroyOnce(sandboxId: string): Promise<void> {
     const placed = this.#placed.get(sandboxId);
+    // A claim still in flight: nothing to destroy yet (the destroy after it settles finds it).
+    if (placed !== undefined && "claiming" in placed) return;
     if (placed !== undefined) {
       return this.#destroyNamed("warm" in placed ? placed.warm.name : sandboxId);
     }

@@ -172,6 +172,23 @@ describe("the warm pool", () => {
     expect((await sandboxState(s.sandboxId)).execs).toEqual([]);
   });
 
+  it("destroys the container lent to a call that ended while claiming it, and touches nothing else", async () => {
+    const { client, shards } = await pool(1);
+    await filled(client, 1);
+    const [ready] = await rows(shards);
+    const b = backend(client);
+    const s = spec("echo never");
+    const starting = b.start(s);
+    s.controller.abort();
+    await expect(starting).rejects.toThrow();
+    await b.destroy(s.sandboxId);
+    const lent = fakeNamespace().get(fakeNamespace().idFromName(ready?.name as string));
+    expect(await lent.fakeState()).toMatchObject({ execs: [], destroyed: true });
+    expect((await rows(shards)).map((row) => row.name)).not.toContain(ready?.name);
+    // The call's own sandbox id was never used, not even to destroy it.
+    expect((await sandboxState(s.sandboxId)).configurations).toEqual([]);
+  });
+
   it("replaces a container that idled past WARM_POOL_MAX_IDLE", async () => {
     const { client, shards } = await pool(1, { WARM_POOL_MAX_IDLE: "60" });
     await filled(client, 1);
