@@ -47,6 +47,17 @@ export class TestWarmPoolShard extends WarmPoolShard {
     this.ctx.storage.sql.exec("UPDATE containers SET since = since - ? WHERE state = 'ready'", ms);
   }
 
+  /** What a restart leaves behind: a container row marked starting, with no start under way. */
+  async addStarting(name: string, version: string): Promise<void> {
+    this.ctx.storage.sql.exec(
+      "INSERT INTO containers (name, state, version, since, sandbox_id, due) VALUES (?, 'starting', ?, ?, NULL, ?)",
+      name,
+      version,
+      Date.now(),
+      Date.now() + 120_000,
+    );
+  }
+
   /** Moves the shard's clock: every claim's call ended long ago. */
   async expireClaims(): Promise<void> {
     this.ctx.storage.sql.exec("UPDATE containers SET due = 0 WHERE state = 'claimed'");

@@ -123,6 +123,8 @@ describe("the warm pool", () => {
     const used = await fakeNamespace().get(fakeNamespace().idFromName(name)).fakeState();
     expect(used.execs.map((e) => e.command)).toEqual(["pwd"]);
     expect(used.destroyed).toBe(true);
+    // Started by the shard to end by itself 2 min after it would be recycled (10 min by default).
+    expect(used.configurations[0]).toMatchObject({ sleepAfter: 720 });
     // The call's own sandbox id was never used.
     expect((await sandboxState(s.sandboxId)).execs).toEqual([]);
     // The shard forgot it and started another in its place.
@@ -226,6 +228,21 @@ describe("the warm pool", () => {
     expect(
       (await rows(second.shards)).every((row) => row.version === second.variables.version),
     ).toBe(true);
+  });
+
+  it("destroys a container left half-started by a restart of its shard", async () => {
+    const { client, shards, variables } = await pool(1);
+    await filled(client, 1);
+    const name = `warm-${crypto.randomUUID()}`;
+    const left = fakeNamespace().get(fakeNamespace().idFromName(name));
+    await left.startAndWaitForPorts({ ports: 3000 });
+    await shards[0]?.addStarting(name, variables.version);
+    await client.stats();
+    await expect
+      .poll(async () => (await rows(shards)).map((row) => row.name), { timeout: 10_000 })
+      .not.toContain(name);
+    expect(await left.fakeState()).toMatchObject({ execs: [], destroyed: true });
+    await filled(client, 1);
   });
 
   it("destroys a container lent to a call that is long over (its Worker died before destroying it)", async () => {
