@@ -120,6 +120,25 @@ function started(record: ContainerRecord, event: string): number | undefined {
   return record.events.find((e) => e.event === event)?.at;
 }
 
+/** The three series each comparison runs, in this order: the baseline, the pool, no pool. */
+function seriesOf(base: WorkerHarness, pool: WorkerHarness, target: number) {
+  return [
+    { label: "no cold start, no pool", harness: base, coldStartMs: 0, pooled: false },
+    {
+      label: `2000 ms cold start, pool ${target}`,
+      harness: pool,
+      coldStartMs: COLD_START_MS,
+      pooled: true,
+    },
+    {
+      label: "2000 ms cold start, no pool",
+      harness: base,
+      coldStartMs: COLD_START_MS,
+      pooled: false,
+    },
+  ];
+}
+
 interface LatencyCase {
   label: string;
   pooled: boolean;
@@ -138,21 +157,7 @@ async function latency(
   const cases: LatencyCase[] = [];
   for (const concurrency of [1, 16]) {
     const rounds = concurrency === 1 ? (quick ? 3 : 12) : quick ? 2 : 5;
-    const series = [
-      { label: "no cold start, no pool", harness: base, coldStartMs: 0, pooled: false },
-      {
-        label: `2000 ms cold start, pool ${target}`,
-        harness: pool,
-        coldStartMs: COLD_START_MS,
-        pooled: true,
-      },
-      {
-        label: "2000 ms cold start, no pool",
-        harness: base,
-        coldStartMs: COLD_START_MS,
-        pooled: false,
-      },
-    ].map((s) => ({
+    const series = seriesOf(base, pool, target).map((s) => ({
       ...s,
       result: {
         label: s.label,
@@ -242,21 +247,7 @@ async function batches(
     const target = concurrency;
     const shards = Math.ceil(target / 8);
     await pool.redeploy({ ...BASE_VARS, WARM_POOL_TARGET: String(target) });
-    for (const s of [
-      { label: "no cold start, no pool", harness: base, coldStartMs: 0, pooled: false },
-      {
-        label: `2000 ms cold start, pool ${target}`,
-        harness: pool,
-        coldStartMs: COLD_START_MS,
-        pooled: true,
-      },
-      {
-        label: "2000 ms cold start, no pool",
-        harness: base,
-        coldStartMs: COLD_START_MS,
-        pooled: false,
-      },
-    ]) {
+    for (const s of seriesOf(base, pool, target)) {
       s.harness.engine.faults = { coldStartMs: s.coldStartMs };
       if (s.pooled) await poolFull(s.harness, target);
       const claimsBefore = s.pooled ? await claimsOf(s.harness, shards) : [];
