@@ -35,6 +35,7 @@ export default defineConfig({
               durableObjects: {
                 Sandbox: "FakeSandbox",
                 RealSandbox: "Sandbox",
+                WarmPool: { className: "TestWarmPoolShard", useSQLite: true },
               },
               bindings: { BRIDGE_TOKEN: "test-token" },
             },

@@ -12,6 +12,7 @@ import { coldStart } from "./items/cold-start.ts";
 import { fanout } from "./items/fanout.ts";
 import { overhead } from "./items/overhead.ts";
 import { truncation } from "./items/truncation.ts";
+import { warmPool } from "./items/warm-pool.ts";
 import { workerOutput } from "./items/worker.ts";
 import { workerLatency } from "./items/worker-latency.ts";
 import {
@@ -32,6 +33,7 @@ const ITEMS: BenchItem[] = [
   workerOutput,
   coldStart,
   workerLatency,
+  warmPool,
 ];
 
 const { values } = parseArgs({

@@ -12,6 +12,7 @@ import {
 } from "@cloudflare/sandbox";
 import {
   BackendError,
+  type BackendHealth,
   type ExecSpec,
   type OutputChunk,
   type RunningCommand,
@@ -19,11 +20,16 @@ import {
 } from "@remote-task/bridge";
 import { CLOUDFLARE_TEXTS, raceAbort, redact, shorten } from "@remote-task/internal";
 import { missingCwdMarker, SCRIPT_CWD, taskScript } from "./task-script.js";
+import type { WarmClaim, WarmPoolClient } from "./warm-pool-client.js";
+import { withinMs } from "./within.js";
 
 export { Sandbox } from "@cloudflare/sandbox";
 
 /** The part of the SDK's sandbox stub this backend uses (typed against the real SDK). */
-export type SandboxHandle = Pick<Sandbox, "startAndWaitForPorts" | "execStream" | "destroy">;
+export type SandboxHandle = Pick<
+  Sandbox,
+  "startAndWaitForPorts" | "execStream" | "destroy" | "getState"
+>;
 
 export interface CloudflareSandboxBackendOptions {
   /** The `Sandbox` Durable Object namespace binding (`env.Sandbox`). */
@@ -35,6 +41,8 @@ export interface CloudflareSandboxBackendOptions {
    * when the call ended (default 30 s).
    */
   destroyTimeoutMs?: number | undefined;
+  /** Lends each call a container started ahead of it; without it every call starts its own. */
+  warmPool?: WarmPoolClient | undefined;
 }
 
 /** Extra time given to the SDK's own command timeout so the bridge's deadline always fires first. */
@@ -54,6 +62,8 @@ const START_POLL_INTERVAL_MS = 300;
  * reported as a start failure before the bridge's deadline would report it as a command timeout.
  */
 const START_DEADLINE_MARGIN_MS = 250;
+/** Longest wait for a warm container's state before it counts as dead. */
+const STATE_TIMEOUT_MS = 5_000;
 
 /** Lower-case fragments of the platform's messages when no container can be placed. */
 const CAPACITY_SIGNATURES = [
@@ -65,9 +75,13 @@ const CONTAINERS_DISABLED_SIGNATURE = "containers have not been enabled";
 
 export const CONTAINERS_DISABLED_MESSAGE = CLOUDFLARE_TEXTS.containersDisabled;
 
+/** Where a call's sandbox is: a warm container the pool lent it, its own, or not known yet (a claim in flight). */
+type Placement = { warm: WarmClaim } | { cold: true } | { claiming: true };
+
 /**
  * Runs each command in a fresh Cloudflare container (one `Sandbox` Durable Object per
- * sandbox id) and streams its output, so the Worker holds only what the bridge retains.
+ * sandbox id, or a never-used one from the warm pool) and streams its output, so the Worker
+ * holds only what the bridge retains.
  */
 export class CloudflareSandboxBackend implements SandboxBackend {
   readonly name = "cloudflare";
@@ -78,16 +92,25 @@ export class CloudflareSandboxBackend implements SandboxBackend {
     this.#options = options;
   }
 
-  /** SDK calls that may still bring a sandbox's container up, per sandbox id. */
+  /** SDK and pool calls that may still bring a sandbox's container up, per sandbox id. */
   readonly #inFlight = new Map<string, Set<Promise<unknown>>>();
+  /** Where each call's sandbox is, from its start until it is destroyed. */
+  readonly #placed = new Map<string, Placement>();
 
   async start(spec: ExecSpec): Promise<RunningCommand> {
     if (spec.signal.aborted) throw abortedError();
     const nonce = crypto.randomUUID();
     let stream: ReadableStream<Uint8Array>;
+    let warm = false;
     try {
-      const sandbox = this.#sandbox(spec.sandboxId);
-      await this.#startContainer(sandbox, spec);
+      let sandbox = await this.#claimWarm(spec);
+      if (sandbox !== undefined) {
+        warm = true;
+      } else {
+        this.#placed.set(spec.sandboxId, { cold: true });
+        sandbox = this.#sandbox(spec.sandboxId);
+        await this.#startContainer(sandbox, spec);
+      }
       if (spec.signal.aborted) throw abortedError();
       // The signal is not passed over RPC (an AbortSignal cannot cross it); aborting while
       // the command is being sent is handled by racing it, and `destroy()` follows in every case.
@@ -120,7 +143,41 @@ export class CloudflareSandboxBackend implements SandboxBackend {
     } catch (error) {
       throw toBackendError(error, spec.env);
     }
-    return readCommand(stream, spec, missingCwdMarker(nonce));
+    return { ...readCommand(stream, spec, missingCwdMarker(nonce)), warm };
+  }
+
+  /**
+   * Claims a warm container for the call, or `undefined` for a cold start: no pool, none ready,
+   * the pool unreachable, or the one claimed found dead. A dead one is handed back to be
+   * destroyed before anything was sent to it, so the command provably did not run there; the
+   * check matters because the SDK would silently start a new container in its place.
+   */
+  async #claimWarm(spec: ExecSpec): Promise<SandboxHandle | undefined> {
+    const pool = this.#options.warmPool;
+    if (pool === undefined) return undefined;
+    this.#placed.set(spec.sandboxId, { claiming: true });
+    const claiming = this.#track(
+      spec.sandboxId,
+      pool.claim(spec.sandboxId, spec.timeoutMs).then(
+        (claim) => {
+          // Recorded even when the call has ended meanwhile, so that its destroy finds it.
+          if (claim !== undefined) this.#placed.set(spec.sandboxId, { warm: claim });
+          return claim;
+        },
+        () => undefined,
+      ),
+    );
+    const claim = await raceAbort(claiming, spec.signal, { abortError: abortedError });
+    if (claim === undefined) return undefined;
+    const sandbox = this.#sandbox(claim.name);
+    const serving = this.#track(spec.sandboxId, isServing(sandbox));
+    if (await raceAbort(serving, spec.signal, { abortError: abortedError })) return sandbox;
+    this.#placed.delete(spec.sandboxId);
+    this.#track(
+      spec.sandboxId,
+      pool.discard(claim).catch(() => {}),
+    );
+    return undefined;
   }
 
   /**
@@ -134,22 +191,7 @@ export class CloudflareSandboxBackend implements SandboxBackend {
       spec.timeoutMs - START_DEADLINE_MARGIN_MS,
       MAX_INSTANCE_WAIT_MS + MAX_PORT_READY_MS,
     );
-    const starting = this.#track(
-      spec.sandboxId,
-      sandbox.startAndWaitForPorts({
-        ports: CONTROL_PORT,
-        cancellationOptions: {
-          // Half the budget for placement, so that "no instance" is reported (capacity) while
-          // the call can still answer it.
-          instanceGetTimeoutMS: Math.max(
-            START_POLL_INTERVAL_MS,
-            Math.min(MAX_INSTANCE_WAIT_MS, budgetMs / 2),
-          ),
-          portReadyTimeoutMS: Math.max(START_POLL_INTERVAL_MS, budgetMs),
-          waitInterval: START_POLL_INTERVAL_MS,
-        },
-      }),
-    );
+    const starting = this.#track(spec.sandboxId, startContainer(sandbox, budgetMs));
     try {
       await raceAbort(
         budgetMs > 0
@@ -189,15 +231,29 @@ export class CloudflareSandboxBackend implements SandboxBackend {
    * Destroys the sandbox. A start or command still in flight for it (the call ended while the
    * container was starting) could bring the container back afterwards: it is awaited, a stream
    * it produced is cancelled, and the sandbox destroyed again, so no container outlives its call.
-   * A failure (or a destroy stuck past `destroyTimeoutMs`) rejects, and the bridge logs it; the
-   * container then stops by itself once its `sleepAfter` expires.
+   * A warm container is then handed back to its pool shard, which forgets it (it is never lent
+   * twice). A failure (or a destroy stuck past `destroyTimeoutMs`) rejects, and the bridge logs
+   * it; the container then stops by itself once its `sleepAfter` expires, and a warm one is also
+   * destroyed by its shard once the call's deadline has long passed.
    */
   async destroy(sandboxId: string): Promise<void> {
+    try {
+      await this.#destroyAfterLateStarts(sandboxId);
+    } catch (error) {
+      this.#placed.delete(sandboxId);
+      throw error;
+    }
+    const placed = this.#placed.get(sandboxId);
+    this.#placed.delete(sandboxId);
+    if (placed !== undefined && "warm" in placed) await this.#release(placed.warm);
+  }
+
+  async #destroyAfterLateStarts(sandboxId: string): Promise<void> {
     const late = this.#inFlight.get(sandboxId);
     if (late === undefined) return this.#destroyOnce(sandboxId);
     // A second destroy follows in every case, so a failure of the first is not the last word.
     await this.#destroyOnce(sandboxId).catch(() => {});
-    const timeoutMs = this.#options.destroyTimeoutMs ?? DEFAULT_DESTROY_TIMEOUT_MS;
+    const timeoutMs = this.#destroyTimeoutMs();
     let stillStarting: unknown;
     const results = await withinMs(Promise.allSettled([...late]), timeoutMs, () =>
       sandboxError(`A container start was still running ${timeoutMs} ms after the call ended.`),
@@ -214,29 +270,137 @@ export class CloudflareSandboxBackend implements SandboxBackend {
     if (stillStarting !== undefined) throw stillStarting;
   }
 
-  /** One `destroy()` of the SDK, bounded: it coalesces destroys but never bounds them. */
-  #destroyOnce(sandboxId: string): Promise<void> {
-    const timeoutMs = this.#options.destroyTimeoutMs ?? DEFAULT_DESTROY_TIMEOUT_MS;
-    // A stuck control plane must not keep the Worker's `waitUntil` alive forever.
-    return withinMs(
-      this.#sandbox(sandboxId).destroy(),
-      timeoutMs,
-      () => new Error(`destroy() did not finish within ${timeoutMs} ms`),
-    );
+  /** Destroys the container `sandboxId` runs in, wherever it is. */
+  async #destroyOnce(sandboxId: string): Promise<void> {
+    const placed = this.#placed.get(sandboxId);
+    // A claim still in flight: nothing to destroy yet (the destroy after it settles finds it).
+    if (placed !== undefined && "claiming" in placed) return;
+    if (placed !== undefined) {
+      return this.#destroyNamed("warm" in placed ? placed.warm.name : sandboxId);
+    }
+    // An id this isolate knows nothing of (a `/cancel` that reached another isolate than its
+    // call): its container is either one the pool lent it, or its own.
+    const pool = this.#options.warmPool;
+    const results = await Promise.allSettled([
+      this.#destroyNamed(sandboxId),
+      pool?.lookup(sandboxId).then((claim) => claim && this.#destroyNamed(claim.name)),
+    ]);
+    const failed = results.find((result) => result.status === "rejected");
+    if (failed !== undefined) throw failed.reason;
   }
 
-  #sandbox(sandboxId: string): SandboxHandle {
-    const options: SandboxOptions = {
-      // Ids are already lowercase-valid (protocol schema), so no normalisation is needed and
-      // the Durable Object key is exactly the id the caller chose.
-      normalizeId: false,
-      // One command per sandbox: run it as a fresh process rather than in a shared shell
-      // session, so `exit 3` is an exit code and not a terminated session.
-      enableDefaultSession: false,
-    };
-    if (this.#options.sleepAfter !== undefined) options.sleepAfter = this.#options.sleepAfter;
-    return getSandbox(singleUse(this.#options.namespace), sandboxId, options);
+  async #release(claim: WarmClaim): Promise<void> {
+    // Best effort: a shard that did not hear of it destroys the container again after the
+    // call's deadline, which is harmless.
+    await this.#options.warmPool?.release(claim).catch(() => {});
   }
+
+  /** One `destroy()` of the SDK, bounded: it coalesces destroys but never bounds them. */
+  #destroyNamed(name: string): Promise<void> {
+    return destroySandbox(this.#sandbox(name), this.#destroyTimeoutMs());
+  }
+
+  #destroyTimeoutMs(): number {
+    return this.#options.destroyTimeoutMs ?? DEFAULT_DESTROY_TIMEOUT_MS;
+  }
+
+  /** The warm pool's size, for `GET /health` (all zero without a pool). */
+  async health(): Promise<BackendHealth> {
+    const pool = this.#options.warmPool;
+    return {
+      warmPool: pool === undefined ? { target: 0, ready: 0, starting: 0 } : await pool.stats(),
+    };
+  }
+
+  /** Wakes every pool shard, so a pool enabled by a deploy fills before its first call. */
+  async prime(): Promise<void> {
+    await this.#options.warmPool?.prime();
+  }
+
+  #sandbox(name: string): SandboxHandle {
+    return sandboxHandle(this.#options.namespace, name, this.#options.sleepAfter);
+  }
+}
+
+/** The SDK's stub for the sandbox `name`, configured for one sessionless command. */
+function sandboxHandle(
+  namespace: DurableObjectNamespace<Sandbox>,
+  name: string,
+  sleepAfter: string | number | undefined,
+): SandboxHandle {
+  const options: SandboxOptions = {
+    // Ids are already lowercase-valid (protocol schema, or the pool's own names), so no
+    // normalisation is needed and the Durable Object key is exactly the name given.
+    normalizeId: false,
+    // One command per sandbox: run it as a fresh process rather than in a shared shell
+    // session, so `exit 3` is an exit code and not a terminated session.
+    enableDefaultSession: false,
+  };
+  if (sleepAfter !== undefined) options.sleepAfter = sleepAfter;
+  return getSandbox(singleUse(namespace), name, options);
+}
+
+/** Starts the sandbox's container on the control port; `budgetMs` bounds placement and readiness. */
+function startContainer(sandbox: SandboxHandle, budgetMs: number): Promise<void> {
+  return sandbox.startAndWaitForPorts({
+    ports: CONTROL_PORT,
+    cancellationOptions: {
+      // Half the budget for placement, so that "no instance" is reported (capacity) while
+      // the call can still answer it.
+      instanceGetTimeoutMS: Math.max(
+        START_POLL_INTERVAL_MS,
+        Math.min(MAX_INSTANCE_WAIT_MS, budgetMs / 2),
+      ),
+      portReadyTimeoutMS: Math.max(START_POLL_INTERVAL_MS, budgetMs),
+      waitInterval: START_POLL_INTERVAL_MS,
+    },
+  });
+}
+
+/** Whether the sandbox's container is up and its server answered (the SDK's `healthy`). */
+async function isServing(sandbox: SandboxHandle): Promise<boolean> {
+  try {
+    const state = await withinMs(sandbox.getState(), STATE_TIMEOUT_MS, () => new Error("getState"));
+    return state.status === "healthy";
+  } catch {
+    return false;
+  }
+}
+
+/** One `destroy()` of the SDK, bounded: it coalesces destroys but never bounds them. */
+function destroySandbox(sandbox: SandboxHandle, timeoutMs: number): Promise<void> {
+  // A stuck control plane must not keep the Worker's `waitUntil` alive forever.
+  return withinMs(
+    sandbox.destroy(),
+    timeoutMs,
+    () => new Error(`destroy() did not finish within ${timeoutMs} ms`),
+  );
+}
+
+/**
+ * Starts the container of the pool's sandbox `name` and waits until its server answers, within
+ * `budgetMs` (for the warm pool's shards). `sleepAfterSeconds` ends it should the pool lose track.
+ */
+export function startPooledContainer(
+  namespace: DurableObjectNamespace<Sandbox>,
+  name: string,
+  sleepAfterSeconds: number,
+  budgetMs: number,
+): Promise<void> {
+  return withinMs(
+    startContainer(sandboxHandle(namespace, name, sleepAfterSeconds), budgetMs),
+    budgetMs,
+    () => new Error(`the container was not ready within ${budgetMs / 1000} s`),
+  );
+}
+
+/** Destroys the pool's sandbox `name`, bounded by `timeoutMs`. */
+export function destroyPooledContainer(
+  namespace: DurableObjectNamespace<Sandbox>,
+  name: string,
+  timeoutMs: number,
+): Promise<void> {
+  return destroySandbox(sandboxHandle(namespace, name, undefined), timeoutMs);
 }
 
 /**
@@ -315,17 +479,6 @@ function readCommand(
 
 function isStream(value: unknown): value is ReadableStream {
   return value instanceof ReadableStream;
-}
-
-/** Settles as `promise` does, or rejects with `timeoutError()` after `ms`. */
-function withinMs<T>(promise: Promise<T>, ms: number, timeoutError: () => Error): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const timedOut = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(timeoutError()), ms);
-  });
-  return Promise.race([promise, timedOut]).finally(() => {
-    if (timer !== undefined) clearTimeout(timer);
-  });
 }
 
 function notStartedError(timeoutMs: number): BackendError {

@@ -1,6 +1,7 @@
 import { hasBrand } from "@remote-task/internal";
 import { type Limits, limitsSchema, MAX_HEARTBEAT_INTERVAL_MS } from "@remote-task/protocol";
 import type { CloudflareSandboxBackendOptions } from "./cloudflare-backend.js";
+import type { WarmPoolShard } from "./warm-pool.js";
 
 /** The Worker's bindings (wrangler.jsonc `vars`, the `BRIDGE_TOKEN` secret, the DO namespace). */
 export interface WorkerEnv {
@@ -19,6 +20,18 @@ export interface WorkerEnv {
   MAX_ENV_ENTRY_BYTES?: string;
   MAX_TIMEOUT_SECONDS?: string;
   MAX_OUTPUT_BYTES?: string;
+  /** Containers the warm pool keeps started and waiting; `0` (the default) turns the pool off. */
+  WARM_POOL_TARGET?: string;
+  /** Longest an idle warm container waits before it is replaced: `"10m"` by default. */
+  WARM_POOL_MAX_IDLE?: string;
+  /** Containers each pool shard starts at once when refilling (default 4). */
+  WARM_POOL_REFILL_BATCH?: string;
+  /** `containers[].max_instances` of wrangler.jsonc, repeated here: the pool's ceiling. */
+  MAX_INSTANCES?: string;
+  /** The warm pool's Durable Object namespace (`WarmPool`). */
+  WarmPool?: DurableObjectNamespace<WarmPoolShard>;
+  /** The Worker's version (wrangler.jsonc `version_metadata`): a deploy drains older warm containers. */
+  CF_VERSION_METADATA?: WorkerVersionMetadata;
 }
 
 /** Each limit's Worker variable; the protocol's `limitsSchema` checks the values. */
@@ -40,6 +53,27 @@ export const WORKER_MAX_OUTPUT_BYTES = 16 * 1024 * 1024;
 /** Largest request body accepted on Workers (the platform itself caps bodies at 100 MB). */
 export const WORKER_MAX_REQUEST_BYTES = 16 * 1024 * 1024;
 
+/** Containers one pool shard holds at most: a pool of N containers has ceil(N / 8) shards. */
+export const WARM_POOL_SHARD_SIZE = 8;
+export const DEFAULT_WARM_POOL_MAX_IDLE_SECONDS = 600;
+export const DEFAULT_WARM_POOL_REFILL_BATCH = 4;
+const MAX_WARM_POOL_TARGET = 1000;
+const MAX_WARM_POOL_REFILL_BATCH = 32;
+const MIN_WARM_POOL_MAX_IDLE_SECONDS = 60;
+const MAX_WARM_POOL_MAX_IDLE_SECONDS = 24 * 3600;
+
+/** The warm pool's settings; `target` 0 means no pool. */
+export interface WarmPoolConfig {
+  /** Containers kept started and waiting, across all shards. */
+  target: number;
+  /** An idle warm container older than this is destroyed and replaced. */
+  maxIdleSeconds: number;
+  /** Containers one shard starts at once. */
+  refillBatch: number;
+  /** Shards the pool is spread over: ceil(target / {@link WARM_POOL_SHARD_SIZE}). */
+  shards: number;
+}
+
 export interface WorkerConfig {
   token: string | undefined;
   allowUnauthenticated: boolean;
@@ -47,6 +81,7 @@ export interface WorkerConfig {
   defaultCwd?: string;
   heartbeatIntervalMs?: number;
   sleepAfter?: string | number;
+  warmPool: WarmPoolConfig;
 }
 
 const CONFIG_ERROR_BRAND = Symbol.for("remote-task.worker.ConfigError");
@@ -78,6 +113,7 @@ export function readConfig(env: WorkerEnv): WorkerConfig {
     token: env.BRIDGE_TOKEN === "" ? undefined : env.BRIDGE_TOKEN,
     allowUnauthenticated: readAllowUnauthenticated(env.ALLOW_UNAUTHENTICATED),
     limits: readLimits(env),
+    warmPool: readWarmPool(env),
   };
   const cwd = present(env.DEFAULT_CWD);
   if (cwd !== undefined) {
@@ -96,8 +132,81 @@ export function readConfig(env: WorkerEnv): WorkerConfig {
     config.heartbeatIntervalMs = ms;
   }
   const sleepAfter = present(env.SANDBOX_SLEEP_AFTER);
-  if (sleepAfter !== undefined) config.sleepAfter = readDuration(sleepAfter);
+  if (sleepAfter !== undefined) config.sleepAfter = readDuration("SANDBOX_SLEEP_AFTER", sleepAfter);
   return config;
+}
+
+function readWarmPool(env: WorkerEnv): WarmPoolConfig {
+  const target = readWhole("WARM_POOL_TARGET", env.WARM_POOL_TARGET, 0, MAX_WARM_POOL_TARGET) ?? 0;
+  const refillBatch =
+    readWhole(
+      "WARM_POOL_REFILL_BATCH",
+      env.WARM_POOL_REFILL_BATCH,
+      1,
+      MAX_WARM_POOL_REFILL_BATCH,
+    ) ?? DEFAULT_WARM_POOL_REFILL_BATCH;
+  const idle = present(env.WARM_POOL_MAX_IDLE);
+  const maxIdleSeconds =
+    idle === undefined
+      ? DEFAULT_WARM_POOL_MAX_IDLE_SECONDS
+      : durationSeconds(readDuration("WARM_POOL_MAX_IDLE", idle));
+  if (maxIdleSeconds < MIN_WARM_POOL_MAX_IDLE_SECONDS) {
+    throw new ConfigError(
+      "WARM_POOL_MAX_IDLE",
+      `must be at least ${MIN_WARM_POOL_MAX_IDLE_SECONDS} seconds`,
+    );
+  }
+  if (maxIdleSeconds > MAX_WARM_POOL_MAX_IDLE_SECONDS) {
+    throw new ConfigError("WARM_POOL_MAX_IDLE", "must be at most 24 hours");
+  }
+  const maxInstances = readWhole("MAX_INSTANCES", env.MAX_INSTANCES, 1, Number.MAX_SAFE_INTEGER);
+  if (target > 0) {
+    if (maxInstances === undefined) {
+      throw new ConfigError(
+        "MAX_INSTANCES",
+        "must be set to the containers' max_instances (wrangler.jsonc) when WARM_POOL_TARGET is above 0",
+      );
+    }
+    // Every warm container holds an instance; half of them stay free for the calls themselves,
+    // so cold starts beyond the pool always find room.
+    if (target > Math.floor(maxInstances / 2)) {
+      throw new ConfigError(
+        "WARM_POOL_TARGET",
+        `must be at most half of MAX_INSTANCES (${Math.floor(maxInstances / 2)} of ${maxInstances}), so that calls beyond the pool find instances; raise max_instances and MAX_INSTANCES, or lower the target`,
+      );
+    }
+  }
+  if (env.WarmPool === undefined && target > 0) {
+    throw new ConfigError(
+      "WARM_POOL_TARGET",
+      "needs the WarmPool Durable Object binding (see wrangler.jsonc)",
+    );
+  }
+  return {
+    target,
+    maxIdleSeconds,
+    refillBatch,
+    shards: Math.ceil(target / WARM_POOL_SHARD_SIZE),
+  };
+}
+
+/** A whole number from `min` to `max`, or `undefined` when unset. */
+function readWhole(variable: string, value: string | undefined, min: number, max: number) {
+  const text = present(value);
+  if (text === undefined) return undefined;
+  const number = Number(text);
+  if (!/^\d+$/.test(text) || number < min || number > max) {
+    const range = max === Number.MAX_SAFE_INTEGER ? `${min} or more` : `from ${min} to ${max}`;
+    throw new ConfigError(variable, `must be a whole number ${range}`);
+  }
+  return number;
+}
+
+/** Seconds in a duration as {@link readDuration} returns it. */
+export function durationSeconds(duration: string | number): number {
+  if (typeof duration === "number") return duration;
+  const unit = { s: 1, m: 60, h: 3600 }[duration.slice(-1) as "s" | "m" | "h"];
+  return Number(duration.slice(0, -1)) * unit;
 }
 
 function present(value: string | undefined): string | undefined {
@@ -139,11 +248,11 @@ function readLimits(env: WorkerEnv): Partial<Limits> {
 }
 
 /** `"30s"`, `"5m"`, `"1h"` as the SDK accepts them, or a plain number of seconds. */
-function readDuration(text: string): string | number {
+function readDuration(variable: string, text: string): string | number {
   if (/^[1-9]\d*$/.test(text)) return Number(text);
   if (/^[1-9]\d*[smh]$/.test(text)) return text;
   throw new ConfigError(
-    "SANDBOX_SLEEP_AFTER",
+    variable,
     'must be a duration such as "30s", "5m" or "1h", or a number of seconds',
   );
 }

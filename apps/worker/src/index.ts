@@ -6,5 +6,6 @@
 import { createWorker } from "./worker.js";
 
 export { Sandbox } from "./cloudflare-backend.js";
+export { WarmPoolShard } from "./warm-pool.js";
 
 export default createWorker();

@@ -7,6 +7,14 @@ import {
 } from "@remote-task/bridge";
 import { CloudflareSandboxBackend } from "./cloudflare-backend.js";
 import { ConfigError, readConfig, type WorkerEnv } from "./config.js";
+import { versionOf, WarmPoolClient } from "./warm-pool-client.js";
+
+/** One isolate's bridge for a set of bindings, and whether it has woken the warm pool yet. */
+interface Bridge {
+  handler: BridgeHandler;
+  backend: CloudflareSandboxBackend;
+  primed: boolean;
+}
 
 export interface WorkerHandlerOptions {
   /** Receives the bridge's structured log entries (default: JSON lines on the console). */
@@ -20,19 +28,23 @@ export interface WorkerHandlerOptions {
  */
 export function createWorker(options: WorkerHandlerOptions = {}) {
   const logger = options.logger ?? jsonLineLogger;
-  const bridges = new WeakMap<WorkerEnv, BridgeHandler | ConfigError>();
+  const bridges = new WeakMap<WorkerEnv, Bridge | ConfigError>();
 
-  function bridgeFor(env: WorkerEnv): BridgeHandler | ConfigError {
+  function bridgeFor(env: WorkerEnv): Bridge | ConfigError {
     const cached = bridges.get(env);
     if (cached !== undefined) return cached;
-    let bridge: BridgeHandler | ConfigError;
+    let bridge: Bridge | ConfigError;
     try {
       const config = readConfig(env);
       const backend = new CloudflareSandboxBackend({
         namespace: env.Sandbox,
         sleepAfter: config.sleepAfter,
+        warmPool:
+          config.warmPool.target > 0 && env.WarmPool !== undefined
+            ? new WarmPoolClient(env.WarmPool, config.warmPool, versionOf(env))
+            : undefined,
       });
-      bridge = createBridge({
+      const handler = createBridge({
         backend,
         logger,
         limits: config.limits,
@@ -41,6 +53,7 @@ export function createWorker(options: WorkerHandlerOptions = {}) {
         defaultCwd: config.defaultCwd,
         heartbeatIntervalMs: config.heartbeatIntervalMs,
       });
+      bridge = { handler, backend, primed: false };
     } catch (error) {
       if (!ConfigError.isInstance(error)) throw error;
       bridge = error;
@@ -54,8 +67,14 @@ export function createWorker(options: WorkerHandlerOptions = {}) {
       const bridge = bridgeFor(env);
       // Every route answers 503 `not_configured` naming the variable, never a crash.
       if (ConfigError.isInstance(bridge)) return errorResponse("not_configured", bridge.message);
+      if (!bridge.primed) {
+        // The first request an isolate serves wakes the warm pool's shards, so a pool that a
+        // deploy enabled fills before the calls that need it.
+        bridge.primed = true;
+        ctx.waitUntil(bridge.backend.prime().catch(() => {}));
+      }
       // Sandboxes are destroyed after the response is sent, without delaying it.
-      return bridge.fetch(request, { waitUntil: ctx.waitUntil.bind(ctx) });
+      return bridge.handler.fetch(request, { waitUntil: ctx.waitUntil.bind(ctx) });
     },
   } satisfies ExportedHandler<WorkerEnv>;
 }

@@ -1,9 +1,27 @@
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { ConfigError, readConfig, type WorkerEnv } from "../src/config.js";
+import { warmPoolNamespace } from "./helpers.js";
 
-type Vars = Partial<Record<Exclude<keyof WorkerEnv, "Sandbox">, string>>;
-const bindings = (vars: Vars): WorkerEnv => ({ ...vars, Sandbox: env.Sandbox });
+type Vars = Partial<
+  Record<Exclude<keyof WorkerEnv, "Sandbox" | "WarmPool" | "CF_VERSION_METADATA">, string>
+>;
+const bindings = (vars: Vars): WorkerEnv => ({
+  ...vars,
+  Sandbox: env.Sandbox,
+  WarmPool: warmPoolNamespace(),
+});
+
+/** The ConfigError `readConfig` throws for `vars`. */
+function configError(vars: Vars): ConfigError {
+  try {
+    readConfig(bindings(vars));
+  } catch (error) {
+    if (ConfigError.isInstance(error)) return error;
+    throw error;
+  }
+  throw new Error("readConfig accepted the variables");
+}
 
 describe("readConfig", () => {
   it("reads every variable", () => {
@@ -21,6 +39,10 @@ describe("readConfig", () => {
           MAX_ENV_ENTRY_BYTES: "10",
           MAX_TIMEOUT_SECONDS: "1.5",
           MAX_OUTPUT_BYTES: "65536",
+          WARM_POOL_TARGET: "10",
+          WARM_POOL_MAX_IDLE: "15m",
+          WARM_POOL_REFILL_BATCH: "2",
+          MAX_INSTANCES: "20",
         }),
       ),
     ).toEqual({
@@ -37,6 +59,7 @@ describe("readConfig", () => {
         maxTimeoutSeconds: 1.5,
         maxOutputBytes: 65_536,
       },
+      warmPool: { target: 10, maxIdleSeconds: 900, refillBatch: 2, shards: 2 },
     });
   });
 
@@ -45,7 +68,12 @@ describe("readConfig", () => {
       readConfig(
         bindings({ BRIDGE_TOKEN: "", ALLOW_UNAUTHENTICATED: "", SANDBOX_SLEEP_AFTER: "" }),
       ),
-    ).toEqual({ token: undefined, allowUnauthenticated: false, limits: {} });
+    ).toEqual({
+      token: undefined,
+      allowUnauthenticated: false,
+      limits: {},
+      warmPool: { target: 0, maxIdleSeconds: 600, refillBatch: 4, shards: 0 },
+    });
     expect(readConfig(bindings({ SANDBOX_SLEEP_AFTER: "2h" })).sleepAfter).toBe("2h");
   });
 
@@ -59,5 +87,57 @@ describe("readConfig", () => {
     expect(ConfigError.isInstance(caught)).toBe(true);
     expect((caught as ConfigError).variable).toBe("MAX_ENV_ENTRIES");
     expect(ConfigError.isInstance(new Error("x"))).toBe(false);
+  });
+
+  it("turns the warm pool off by default and spreads it over shards of at most 8", () => {
+    expect(readConfig(bindings({})).warmPool.target).toBe(0);
+    expect(
+      readConfig(bindings({ MAX_INSTANCES: "40", WARM_POOL_TARGET: "8" })).warmPool.shards,
+    ).toBe(1);
+    expect(
+      readConfig(bindings({ MAX_INSTANCES: "40", WARM_POOL_TARGET: "17" })).warmPool.shards,
+    ).toBe(3);
+    expect(readConfig(bindings({ WARM_POOL_MAX_IDLE: "2h" })).warmPool.maxIdleSeconds).toBe(7200);
+  });
+
+  it("keeps the warm pool to half of MAX_INSTANCES, so calls beyond it find instances", () => {
+    expect(
+      readConfig(bindings({ MAX_INSTANCES: "20", WARM_POOL_TARGET: "10" })).warmPool.target,
+    ).toBe(10);
+    const error = configError({ MAX_INSTANCES: "20", WARM_POOL_TARGET: "11" });
+    expect(error.variable).toBe("WARM_POOL_TARGET");
+    expect(error.message).toContain("at most half of MAX_INSTANCES (10 of 20)");
+    expect(configError({ WARM_POOL_TARGET: "1" }).variable).toBe("MAX_INSTANCES");
+  });
+
+  it("refuses unusable warm pool values, naming the variable", () => {
+    for (const [variable, value] of [
+      ["WARM_POOL_TARGET", "-1"],
+      ["WARM_POOL_TARGET", "2.5"],
+      ["WARM_POOL_TARGET", "1001"],
+      ["WARM_POOL_REFILL_BATCH", "0"],
+      ["WARM_POOL_REFILL_BATCH", "33"],
+      ["WARM_POOL_MAX_IDLE", "soon"],
+      ["WARM_POOL_MAX_IDLE", "30s"],
+      ["WARM_POOL_MAX_IDLE", "25h"],
+      ["MAX_INSTANCES", "0"],
+    ] as const) {
+      expect(
+        configError({ MAX_INSTANCES: "100", [variable]: value }).variable,
+        `${variable}=${value}`,
+      ).toBe(variable);
+    }
+  });
+
+  it("needs the WarmPool binding for a pool", () => {
+    let caught: unknown;
+    try {
+      readConfig({ Sandbox: env.Sandbox, MAX_INSTANCES: "20", WARM_POOL_TARGET: "2" });
+    } catch (error) {
+      caught = error;
+    }
+    expect(ConfigError.isInstance(caught) && caught.message).toContain(
+      "WarmPool Durable Object binding",
+    );
   });
 });

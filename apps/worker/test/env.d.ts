@@ -1,5 +1,6 @@
 import type { Sandbox } from "@cloudflare/sandbox";
 import type { FakeSandbox } from "./fake-sandbox.js";
+import type { TestWarmPoolShard } from "./fake-warm-pool.js";
 
 declare global {
   namespace Cloudflare {
@@ -8,11 +9,13 @@ declare global {
       Sandbox: DurableObjectNamespace<Sandbox>;
       /** The SDK's own class, in a runtime without containers (as `wrangler dev` without Docker). */
       RealSandbox: DurableObjectNamespace<Sandbox>;
+      /** The warm pool's shards: the real class with test hooks; its containers are fakes. */
+      WarmPool: DurableObjectNamespace<TestWarmPoolShard>;
       BRIDGE_TOKEN?: string;
     }
     interface GlobalProps {
       mainModule: typeof import("./worker-entry.js");
-      durableNamespaces: "FakeSandbox";
+      durableNamespaces: "FakeSandbox" | "TestWarmPoolShard";
     }
   }
 }

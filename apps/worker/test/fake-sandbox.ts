@@ -13,8 +13,14 @@ import { INJECTED_FAILURES } from "./expected-runtime-logs.js";
 
 type SandboxSurface = Pick<
   Sandbox,
-  "configure" | "startAndWaitForPorts" | "execStream" | "execStreamWithSessionToken" | "destroy"
+  | "configure"
+  | "startAndWaitForPorts"
+  | "execStream"
+  | "execStreamWithSessionToken"
+  | "destroy"
+  | "getState"
 >;
+type ContainerState = Awaited<ReturnType<Sandbox["getState"]>>;
 type StreamOptions = NonNullable<Parameters<Sandbox["execStream"]>[1]>;
 type Configuration = Parameters<Sandbox["configure"]>[0];
 
@@ -64,6 +70,8 @@ export interface FakeState {
   }>;
   destroyCalls: number;
   destroyed: boolean;
+  /** The container as `getState()` reports it: started, then stopped by a destroy or a kill. */
+  container: "never started" | "healthy" | "stopped";
   streamCancelled: boolean;
   bytesSent: number;
 }
@@ -104,6 +112,7 @@ export class FakeSandbox extends DurableObject implements SandboxSurface {
     execs: [],
     destroyCalls: 0,
     destroyed: false,
+    container: "never started",
     streamCancelled: false,
     bytesSent: 0,
   };
@@ -144,6 +153,20 @@ export class FakeSandbox extends DurableObject implements SandboxSurface {
     }
     await this.#update((state) => {
       state.starts.push(start);
+      state.container = "healthy";
+    });
+  }
+
+  async getState(): Promise<ContainerState> {
+    const status = this.#state.container === "healthy" ? "healthy" : "stopped";
+    return { status, lastChange: Date.now() };
+  }
+
+  /** The container dies by itself (as a crash or the platform would end it). */
+  async kill(): Promise<void> {
+    this.#running.abort();
+    await this.#update((state) => {
+      state.container = "stopped";
     });
   }
 
@@ -164,7 +187,10 @@ export class FakeSandbox extends DurableObject implements SandboxSurface {
     });
     if (this.#scenario.destroyWaits) await this.#destroyReleased;
     await this.#update((state) => {
-      if (!this.#scenario.destroyFails) state.destroyed = true;
+      if (!this.#scenario.destroyFails) {
+        state.destroyed = true;
+        state.container = "stopped";
+      }
     });
     if (this.#scenario.destroyFails) throw new Error(INJECTED_FAILURES.destroy);
   }

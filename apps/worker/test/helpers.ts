@@ -6,6 +6,7 @@ import { newSandboxId, type StreamEvent } from "@remote-task/protocol";
 import { expect } from "vitest";
 import type { WorkerEnv } from "../src/config.js";
 import worker from "../src/index.js";
+import type { WarmPoolShard } from "../src/warm-pool.js";
 import { createWorker } from "../src/worker.js";
 import type { FakeSandbox, FakeState } from "./fake-sandbox.js";
 
@@ -17,8 +18,15 @@ type Handler = {
 };
 
 /** The test bindings (`env.Sandbox` is the fake), optionally with some variables changed. */
-export function workerEnv(overrides: Partial<Record<keyof WorkerEnv, string | undefined>> = {}) {
-  return { ...env, ...overrides } as WorkerEnv;
+export function workerEnv(
+  overrides: Partial<
+    Record<
+      Exclude<keyof WorkerEnv, "Sandbox" | "WarmPool" | "CF_VERSION_METADATA">,
+      string | undefined
+    >
+  > = {},
+) {
+  return { ...env, WarmPool: warmPoolNamespace(), ...overrides } as WorkerEnv;
 }
 
 export interface Answer {
@@ -70,6 +78,11 @@ export function exec(
 /** Parses an SSE body into protocol stream events (each one validated). */
 export function events(text: string): Promise<StreamEvent[]> {
   return readStreamEvents(new Response(text)).all();
+}
+
+/** `env.WarmPool` typed as the Worker sees it (the test binds the shard class with test hooks). */
+export function warmPoolNamespace(): DurableObjectNamespace<WarmPoolShard> {
+  return env.WarmPool as unknown as DurableObjectNamespace<WarmPoolShard>;
 }
 
 export function fakeNamespace(): DurableObjectNamespace<FakeSandbox> {

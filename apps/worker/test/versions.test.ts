@@ -2,6 +2,7 @@ import { expect, it } from "vitest";
 import lockfile from "../../../package-lock.json?raw";
 import dockerfile from "../Dockerfile?raw";
 import packageJson from "../package.json?raw";
+import wrangler from "../wrangler.jsonc?raw";
 
 it("pins @cloudflare/sandbox exactly, and the Dockerfile's image to the same version", () => {
   const pinned = JSON.parse(packageJson).dependencies["@cloudflare/sandbox"] as string;
@@ -10,4 +11,12 @@ it("pins @cloudflare/sandbox exactly, and the Dockerfile's image to the same ver
   expect(installed).toBe(pinned);
   const images = [...dockerfile.matchAll(/^FROM\s+(\S+)/gm)].map((match) => match[1]);
   expect(images).toEqual([`docker.io/cloudflare/sandbox:${pinned}`]);
+});
+
+it("repeats the containers' max_instances as MAX_INSTANCES in every environment", () => {
+  const maxInstances = [...wrangler.matchAll(/"max_instances":\s*(\d+)/g)].map((m) => m[1]);
+  const variables = [...wrangler.matchAll(/"MAX_INSTANCES":\s*"(\d+)"/g)].map((m) => m[1]);
+  expect(maxInstances).toHaveLength(1);
+  // The ci environment has no containers but the same variables.
+  expect(variables).toEqual([maxInstances[0], maxInstances[0]]);
 });

@@ -5,6 +5,7 @@
  */
 
 import { hasBrand } from "@remote-task/internal";
+import type { HealthResponse } from "@remote-task/protocol";
 
 /** What the bridge asks a backend to run. */
 export interface ExecSpec {
@@ -38,7 +39,15 @@ export interface RunningCommand {
   output: AsyncIterable<OutputChunk>;
   /** Settles with the exit code once the command ended by itself; rejects on backend failure. */
   exit: Promise<number>;
+  /**
+   * Whether the sandbox was started ahead of the call (a warm pool) rather than for it, when the
+   * backend keeps such a pool; logged with the call as `warm`.
+   */
+  warm?: boolean | undefined;
 }
+
+/** What a backend may add to `GET /health`: the fields the bridge does not fill itself. */
+export type BackendHealth = Pick<HealthResponse, "warmPool">;
 
 /** A sandbox technology as the bridge uses it (see the top of this file). */
 export interface SandboxBackend {
@@ -53,6 +62,11 @@ export interface SandboxBackend {
    * A failure rejects (with a message safe to log); the bridge logs it as `destroy_failed`.
    */
   destroy(sandboxId: string): Promise<void>;
+  /**
+   * Optional: fields this backend adds to `GET /health` (e.g. its warm pool). Should answer
+   * quickly; a rejection leaves the fields out and is logged as `internal_error`.
+   */
+  health?(): Promise<BackendHealth>;
 }
 
 export type BackendErrorCode = "invalid_request" | "capacity_exceeded" | "sandbox_error";

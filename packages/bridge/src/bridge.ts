@@ -9,7 +9,7 @@ import {
 } from "@remote-task/protocol";
 import { type Context, Hono } from "hono";
 import { requireToken } from "./auth.js";
-import type { SandboxBackend } from "./backend.js";
+import type { BackendHealth, SandboxBackend } from "./backend.js";
 import { logDetail } from "./call.js";
 import { CallRegistry } from "./calls.js";
 import { type ExecRoutesContext, handleCancel, handleExec } from "./exec.js";
@@ -96,8 +96,9 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
   const app = new Hono<HonoEnv>();
   // Every route is a static path. All but the OpenAPI document need the token.
   const tokenRequired = requireToken(token, options.allowUnauthenticated === true);
-  app.get("/health", tokenRequired, () => {
+  app.get("/health", tokenRequired, async () => {
     const body: HealthResponse = {
+      ...(await backendHealth(options.backend, logger)),
       ok: true,
       protocol: PROTOCOL_VERSION,
       backend: options.backend.name,
@@ -146,6 +147,22 @@ function answerError(error: unknown, logger: BridgeLogger, token: string | undef
   const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
   logger({ event: "internal_error", level: "error", detail: logDetail(text, [token]) });
   return errorResponse("internal", BRIDGE_TEXTS.internal);
+}
+
+/** What the backend adds to `/health`; nothing when it has nothing or its `health()` fails. */
+async function backendHealth(
+  backend: SandboxBackend,
+  logger: BridgeLogger,
+): Promise<BackendHealth> {
+  if (backend.health === undefined) return {};
+  try {
+    const { warmPool } = await backend.health();
+    return warmPool === undefined ? {} : { warmPool };
+  } catch (error) {
+    const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+    logger({ event: "internal_error", level: "error", detail: logDetail(`health(): ${text}`, []) });
+    return {};
+  }
 }
 
 /** 405 with `Allow` for a known path asked with another method, 404 for an unknown path. */

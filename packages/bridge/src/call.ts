@@ -115,6 +115,8 @@ export class ExecCall {
   readonly #endOnly: RaceAbortOptions = { abortError: this.#markEnded };
   readonly #started: Promise<RunningCommand>;
   #running: RunningCommand | undefined;
+  /** Ms from the call's start until its command was running. */
+  #startMs: number | undefined;
   #endedBy: EndReason | undefined;
   /** True once the outcome is decided; later end requests are ignored. */
   #settled = false;
@@ -178,6 +180,7 @@ export class ExecCall {
       const first = await this.#race(this.#started);
       if (!first.ended) {
         this.#running = first.value;
+        this.#startMs = Date.now() - this.startedAt;
         return undefined;
       }
       outcome = { kind: "result", result: this.#endedResult(first.reason) };
@@ -322,6 +325,8 @@ export class ExecCall {
       durationMs: Date.now() - this.startedAt,
       streamed: this.streamed,
       ...(this.#endedBy === undefined ? {} : { endedBy: this.#endedBy }),
+      ...(this.#startMs === undefined ? {} : { startMs: this.#startMs }),
+      ...(this.#running?.warm === undefined ? {} : { warm: this.#running.warm }),
     };
     if (outcome.kind === "result") {
       const { result } = outcome;

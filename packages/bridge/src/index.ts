@@ -1,6 +1,7 @@
 export {
   BackendError,
   type BackendErrorCode,
+  type BackendHealth,
   type ExecSpec,
   type OutputChunk,
   type RunningCommand,

@@ -14,9 +14,13 @@ export interface ExecLogEntry {
   errorCode?: ErrorCode;
   endedBy?: EndReason;
   durationMs: number;
+  /** Ms until the command was running (the sandbox's start, cold or warm); absent if it never ran. */
+  startMs?: number;
   stdoutBytes: number;
   stderrBytes: number;
   streamed: boolean;
+  /** Whether the sandbox came from a warm pool (started ahead of the call), when the backend keeps one. */
+  warm?: boolean;
   /** For unexpected backend failures: the failure's message, with env values and the token redacted. */
   detail?: string;
 }

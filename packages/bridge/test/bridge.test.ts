@@ -60,6 +60,40 @@ describe("routes and auth", () => {
     });
   });
 
+  it("adds what the backend reports to /health, the bridge's own fields first", async () => {
+    const fake = createFakeBackend();
+    const warmPool = { target: 8, ready: 5, starting: 3 };
+    const backend = Object.assign(Object.create(fake), {
+      health: async () => ({ warmPool, ok: false, backend: "other" }),
+    });
+    const bridge = createBridge({ backend, token: TOKEN });
+    bridges.push(bridge);
+    const body = healthResponseSchema.parse(await (await bridge(request("/health"))).json());
+    expect(body).toMatchObject({ ok: true, backend: "fake", warmPool });
+  });
+
+  it("answers /health without the backend's fields when its health() fails, and logs it", async () => {
+    const backend = Object.assign(Object.create(createFakeBackend()), {
+      health: async () => {
+        throw new Error("pool unreachable");
+      },
+    });
+    const logger = memoryLogger();
+    const bridge = createBridge({ backend, token: TOKEN, logger });
+    bridges.push(bridge);
+    const response = await bridge(request("/health"));
+    expect(response.status).toBe(200);
+    const body = healthResponseSchema.parse(await response.json());
+    expect(body.warmPool).toBeUndefined();
+    expect(body).toMatchObject({ ok: true, backend: "fake" });
+    expect(logger.entries).toContainEqual(
+      expect.objectContaining({
+        event: "internal_error",
+        detail: expect.stringContaining("pool unreachable"),
+      }),
+    );
+  });
+
   it("serves the protocol OpenAPI document without auth", async () => {
     const { bridge } = setup();
     const response = await bridge(request("/openapi.json", { token: null }));
@@ -368,6 +402,26 @@ describe("exec", () => {
     });
   });
 
+  it("logs whether the sandbox came from a warm pool, when the backend says", async () => {
+    const fake = createFakeBackend();
+    const backend = Object.assign(Object.create(fake), {
+      start: async (spec: Parameters<typeof fake.start>[0]) => ({
+        ...(await fake.start(spec)),
+        warm: spec.command === "echo warm",
+      }),
+    });
+    const logger = memoryLogger();
+    const bridge = createBridge({ backend, token: TOKEN, logger });
+    bridges.push(bridge);
+    for (const command of ["echo warm", "echo cold"]) {
+      await bridge(request("/exec", { body: { sandboxId: freshId(), command } }));
+    }
+    const plain = setup();
+    await plain.exec({ command: "echo unknown" });
+    expect(logger.entries.map((entry) => (entry as ExecLogEntry).warm)).toEqual([true, false]);
+    expect(plain.logger.entries[0]).not.toHaveProperty("warm");
+  });
+
   it("times out while the sandbox is still starting and destroys it once started", async () => {
     const { exec, backend } = setup({}, { startLatencyMs: 400 });
     const result = execResultSchema.parse(
@@ -502,6 +556,17 @@ describe("exec", () => {
     });
     expect((logger.entries[0] as ExecLogEntry).durationMs).toBeGreaterThanOrEqual(0);
     expect(JSON.stringify(logger.entries)).not.toMatch(/top-secret-value|test-token/);
+  });
+
+  it("logs how long the sandbox took to start, once its command ran", async () => {
+    const { exec, logger } = setup({}, { startLatencyMs: 150 });
+    await exec({ command: "echo hi" });
+    const [entry] = logger.entries as ExecLogEntry[];
+    expect(entry?.startMs).toBeGreaterThanOrEqual(140);
+    expect(entry?.startMs).toBeLessThanOrEqual(entry?.durationMs ?? 0);
+    const failing = setup({}, { script: () => ({ startError: new Error("no sandbox") }) });
+    await failing.exec({ command: "x" });
+    expect(failing.logger.entries[0]).not.toHaveProperty("startMs");
   });
 
   it("keeps working when the logger throws", async () => {

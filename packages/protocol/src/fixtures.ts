@@ -85,6 +85,17 @@ export const validFixtures: readonly Fixture[] = [
       version: "0.1.0",
     },
   },
+  {
+    name: "health with a warm pool",
+    schema: "HealthResponse",
+    value: {
+      ok: true,
+      backend: "cloudflare",
+      isolation: "container",
+      warmPool: { target: 16, ready: 12, starting: 4 },
+    },
+  },
+  { name: "warm pool off", schema: "WarmPool", value: { target: 0, ready: 0, starting: 0 } },
   { name: "limits", schema: "Limits", value: limits },
   {
     name: "error body",
@@ -212,6 +223,12 @@ export const invalidFixtures: readonly InvalidFixture[] = [
     failingPath: ["outcome"],
   },
   { name: "health not ok", schema: "HealthResponse", value: { ok: false }, failingPath: ["ok"] },
+  {
+    name: "health with a negative warm pool count",
+    schema: "HealthResponse",
+    value: { ok: true, warmPool: { target: 4, ready: -1, starting: 0 } },
+    failingPath: ["warmPool", "ready"],
+  },
   {
     name: "error body with unknown code",
     schema: "ErrorBody",

@@ -15,12 +15,14 @@ import {
   limitsSchema,
   outcomeSchema,
   streamEventSchema,
+  warmPoolSchema,
 } from "./schemas.js";
 
 /** Every named wire schema, keyed by the name used in JSON Schema and OpenAPI documents. */
 export const wireSchemas = {
   SandboxId: sandboxIdSchema,
   Limits: limitsSchema,
+  WarmPool: warmPoolSchema,
   HealthResponse: healthResponseSchema,
   ExecRequest: execRequestSchema,
   Outcome: outcomeSchema,

@@ -18,6 +18,19 @@ export const limitsSchema = z.object({
 });
 export type Limits = z.infer<typeof limitsSchema>;
 
+/**
+ * A bridge's pool of sandboxes started ahead of calls (the Cloudflare Worker's warm pool), as
+ * `GET /health` reports it. Each pooled sandbox serves exactly one call.
+ */
+export const warmPoolSchema = z.object({
+  target: nonNegativeInt.describe(
+    "Sandboxes the pool keeps started and waiting (0: the pool is off).",
+  ),
+  ready: nonNegativeInt.describe("Sandboxes started and waiting for a call now."),
+  starting: nonNegativeInt.describe("Sandboxes being started to refill the pool now."),
+});
+export type WarmPool = z.infer<typeof warmPoolSchema>;
+
 /** `GET /health`. The reference bridge answers only `{ok: true}`, so the rest is optional. */
 export const healthResponseSchema = z.object({
   ok: z.literal(true),
@@ -29,6 +42,9 @@ export const healthResponseSchema = z.object({
     .describe("Isolation actually in force: `container`, `bwrap` or `none`."),
   limits: limitsSchema.optional(),
   version: z.string().optional().describe("Version of the bridge software."),
+  warmPool: warmPoolSchema
+    .optional()
+    .describe("The pool of sandboxes started ahead of calls, on a bridge that keeps one."),
 });
 export type HealthResponse = z.infer<typeof healthResponseSchema>;
 

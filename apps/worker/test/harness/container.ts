@@ -54,6 +54,8 @@ export interface ContainerOptions {
   env: readonly string[];
   /** Run nothing on the port (a server that never comes up). */
   neverListens?: boolean;
+  /** The container's host name (`hostname` inside), as Docker sets it: its short id. */
+  hostname?: string;
   /** Receives the container's stdout and stderr lines. */
   onLog?: (line: string) => void;
 }
@@ -125,7 +127,7 @@ export class Container {
         "--unshare-uts",
         "--die-with-parent",
         "--hostname",
-        "container",
+        options.hostname ?? "container",
         ...systemMounts(),
         "--tmpfs",
         "/tmp",

@@ -57,6 +57,11 @@ export function isLive(record: ContainerRecord): boolean {
   return !record.deleted && record.exitCode === undefined;
 }
 
+/** The host name a container's processes see (Docker's: the first 12 digits of its id). */
+export function hostnameOf(record: ContainerRecord): string {
+  return record.id.slice(0, 12);
+}
+
 export interface ContainerRecord {
   /** Docker id. */
   id: string;
@@ -67,8 +72,8 @@ export interface ContainerRecord {
   image: string;
   env: readonly string[];
   events: Array<{ event: LifecycleEvent; at: number; detail?: string }>;
-  /** Request lines (`POST /api/execute/stream HTTP/1.1`) received through the sidecar. */
-  requests: string[];
+  /** Request lines (`POST /api/execute/stream HTTP/1.1`) received through the sidecar, and when. */
+  requests: Array<{ line: string; at: number }>;
   /** Set while the container runs. */
   exitCode?: number;
   deleted: boolean;
@@ -102,6 +107,12 @@ interface Sidecar {
 }
 
 const SIDECAR_INGRESS_PORT = 39001;
+/**
+ * An HTTP/1.1 request line at the start of a chunk or after the blank line that ends a message
+ * (bodies are JSON, where a raw CR LF cannot appear).
+ */
+const REQUEST_LINE =
+  /(?:^|\r\n\r\n)((?:GET|POST|PUT|DELETE|PATCH|HEAD|OPTIONS) \S+ HTTP\/1\.[01])\r\n/g;
 const FAKE_CA =
   "-----BEGIN CERTIFICATE-----\nremote-task harness: no TLS interception\n-----END CERTIFICATE-----\n";
 
@@ -377,6 +388,7 @@ export class FakeDockerEngine {
       const process = await Container.start({
         image: this.#options.image,
         env: record.env,
+        hostname: hostnameOf(record),
         ...(faults.neverListens ? { neverListens: true } : {}),
         onLog: (line) => {
           if (line.includes("STAND-IN UNKNOWN REQUEST")) this.problems.push(line);
@@ -508,12 +520,13 @@ export class FakeDockerEngine {
     upstream.on("error", () => client.destroy());
     client.on("close", () => upstream.destroy());
     upstream.on("close", () => client.destroy());
-    let sniffed = false;
+    // A connection may carry several requests one after the other (workerd keeps it open):
+    // each request line is recorded, found where a chunk or a message starts.
     const sniff = (chunk: Buffer) => {
-      if (sniffed) return;
-      sniffed = true;
-      const line = chunk.toString("latin1", 0, Math.min(chunk.length, 200)).split("\r\n")[0];
-      if (line !== undefined) container.record.requests.push(line);
+      const text = chunk.toString("latin1");
+      for (const match of text.matchAll(REQUEST_LINE)) {
+        container.record.requests.push({ line: match[1] as string, at: Date.now() });
+      }
     };
     if (head.length > 0) {
       sniff(head);

@@ -15,7 +15,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { type ContainerRecord, isLive } from "./engine.ts";
 import { imageUnderTest } from "./images.ts";
 import { peakRssGrowth, processesWith } from "./proc.ts";
-import { type Answer, TOKEN, WorkerHarness } from "./worker.ts";
+import { type Answer, commandsRun, TOKEN, WorkerHarness } from "./worker.ts";
 
 let harness: WorkerHarness;
 /**
@@ -44,7 +44,7 @@ afterAll(async () => {
     while (harness.engine.live.length > 0 && Date.now() < deadline) await sleep(100);
     expect(harness.engine.live.map((r) => r.name)).toEqual([]);
     for (const record of harness.engine.records) {
-      expect(executions(record), record.name).toBeLessThanOrEqual(1);
+      expect(commandsRun(record), record.name).toBeLessThanOrEqual(1);
     }
     expect(harness.engine.records.length).toBeGreaterThan(20);
   } finally {
@@ -54,10 +54,6 @@ afterAll(async () => {
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
-}
-
-function executions(record: ContainerRecord): number {
-  return record.requests.filter((line) => line.startsWith("POST /api/execute/stream ")).length;
 }
 
 function id(): string {
@@ -148,7 +144,7 @@ describe("the Worker with the real Sandbox Durable Object", () => {
     expect(answer.ms).toBeLessThan(6_000);
     const containers = await destroyed(sandboxId);
     expect(containers.length).toBeGreaterThan(0);
-    expect(containers.every((record) => executions(record) === 0)).toBe(true);
+    expect(containers.every((record) => commandsRun(record) === 0)).toBe(true);
   });
 });
 
@@ -158,7 +154,7 @@ async function commandSent(sandboxId: string): Promise<ContainerRecord> {
   await expect
     .poll(
       async () => {
-        found = (await harness.containersOf(sandboxId)).find((r) => executions(r) > 0);
+        found = (await harness.containersOf(sandboxId)).find((r) => commandsRun(r) > 0);
         return found !== undefined;
       },
       { timeout: 15_000 },
@@ -334,7 +330,7 @@ describe("container starts, through the real Durable Object", () => {
     expect(answer.ms).toBeGreaterThanOrEqual(2_000);
     const containers = await destroyed(sandboxId);
     expect(containers).toHaveLength(1);
-    expect(executions(containers[0] as ContainerRecord)).toBe(1);
+    expect(commandsRun(containers[0] as ContainerRecord)).toBe(1);
   });
 
   it("answers sandbox_error, not a timeout, when the container cannot be created", async () => {
@@ -357,7 +353,7 @@ describe("container starts, through the real Durable Object", () => {
     expect(body).toMatchObject({ code: "sandbox_error" });
     expect(body.error).toContain("did not become ready within the call's timeout (3 s)");
     const containers = await destroyed(sandboxId);
-    expect(containers.every((record) => executions(record) === 0)).toBe(true);
+    expect(containers.every((record) => commandsRun(record) === 0)).toBe(true);
   });
 
   it("leaves no container behind and runs nothing when the timeout ends a slow start", async () => {
@@ -375,7 +371,7 @@ describe("container starts, through the real Durable Object", () => {
     await sleep(3_000);
     const containers = await destroyed(sandboxId, 15_000);
     expect(containers.length).toBeGreaterThan(0);
-    expect(containers.every((record) => executions(record) === 0)).toBe(true);
+    expect(containers.every((record) => commandsRun(record) === 0)).toBe(true);
   });
 });
 
@@ -417,6 +413,6 @@ describe("load through the real Durable Object", () => {
     const containers = (await Promise.all(ids.map((sandboxId) => destroyed(sandboxId)))).flat();
     expect(containers).toHaveLength(20);
     expect(new Set(containers.map((record) => record.durableObjectId)).size).toBe(20);
-    expect(containers.every((record) => executions(record) === 1)).toBe(true);
+    expect(containers.every((record) => commandsRun(record) === 1)).toBe(true);
   }, 120_000);
 });

@@ -5,7 +5,11 @@
  * client through the harness's fake Docker engine. Calls go over real HTTP to workerd.
  */
 import { existsSync } from "node:fs";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { type HealthResponse, healthResponseSchema } from "@remote-task/protocol";
 import { convertV4MiniflareOptions, Miniflare } from "miniflare";
 import { unstable_getMiniflareWorkerOptions } from "wrangler";
 import type { ContainerImage } from "./container.ts";
@@ -21,6 +25,16 @@ export interface WorkerHarnessOptions {
   image: ContainerImage;
   /** Worker variables added to (or replacing) those of wrangler.jsonc. */
   vars?: Record<string, string>;
+  /** workerd output lines kept in `logs` (default 5000; the oldest go first). */
+  logLines?: number;
+}
+
+/** What a warm pool shard reports of itself (`ShardStats` in src/warm-pool.ts). */
+export interface ShardReport {
+  target: number;
+  ready: number;
+  starting: number;
+  claims: number;
 }
 
 export interface Answer {
@@ -30,18 +44,48 @@ export interface Answer {
   ms: number;
 }
 
+/** How many commands a container was sent (the SDK's exec requests it received). */
+export function commandsRun(record: ContainerRecord): number {
+  return record.requests.filter(({ line }) => line.startsWith("POST /api/execute/stream ")).length;
+}
+
+/** What wrangler.jsonc sets for the Worker (the `ci` environment, which `npm run build` uses). */
+function wranglerOptions() {
+  return unstable_getMiniflareWorkerOptions(`${WORKER_DIR}wrangler.jsonc`, "ci").workerOptions as {
+    compatibilityDate: string;
+    compatibilityFlags: string[];
+    bindings: Record<string, string>;
+  };
+}
+
 export class WorkerHarness {
   readonly engine: FakeDockerEngine;
-  readonly #mf: Miniflare;
-  readonly url: URL;
+  #mf: Miniflare;
+  #url: URL;
+  readonly #options: WorkerHarnessOptions;
+  /** Where the Durable Objects' storage lives, kept across a redeploy. */
+  readonly #storage: string;
   /** workerd's output (the bridge's JSON log lines and the SDK's), last lines first dropped. */
   readonly logs: string[];
 
-  private constructor(engine: FakeDockerEngine, mf: Miniflare, url: URL, logs: string[]) {
+  private constructor(
+    engine: FakeDockerEngine,
+    mf: Miniflare,
+    url: URL,
+    options: WorkerHarnessOptions,
+    storage: string,
+    logs: string[],
+  ) {
     this.engine = engine;
     this.#mf = mf;
-    this.url = url;
+    this.#url = url;
+    this.#options = options;
+    this.#storage = storage;
     this.logs = logs;
+  }
+
+  get url(): URL {
+    return this.#url;
   }
 
   static async start(options: WorkerHarnessOptions): Promise<WorkerHarness> {
@@ -49,52 +93,78 @@ export class WorkerHarness {
       throw new Error(`${BUNDLE} is missing: run \`npm run build -w apps/worker\` first.`);
     }
     const engine = await FakeDockerEngine.start({ image: options.image });
+    const storage = await mkdtemp(join(tmpdir(), "rt-harness-storage-"));
     const logs: string[] = [];
-    const collect = (text: string) => {
-      logs.push(...text.split("\n"));
-      if (logs.length > LOG_LINES) logs.splice(0, logs.length - LOG_LINES);
-    };
     try {
-      // What wrangler.jsonc sets for the Worker (the `ci` environment, which `npm run build` uses).
-      const wrangler = unstable_getMiniflareWorkerOptions(`${WORKER_DIR}wrangler.jsonc`, "ci")
-        .workerOptions as {
-        compatibilityDate: string;
-        compatibilityFlags: string[];
-        bindings: Record<string, string>;
-      };
-      const mf = new Miniflare(
-        convertV4MiniflareOptions({
-          host: "127.0.0.1",
-          port: 0,
-          containerEngine: { localDocker: { socketPath: `unix:${engine.socketPath}` } },
-          handleStructuredLogs: ({ message }: { message: string }) => collect(message),
-          workers: [
-            {
-              name: "remote-task-bridge",
-              modules: true,
-              scriptPath: BUNDLE,
-              // Module names relative to the package, whatever the working directory.
-              modulesRoot: WORKER_DIR,
-              compatibilityDate: wrangler.compatibilityDate,
-              compatibilityFlags: wrangler.compatibilityFlags,
-              bindings: { ...wrangler.bindings, BRIDGE_TOKEN: TOKEN, ...options.vars },
-              durableObjects: {
-                Sandbox: {
-                  className: "Sandbox",
-                  useSQLite: true,
-                  container: { imageName: "remote-task-harness" },
-                },
-              },
-            },
-          ],
-        }),
-      );
+      const mf = WorkerHarness.#miniflare(engine, storage, options, logs);
       const url = await mf.ready;
-      return new WorkerHarness(engine, mf, url, logs);
+      return new WorkerHarness(engine, mf, url, options, storage, logs);
     } catch (error) {
       await engine.close();
+      await rm(storage, { recursive: true, force: true });
       throw error;
     }
+  }
+
+  static #miniflare(
+    engine: FakeDockerEngine,
+    storage: string,
+    options: WorkerHarnessOptions,
+    logs: string[],
+  ): Miniflare {
+    const kept = options.logLines ?? LOG_LINES;
+    const collect = (text: string) => {
+      logs.push(...text.split("\n"));
+      if (logs.length > kept) logs.splice(0, logs.length - kept);
+    };
+    const wrangler = wranglerOptions();
+    return new Miniflare(
+      convertV4MiniflareOptions({
+        host: "127.0.0.1",
+        port: 0,
+        containerEngine: { localDocker: { socketPath: `unix:${engine.socketPath}` } },
+        handleStructuredLogs: ({ message }: { message: string }) => collect(message),
+        // Durable Object storage on disk, so that a redeploy keeps it (as Cloudflare does).
+        resourcePersistencePath: storage,
+        workers: [
+          {
+            name: "remote-task-bridge",
+            modules: true,
+            scriptPath: BUNDLE,
+            // Module names relative to the package, whatever the working directory.
+            modulesRoot: WORKER_DIR,
+            compatibilityDate: wrangler.compatibilityDate,
+            compatibilityFlags: wrangler.compatibilityFlags,
+            bindings: { ...wrangler.bindings, BRIDGE_TOKEN: TOKEN, ...options.vars },
+            // A new version id each time Miniflare starts, as each deploy gets one.
+            versionMetadata: "CF_VERSION_METADATA",
+            durableObjects: {
+              Sandbox: {
+                className: "Sandbox",
+                useSQLite: true,
+                container: { imageName: "remote-task-harness" },
+              },
+              WarmPool: { className: "WarmPoolShard", useSQLite: true },
+            },
+          },
+        ],
+      }),
+    );
+  }
+
+  /**
+   * Deploys the Worker again: workerd stops and starts with a new version id (and `vars` added,
+   * if given), the Durable Objects' storage and the engine's containers stay, as on Cloudflare.
+   */
+  async redeploy(vars?: Record<string, string>): Promise<void> {
+    await this.#mf.dispose();
+    this.#mf = WorkerHarness.#miniflare(
+      this.engine,
+      this.#storage,
+      { ...this.#options, vars: { ...this.#options.vars, ...vars } },
+      this.logs,
+    );
+    this.#url = await this.#mf.ready;
   }
 
   /** `POST /exec` with the token; SSE when `stream` is set. Reads the whole answer. */
@@ -135,6 +205,17 @@ export class WorkerHarness {
     return namespace.idFromName(sandboxId).toString();
   }
 
+  /** What each warm pool shard reports of itself (its share, ready, starting, claims served). */
+  async shardStats(shards: number): Promise<ShardReport[]> {
+    const namespace = await this.#mf.getDurableObjectNamespace("WarmPool");
+    return Promise.all(
+      Array.from({ length: shards }, (_, index) => {
+        const shard = namespace.get(namespace.idFromName(`warm-pool-shard-${index}`));
+        return (shard as unknown as { stats(index: number): Promise<ShardReport> }).stats(index);
+      }),
+    );
+  }
+
   /** Every container created for `sandboxId`, in order. */
   async containersOf(sandboxId: string): Promise<ContainerRecord[]> {
     const id = await this.durableObjectId(sandboxId);
@@ -160,11 +241,20 @@ export class WorkerHarness {
     return pids[0] as number;
   }
 
+  /** `GET /health` with the token, parsed. */
+  async health(): Promise<HealthResponse> {
+    const response = await fetch(new URL("/health", this.url), {
+      headers: { authorization: `Bearer ${TOKEN}` },
+    });
+    return healthResponseSchema.parse(await response.json());
+  }
+
   async close(): Promise<void> {
     try {
       await this.#mf.dispose();
     } finally {
       await this.engine.close();
+      await rm(this.#storage, { recursive: true, force: true });
     }
   }
 }

@@ -1,0 +1,442 @@
+/**
+ * The warm pool: containers started ahead of calls, so a call does not wait for a cold start.
+ * Each warm container is lent to exactly one call, which destroys it when it ends; none is ever
+ * returned to the pool or lent twice. The pool is spread over shards (this Durable Object), each
+ * keeping its share of `WARM_POOL_TARGET` ready; a call asks one shard, so no single object sees
+ * every call.
+ *
+ * A shard keeps one row per container it started (SQLite, so a restart loses nothing) and does
+ * all slow work in its alarm: starting containers (at most `WARM_POOL_REFILL_BATCH` at once) and
+ * destroying the ones it gives up on. It gives up on a container that idled past
+ * `WARM_POOL_MAX_IDLE`, one started by an older Worker version (a deploy drains them), one a call
+ * found dead, one left half-started by a restart, and one lent to a call that is long over (its
+ * Worker died before destroying it). After repeated start failures it pauses its refill,
+ * doubling the pause while starts keep failing, and tries one container at a time until one
+ * starts. Every container it starts also ends by itself (`sleepAfter`) shortly after the pool
+ * would have recycled it, should the shard itself be lost.
+ */
+import { DurableObject } from "cloudflare:workers";
+import {
+  destroyPooledContainer,
+  startPooledContainer,
+  toBackendError,
+} from "./cloudflare-backend.js";
+import { readConfig, type WarmPoolConfig, type WorkerEnv } from "./config.js";
+import { versionOf } from "./warm-pool-client.js";
+
+/** What a call sends to claim a container. */
+export interface ClaimRequest {
+  sandboxId: string;
+  /** The calling Worker's version: only containers of the same version are lent. */
+  version: string;
+  /** The call's timeout: a claim still held long after it counts as orphaned. */
+  timeoutMs: number;
+}
+
+/** One shard's share of the pool, as `/health` sums it up, and the claims it has served. */
+export interface ShardStats {
+  target: number;
+  ready: number;
+  starting: number;
+  /** Containers this shard has lent since it was created. */
+  claims: number;
+}
+
+type ContainerState = "starting" | "ready" | "claimed" | "doomed";
+
+interface ContainerRow extends Record<string, SqlStorageValue> {
+  name: string;
+  state: ContainerState;
+  version: string;
+  /** When the container entered its state (ms). */
+  since: number;
+  /** For `claimed`: the call it was lent to. */
+  sandbox_id: string | null;
+  /** For `claimed`: when the claim counts as orphaned; for `doomed`: when to (re)try the destroy. */
+  due: number;
+}
+
+/** Longest a container start may take (the SDK's own placement and readiness limits). */
+const START_BUDGET_MS = 120_000;
+const DESTROY_TIMEOUT_MS = 30_000;
+const DESTROY_RETRY_MS = 30_000;
+/** A claim is orphaned this long after its call's deadline (the call's destroy would be done). */
+const CLAIM_GRACE_MS = DESTROY_TIMEOUT_MS + 60_000;
+/** A warm container ends by itself this long after the pool would have recycled it. */
+const SLEEP_MARGIN_SECONDS = 120;
+/** Consecutive start failures that pause the refill. */
+const FAILURES_BEFORE_PAUSE = 3;
+const FIRST_PAUSE_MS = 5_000;
+const LONGEST_PAUSE_MS = 5 * 60_000;
+/** How often a shard with a target looks at its containers when nothing else is due. */
+const CHECK_INTERVAL_MS = 60_000;
+/** Longest one alarm runs before handing over to the next one. */
+const ALARM_BUDGET_MS = 60_000;
+/** Shard `index`'s share of a pool of `target` containers over `shards` shards. */
+export function shareOf(target: number, shards: number, index: number): number {
+  if (index >= shards) return 0;
+  return Math.floor(target / shards) + (index < target % shards ? 1 : 0);
+}
+
+/** The warm pool's shard Durable Object (binding `WarmPool`); see the top of this file. */
+export class WarmPoolShard extends DurableObject<WorkerEnv> {
+  readonly #sql: SqlStorage;
+  /** Container starts and destroys in flight in this instance, by container name. */
+  readonly #starting = new Map<string, Promise<void>>();
+  readonly #destroying = new Map<string, Promise<void>>();
+  #index: number | undefined;
+  #alarmRunning = false;
+  #wake: (() => void) | undefined;
+  /** Consecutive start failures, pauses in a row, and the end of the current pause. */
+  #failures = 0;
+  #pauses = 0;
+  #pausedAt = 0;
+  #pausedUntil = 0;
+
+  constructor(ctx: DurableObjectState, env: WorkerEnv) {
+    super(ctx, env);
+    this.#sql = ctx.storage.sql;
+    this.#sql.exec(
+      `CREATE TABLE IF NOT EXISTS containers (
+        name TEXT PRIMARY KEY, state TEXT NOT NULL, version TEXT NOT NULL,
+        since INTEGER NOT NULL, sandbox_id TEXT, due INTEGER NOT NULL)`,
+    );
+    this.#sql.exec(
+      "CREATE TABLE IF NOT EXISTS shard (key TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+    );
+    const stored = this.#sql.exec<{ value: number }>("SELECT value FROM shard WHERE key = 'index'");
+    this.#index = stored.toArray()[0]?.value;
+  }
+
+  /** Lends the oldest ready container of the caller's version to `request.sandboxId`, if any. */
+  async claim(shard: number, request: ClaimRequest): Promise<string | null> {
+    this.#learnIndex(shard);
+    const pool = this.#pool();
+    let name: string | null = null;
+    if (request.version === pool.version) {
+      const ready = this.#sql
+        .exec<{ name: string }>(
+          "SELECT name FROM containers WHERE state = 'ready' AND version = ? ORDER BY since LIMIT 1",
+          pool.version,
+        )
+        .toArray()[0];
+      if (ready !== undefined) {
+        const now = Date.now();
+        this.#sql.exec(
+          "UPDATE containers SET state = 'claimed', since = ?, sandbox_id = ?, due = ? WHERE name = ?",
+          now,
+          request.sandboxId,
+          now + request.timeoutMs + CLAIM_GRACE_MS,
+          ready.name,
+        );
+        name = ready.name;
+        this.#sql.exec(
+          "INSERT INTO shard (key, value) VALUES ('claims', 1) ON CONFLICT (key) DO UPDATE SET value = value + 1",
+        );
+      }
+    }
+    await this.#refillSoon();
+    return name;
+  }
+
+  /** The call destroyed its container: forget it. */
+  async release(shard: number, name: string): Promise<void> {
+    this.#learnIndex(shard);
+    this.#sql.exec("DELETE FROM containers WHERE name = ? AND state = 'claimed'", name);
+  }
+
+  /** A call found its container dead before sending it anything: destroy it. */
+  async discard(shard: number, name: string): Promise<void> {
+    this.#learnIndex(shard);
+    this.#sql.exec(
+      "UPDATE containers SET state = 'doomed', due = ? WHERE name = ? AND state = 'claimed'",
+      Date.now(),
+      name,
+    );
+    log(shard, "info", "discarded", { container: name, reason: "found dead when claimed" });
+    await this.#refillSoon();
+  }
+
+  /** The container lent to `sandboxId`, or null. */
+  async lookup(shard: number, sandboxId: string): Promise<string | null> {
+    this.#learnIndex(shard);
+    const row = this.#sql
+      .exec<{ name: string }>(
+        "SELECT name FROM containers WHERE sandbox_id = ? AND state = 'claimed'",
+        sandboxId,
+      )
+      .toArray()[0];
+    return row?.name ?? null;
+  }
+
+  /** This shard's target and its ready and starting containers (of the current version). */
+  async stats(shard: number): Promise<ShardStats> {
+    this.#learnIndex(shard);
+    const pool = this.#pool();
+    await this.#refillSoon();
+    const claims = this.#sql
+      .exec<{ value: number }>("SELECT value FROM shard WHERE key = 'claims'")
+      .toArray()[0];
+    return { target: pool.target, ...this.#counts(pool.version), claims: claims?.value ?? 0 };
+  }
+
+  override async alarm(): Promise<void> {
+    if (this.#alarmRunning) return;
+    this.#alarmRunning = true;
+    const until = Date.now() + ALARM_BUDGET_MS;
+    const budget = new AbortController();
+    const outOfTime = new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, ALARM_BUDGET_MS);
+      budget.signal.addEventListener("abort", () => clearTimeout(timer));
+    });
+    try {
+      for (;;) {
+        const pool = this.#pool();
+        this.#sweep(pool);
+        this.#refill(pool);
+        const pending = [...this.#starting.values(), ...this.#destroying.values()];
+        if (pending.length === 0) break;
+        if (Date.now() >= until) {
+          // Hand over to a fresh alarm; the work in flight carries on.
+          await this.ctx.storage.setAlarm(Date.now());
+          return;
+        }
+        const woken = new Promise<void>((resolve) => {
+          this.#wake = resolve;
+        });
+        await Promise.race([...pending, woken, outOfTime]);
+      }
+      await this.#scheduleNext(this.#pool());
+    } catch (error) {
+      log(this.#index, "error", "alarm_failed", { detail: String(error) });
+      await this.ctx.storage.setAlarm(Date.now() + DESTROY_RETRY_MS);
+    } finally {
+      budget.abort();
+      this.#alarmRunning = false;
+      this.#wake = undefined;
+    }
+  }
+
+  /** The Worker's variables and bindings the shard works to (its own `env`; tests replace it). */
+  protected variables(): WorkerEnv {
+    return this.env;
+  }
+
+  /** The shard's share of the pool, from the Worker's variables (none when they are unusable). */
+  #pool(): { target: number; config: WarmPoolConfig; version: string } {
+    const variables = this.variables();
+    let config: WarmPoolConfig;
+    try {
+      config = readConfig(variables).warmPool;
+    } catch {
+      config = { target: 0, maxIdleSeconds: 60, refillBatch: 1, shards: 0 };
+    }
+    const target = shareOf(config.target, config.shards, this.#index ?? 0);
+    return { target, config, version: versionOf(variables) };
+  }
+
+  /** A shard learns its number from the first call that reaches it (its alarm has none). */
+  #learnIndex(shard: number): void {
+    if (this.#index === shard) return;
+    this.#index = shard;
+    this.#sql.exec("INSERT OR REPLACE INTO shard (key, value) VALUES ('index', ?)", shard);
+  }
+
+  /** Gets the alarm's loop going now, or wakes it if it runs. */
+  async #refillSoon(): Promise<void> {
+    if (this.#alarmRunning) {
+      this.#wake?.();
+      return;
+    }
+    const at = await this.ctx.storage.getAlarm();
+    if (at === null || at > Date.now()) await this.ctx.storage.setAlarm(Date.now());
+  }
+
+  #rows(): ContainerRow[] {
+    return this.#sql.exec<ContainerRow>("SELECT * FROM containers").toArray();
+  }
+
+  #counts(version: string): { ready: number; starting: number } {
+    let ready = 0;
+    let starting = 0;
+    for (const row of this.#rows()) {
+      if (row.version !== version) continue;
+      if (row.state === "ready") ready++;
+      else if (row.state === "starting") starting++;
+    }
+    return { ready, starting };
+  }
+
+  /** Dooms the containers the pool gives up on, and destroys the doomed ones that are due. */
+  #sweep(pool: { target: number; config: WarmPoolConfig; version: string }): void {
+    const now = Date.now();
+    const maxIdleMs = pool.config.maxIdleSeconds * 1000;
+    const doomed: Record<string, number> = {};
+    const doom = (row: ContainerRow, reason: string) => {
+      this.#sql.exec(
+        "UPDATE containers SET state = 'doomed', due = ? WHERE name = ?",
+        now,
+        row.name,
+      );
+      row.state = "doomed";
+      row.due = now;
+      doomed[reason] = (doomed[reason] ?? 0) + 1;
+    };
+    const rows = this.#rows();
+    for (const row of rows) {
+      if (row.state === "ready" && row.version !== pool.version) doom(row, "older_version");
+      else if (row.state === "ready" && now - row.since > maxIdleMs) doom(row, "idle_too_long");
+      else if (row.state === "starting" && !this.#starting.has(row.name)) doom(row, "restarted");
+      else if (row.state === "claimed" && now > row.due) doom(row, "orphaned");
+    }
+    // A lowered target (or a shard no longer in use): the newest ready containers go first.
+    const mine = rows.filter(
+      (row) => row.version === pool.version && (row.state === "ready" || row.state === "starting"),
+    );
+    const excess = mine.length - pool.target;
+    const spare = mine.filter((row) => row.state === "ready").sort((a, b) => b.since - a.since);
+    for (const row of spare.slice(0, Math.max(0, excess))) doom(row, "above_target");
+    if (Object.keys(doomed).length > 0) log(this.#index, "info", "destroying", { doomed });
+    for (const row of rows) {
+      if (row.state === "doomed" && row.due <= now && !this.#destroying.has(row.name)) {
+        this.#destroy(row.name);
+      }
+    }
+  }
+
+  #destroy(name: string): void {
+    const work = destroyPooledContainer(this.env.Sandbox, name, DESTROY_TIMEOUT_MS)
+      .then(
+        () => {
+          this.#sql.exec("DELETE FROM containers WHERE name = ?", name);
+        },
+        (error: unknown) => {
+          this.#sql.exec(
+            "UPDATE containers SET due = ? WHERE name = ?",
+            Date.now() + DESTROY_RETRY_MS,
+            name,
+          );
+          log(this.#index, "error", "destroy_failed", {
+            container: name,
+            detail: toBackendError(error).message,
+          });
+        },
+      )
+      .finally(() => this.#destroying.delete(name));
+    this.#destroying.set(name, work);
+  }
+
+  /**
+   * Starts containers up to the shard's target, a batch at a time, unless the refill pauses.
+   * Every container the shard holds counts against the target, the ones still being destroyed
+   * too (after a deploy, or found dead), so the pool never takes more instances than its target.
+   */
+  #refill(pool: { target: number; config: WarmPoolConfig; version: string }): void {
+    if (Date.now() < this.#pausedUntil) return;
+    const held = this.#rows().filter((row) => row.state !== "claimed").length;
+    // After a pause, one container at a time until one starts.
+    const batch = this.#pauses > 0 ? 1 : pool.config.refillBatch;
+    const count = Math.min(pool.target - held, batch - this.#starting.size);
+    for (let i = 0; i < count; i++) this.#start(pool);
+  }
+
+  #start(pool: { config: WarmPoolConfig; version: string }): void {
+    const name = `warm-${crypto.randomUUID()}`;
+    const now = Date.now();
+    this.#sql.exec(
+      "INSERT INTO containers (name, state, version, since, sandbox_id, due) VALUES (?, 'starting', ?, ?, NULL, ?)",
+      name,
+      pool.version,
+      now,
+      now + START_BUDGET_MS,
+    );
+    const sleepAfterSeconds = pool.config.maxIdleSeconds + SLEEP_MARGIN_SECONDS;
+    const work = startPooledContainer(this.env.Sandbox, name, sleepAfterSeconds, START_BUDGET_MS)
+      .then(
+        () => {
+          this.#sql.exec(
+            "UPDATE containers SET state = 'ready', since = ? WHERE name = ? AND state = 'starting'",
+            Date.now(),
+            name,
+          );
+          this.#failures = 0;
+          if (this.#pauses > 0) log(this.#index, "info", "refill_resumed", { container: name });
+          this.#pauses = 0;
+        },
+        (error: unknown) => {
+          // A start that failed may still have left a container behind.
+          this.#sql.exec(
+            "UPDATE containers SET state = 'doomed', due = ? WHERE name = ?",
+            Date.now(),
+            name,
+          );
+          this.#startFailed(name, now, error);
+        },
+      )
+      .finally(() => this.#starting.delete(name));
+    this.#starting.set(name, work);
+  }
+
+  /**
+   * Counts a failed start. The third in a row pauses the refill; while it probes after a pause,
+   * one failure pauses it again, twice as long. A start launched before the current pause began
+   * (the rest of its batch) does not count again.
+   */
+  #startFailed(name: string, launchedAt: number, error: unknown): void {
+    const detail = toBackendError(error).message;
+    if (launchedAt < this.#pausedAt) {
+      log(this.#index, "error", "start_failed", { container: name, detail });
+      return;
+    }
+    this.#failures++;
+    if (this.#failures < FAILURES_BEFORE_PAUSE && this.#pauses === 0) {
+      log(this.#index, "error", "start_failed", { container: name, detail });
+      return;
+    }
+    const pauseMs = Math.min(LONGEST_PAUSE_MS, FIRST_PAUSE_MS * 2 ** this.#pauses);
+    this.#pauses++;
+    this.#failures = 0;
+    this.#pausedAt = Date.now();
+    this.#pausedUntil = this.#pausedAt + pauseMs;
+    log(this.#index, "error", "refill_paused", { container: name, detail, pauseMs });
+  }
+
+  /** The next alarm: the earliest thing due, a pause's end, or a periodic look while in use. */
+  async #scheduleNext(pool: { target: number; version: string }): Promise<void> {
+    const now = Date.now();
+    const maxIdleMs = this.#pool().config.maxIdleSeconds * 1000;
+    const times: number[] = [];
+    for (const row of this.#rows()) {
+      if (row.state === "ready") times.push(row.since + maxIdleMs);
+      else if (row.state === "claimed" || row.state === "doomed") times.push(row.due);
+      else times.push(now);
+    }
+    const held = this.#rows().filter((row) => row.state !== "claimed").length;
+    if (held < pool.target) times.push(Math.max(now, this.#pausedUntil));
+    if (pool.target > 0) times.push(now + CHECK_INTERVAL_MS);
+    if (times.length === 0) {
+      await this.ctx.storage.deleteAlarm();
+      return;
+    }
+    await this.ctx.storage.setAlarm(Math.max(now, Math.min(...times)));
+  }
+}
+
+/** One JSON line per pool event (`npx wrangler tail` shows them beside the bridge's lines). */
+function log(
+  shard: number | undefined,
+  level: "info" | "error",
+  action: string,
+  details: Record<string, unknown>,
+): void {
+  const line = JSON.stringify({
+    time: new Date().toISOString(),
+    event: "warm_pool",
+    level,
+    shard,
+    action,
+    ...details,
+  });
+  if (level === "error") console.error(line);
+  else console.log(line);
+}

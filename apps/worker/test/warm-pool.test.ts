@@ -1,0 +1,287 @@
+/**
+ * The warm pool in workerd: the real shard class (with test hooks, test/fake-warm-pool.ts) lending
+ * fake containers (test/fake-sandbox.ts) to the real backend. Timing-heavy behaviour (cold starts,
+ * exhaustion, refill failures, a soak) is tested against the container harness instead.
+ */
+import { env } from "cloudflare:workers";
+import type { RunningCommand } from "@remote-task/bridge";
+import { execResultSchema, healthResponseSchema } from "@remote-task/protocol";
+import { afterAll, describe, expect, it } from "vitest";
+import { CloudflareSandboxBackend } from "../src/cloudflare-backend.js";
+import { readConfig, type WorkerEnv } from "../src/config.js";
+import { shareOf } from "../src/warm-pool.js";
+import { WarmPoolClient } from "../src/warm-pool-client.js";
+import { type FakeScenario, fakeCommand } from "./fake-sandbox.js";
+import type { PoolVariables, ShardRow } from "./fake-warm-pool.js";
+import {
+  AUTH,
+  exec,
+  fakeNamespace,
+  loggingWorker,
+  sandboxId,
+  sandboxState,
+  send,
+  warmPoolNamespace,
+} from "./helpers.js";
+
+let versions = 0;
+
+/** A pool of `target` with a version of its own, so earlier tests' containers drain away. */
+async function pool(target: number, extra: Partial<PoolVariables> = {}) {
+  const variables: PoolVariables = {
+    WARM_POOL_TARGET: String(target),
+    MAX_INSTANCES: String(Math.max(2, target * 2)),
+    version: `test-${++versions}`,
+    ...extra,
+  };
+  const bindings: WorkerEnv = {
+    ...env,
+    ...variables,
+    WarmPool: warmPoolNamespace(),
+    CF_VERSION_METADATA: { id: variables.version, tag: "", timestamp: new Date(0).toISOString() },
+  };
+  const config = readConfig(bindings).warmPool;
+  const shards = Array.from({ length: Math.max(1, config.shards) }, (_, index) =>
+    env.WarmPool.get(env.WarmPool.idFromName(`warm-pool-shard-${index}`)),
+  );
+  for (const shard of shards) await shard.setVariables(variables);
+  const client = new WarmPoolClient(warmPoolNamespace(), config, variables.version);
+  await client.prime();
+  return { client, shards, bindings, variables, config };
+}
+
+/** Waits until the pool has `ready` containers ready and none starting. */
+async function filled(client: WarmPoolClient, ready: number): Promise<void> {
+  await expect
+    .poll(async () => client.stats(), { timeout: 10_000, interval: 20 })
+    .toMatchObject({ ready, starting: 0 });
+}
+
+async function rows(shards: Array<{ rows(): Promise<ShardRow[]> }>): Promise<ShardRow[]> {
+  return (await Promise.all(shards.map((shard) => shard.rows()))).flat();
+}
+
+function backend(client: WarmPoolClient | undefined) {
+  return new CloudflareSandboxBackend({ namespace: env.Sandbox, warmPool: client });
+}
+
+function spec(command: string) {
+  const controller = new AbortController();
+  return {
+    sandboxId: sandboxId(),
+    command,
+    cwd: "/workspace",
+    env: {},
+    timeoutMs: 5_000,
+    signal: controller.signal,
+    controller,
+  };
+}
+
+async function drain(running: RunningCommand): Promise<string> {
+  let text = "";
+  for await (const chunk of running.output) text += String(chunk.data);
+  await running.exit.catch(() => {});
+  return text;
+}
+
+afterAll(async () => {
+  // The last pool is emptied, and every container any shard started was destroyed once used or
+  // given up on: none is left running.
+  await pool(0);
+  const shards = [0, 1].map((index) =>
+    env.WarmPool.get(env.WarmPool.idFromName(`warm-pool-shard-${index}`)),
+  );
+  const deadline = Date.now() + 10_000;
+  while ((await rows(shards)).length > 0 && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  expect(await rows(shards)).toEqual([]);
+});
+
+describe("the warm pool", () => {
+  it("spreads its target over its shards", () => {
+    expect([0, 1, 2].map((index) => shareOf(17, 3, index))).toEqual([6, 6, 5]);
+    expect(shareOf(8, 1, 0)).toBe(8);
+    expect(shareOf(8, 1, 1)).toBe(0);
+  });
+
+  it("lends a call a container started before it, destroys it after the call, and never lends it again", async () => {
+    const { client, shards } = await pool(2);
+    await filled(client, 2);
+    const before = (await rows(shards)).filter((row) => row.state === "ready");
+    const claims = (await shards[0]?.stats(0))?.claims ?? Number.NaN;
+    const b = backend(client);
+    const s = spec("pwd");
+    const running = await b.start(s);
+    expect(running.warm).toBe(true);
+    expect(await drain(running)).toBe("/workspace\n");
+    const lent = (await rows(shards)).find((row) => row.sandboxId === s.sandboxId);
+    expect(lent).toMatchObject({ state: "claimed" });
+    await b.destroy(s.sandboxId);
+    const name = lent?.name as string;
+    const used = await fakeNamespace().get(fakeNamespace().idFromName(name)).fakeState();
+    expect(used.execs.map((e) => e.command)).toEqual(["pwd"]);
+    expect(used.destroyed).toBe(true);
+    // Started by the shard to end by itself 2 min after it would be recycled (10 min by default).
+    expect(used.configurations[0]).toMatchObject({ sleepAfter: 720 });
+    // The call's own sandbox id was never used.
+    expect((await sandboxState(s.sandboxId)).execs).toEqual([]);
+    // The shard forgot it and started another in its place.
+    await filled(client, 2);
+    const after = await rows(shards);
+    expect(after.map((row) => row.name)).not.toContain(name);
+    expect(before.map((row) => row.name)).toContain(name);
+    expect(after.filter((row) => row.state === "ready")).toHaveLength(2);
+    expect((await shards[0]?.stats(0))?.claims).toBe(claims + 1);
+  });
+
+  it("runs the call cold when the container it claimed is dead, and never sends it the command", async () => {
+    const { client, shards } = await pool(1);
+    await filled(client, 1);
+    const [dead] = (await rows(shards)).filter((row) => row.state === "ready");
+    const deadSandbox = fakeNamespace().get(fakeNamespace().idFromName(dead?.name as string));
+    await deadSandbox.kill();
+    const b = backend(client);
+    const s = spec("echo cold");
+    const running = await b.start(s);
+    expect(running.warm).toBe(false);
+    expect(await drain(running)).toBe("cold\n");
+    await b.destroy(s.sandboxId);
+    expect((await sandboxState(s.sandboxId)).execs.map((e) => e.command)).toEqual(["echo cold"]);
+    // The dead one got nothing, and its shard destroyed it and started another.
+    await filled(client, 1);
+    const state = await deadSandbox.fakeState();
+    expect(state.execs).toEqual([]);
+    expect(state.destroyed).toBe(true);
+    expect((await rows(shards)).map((row) => row.name)).not.toContain(dead?.name);
+  });
+
+  it("destroys the warm container of a call when its /cancel reaches another isolate", async () => {
+    const { client, config, variables } = await pool(1);
+    await filled(client, 1);
+    const here = backend(client);
+    const elsewhere = backend(new WarmPoolClient(warmPoolNamespace(), config, variables.version));
+    const s = spec(fakeCommand({ steps: [{ data: "started\n" }], hang: true } as FakeScenario));
+    const running = await here.start(s);
+    expect(running.warm).toBe(true);
+    const reading = drain(running);
+    // The other isolate knows nothing of the call: it asks the shards whose container it is.
+    await elsewhere.destroy(s.sandboxId);
+    await expect(running.exit).rejects.toThrow();
+    await reading;
+    await here.destroy(s.sandboxId);
+    expect((await sandboxState(s.sandboxId)).execs).toEqual([]);
+  });
+
+  it("destroys the container lent to a call that ended while claiming it, and touches nothing else", async () => {
+    const { client, shards } = await pool(1);
+    await filled(client, 1);
+    const [ready] = await rows(shards);
+    const b = backend(client);
+    const s = spec("echo never");
+    const starting = b.start(s);
+    s.controller.abort();
+    await expect(starting).rejects.toThrow();
+    await b.destroy(s.sandboxId);
+    const lent = fakeNamespace().get(fakeNamespace().idFromName(ready?.name as string));
+    expect(await lent.fakeState()).toMatchObject({ execs: [], destroyed: true });
+    expect((await rows(shards)).map((row) => row.name)).not.toContain(ready?.name);
+    // The call's own sandbox id was never used, not even to destroy it.
+    expect((await sandboxState(s.sandboxId)).configurations).toEqual([]);
+  });
+
+  it("replaces a container that idled past WARM_POOL_MAX_IDLE", async () => {
+    const { client, shards } = await pool(1, { WARM_POOL_MAX_IDLE: "60" });
+    await filled(client, 1);
+    const [old] = await rows(shards);
+    await shards[0]?.ageReady(61_000);
+    await client.stats();
+    await expect
+      .poll(async () => (await rows(shards)).map((row) => row.name), { timeout: 10_000 })
+      .not.toContain(old?.name);
+    await filled(client, 1);
+    const state = await fakeNamespace()
+      .get(fakeNamespace().idFromName(old?.name as string))
+      .fakeState();
+    expect(state).toMatchObject({ execs: [], destroyed: true });
+  });
+
+  it("drains the containers of an older Worker version after a deploy, and lends none of them", async () => {
+    const first = await pool(2);
+    await filled(first.client, 2);
+    const old = (await rows(first.shards)).map((row) => row.name);
+    // The redeployed Worker: a new version id.
+    const second = await pool(2);
+    // A call of the old version gets nothing from the new one.
+    expect(await first.client.claim(sandboxId(), 5_000)).toBeUndefined();
+    await filled(second.client, 2);
+    await expect
+      .poll(async () => (await rows(second.shards)).filter((row) => old.includes(row.name)), {
+        timeout: 10_000,
+      })
+      .toEqual([]);
+    for (const name of old) {
+      const state = await fakeNamespace().get(fakeNamespace().idFromName(name)).fakeState();
+      expect(state).toMatchObject({ execs: [], destroyed: true });
+    }
+    expect(
+      (await rows(second.shards)).every((row) => row.version === second.variables.version),
+    ).toBe(true);
+  });
+
+  it("destroys a container left half-started by a restart of its shard", async () => {
+    const { client, shards, variables } = await pool(1);
+    await filled(client, 1);
+    const name = `warm-${crypto.randomUUID()}`;
+    const left = fakeNamespace().get(fakeNamespace().idFromName(name));
+    await left.startAndWaitForPorts({ ports: 3000 });
+    await shards[0]?.addStarting(name, variables.version);
+    await client.stats();
+    await expect
+      .poll(async () => (await rows(shards)).map((row) => row.name), { timeout: 10_000 })
+      .not.toContain(name);
+    expect(await left.fakeState()).toMatchObject({ execs: [], destroyed: true });
+    await filled(client, 1);
+  });
+
+  it("destroys a container lent to a call that is long over (its Worker died before destroying it)", async () => {
+    const { client, shards } = await pool(1);
+    await filled(client, 1);
+    const claim = await client.claim(sandboxId(), 5_000);
+    expect(claim).toBeDefined();
+    await shards[0]?.expireClaims();
+    await client.stats();
+    await expect
+      .poll(async () => (await rows(shards)).map((row) => row.name), { timeout: 10_000 })
+      .not.toContain(claim?.name);
+    const state = await fakeNamespace()
+      .get(fakeNamespace().idFromName(claim?.name as string))
+      .fakeState();
+    expect(state.destroyed).toBe(true);
+  });
+
+  it("through the Worker: /health reports the pool and each call's log line says warm or cold", async () => {
+    const { client, bindings } = await pool(2);
+    const { handler, entries } = loggingWorker();
+    const health = async () =>
+      healthResponseSchema.parse(
+        JSON.parse((await send("/health", { headers: AUTH, env: bindings, handler })).text),
+      ).warmPool;
+    await expect.poll(health, { timeout: 10_000 }).toEqual({ target: 2, ready: 2, starting: 0 });
+    const answer = await exec(
+      { sandboxId: sandboxId(), command: "echo hi" },
+      { env: bindings, handler },
+    );
+    expect(execResultSchema.parse(JSON.parse(answer.text)).stdout).toBe("hi\n");
+    await filled(client, 2);
+    const off = await send("/health", { headers: AUTH });
+    expect(healthResponseSchema.parse(JSON.parse(off.text)).warmPool).toEqual({
+      target: 0,
+      ready: 0,
+      starting: 0,
+    });
+    await exec({ sandboxId: sandboxId(), command: "echo cold" }, { handler });
+    expect(entries.map((entry) => "warm" in entry && entry.warm)).toEqual([true, false]);
+  });
+});
