@@ -81,15 +81,25 @@ export async function pidNamespaceOf(pid: number): Promise<string | undefined> {
   return undefined;
 }
 
-/** Pids of the processes in PID namespace `namespace`. */
+/**
+ * Pids of the live processes in PID namespace `namespace`. Zombies do not count: they are dead
+ * and wait for the host's init to reap them, which can take seconds on a loaded machine.
+ */
 export function processesIn(namespace: string): number[] {
   return pids().filter((pid) => {
     try {
-      return readlinkSync(`/proc/${pid}/ns/pid`) === namespace;
+      return readlinkSync(`/proc/${pid}/ns/pid`) === namespace && !isZombie(pid);
     } catch {
       return false;
     }
   });
+}
+
+function isZombie(pid: number): boolean {
+  // "pid (comm) state ..."; comm may contain spaces and parentheses.
+  const stat = readFileSync(`/proc/${pid}/stat`, "latin1");
+  const state = stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
+  return state === "Z" || state === "X";
 }
 
 /** Pids of processes whose command line contains `marker` (container processes included). */
