@@ -9,7 +9,8 @@ function tooLarge(maxBytes: number): HttpError {
 
 /**
  * Reads the body, refusing it as soon as it passes `maxBytes` (Content-Length is checked first
- * but not trusted): never more than `maxBytes` is held.
+ * but not trusted): never more than `maxBytes` is held. A body that breaks off (the client gave up
+ * on its upload) is a refused request like any other, not a bridge failure: nothing is logged.
  */
 export async function readBodyLimited(request: Request, maxBytes: number): Promise<Uint8Array> {
   const declared = request.headers.get("content-length");
@@ -22,7 +23,15 @@ export async function readBodyLimited(request: Request, maxBytes: number): Promi
   const parts: Uint8Array[] = [];
   let size = 0;
   for (;;) {
-    const { done, value } = await reader.read();
+    let next: ReadableStreamReadResult<Uint8Array>;
+    try {
+      next = await reader.read();
+    } catch {
+      throw invalidRequest(BRIDGE_TEXTS.unreadableRequest, [
+        { path: [], message: BRIDGE_TEXTS.bodyBrokenOffIssue },
+      ]);
+    }
+    const { done, value } = next;
     if (done) break;
     size += value.byteLength;
     if (size > maxBytes) {

@@ -226,6 +226,25 @@ describe("request validation", () => {
     expect(plain.status).toBe(200);
   });
 
+  it("refuses a body that breaks off mid-upload as a bad request, without an error log line", async () => {
+    const { bridge, backend, logger } = setup();
+    const body = new ReadableStream<Uint8Array>({
+      start(controller) {
+        controller.enqueue(new TextEncoder().encode('{"sandboxId":'));
+        controller.error(new Error("aborted"));
+      },
+    });
+    const answer = await expectError(
+      await bridge(request("/exec", { raw: body, method: "POST" })),
+      "invalid_request",
+    );
+    expect(answer.issues).toEqual([
+      { path: [], message: "the request body broke off before its end" },
+    ]);
+    expect(logger.entries).toEqual([]);
+    expect(backend.starts).toEqual([]);
+  });
+
   it("enforces the command, env, timeout limits with the failing path", async () => {
     const limits = {
       maxCommandBytes: 10,

@@ -39,6 +39,7 @@ export const BRIDGE_TEXTS = {
   unparsableRequest: "The HTTP request could not be parsed.",
   unreadableRequest: "The HTTP request could not be read.",
   malformedRequestIssue: "malformed HTTP request",
+  bodyBrokenOffIssue: "the request body broke off before its end",
 } as const;
 
 /** Texts of the Cloudflare backend (apps/worker). */
