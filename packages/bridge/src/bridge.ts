@@ -13,7 +13,7 @@ import type { SandboxBackend } from "./backend.js";
 import { logDetail } from "./call.js";
 import { CallRegistry } from "./calls.js";
 import { type ExecRoutesContext, handleCancel, handleExec } from "./exec.js";
-import { resolveLimits } from "./limits.js";
+import { type AdmissionOptions, resolveAdmission, resolveLimits } from "./limits.js";
 import { type BridgeLogger, jsonLineLogger } from "./logger.js";
 import { errorResponse, HttpError, jsonResponse } from "./responses.js";
 import { BRIDGE_VERSION } from "./version.js";
@@ -31,6 +31,11 @@ export interface BridgeOptions {
   allowUnauthenticated?: boolean | undefined;
   /** Overrides of {@link DEFAULT_LIMITS}. */
   limits?: Partial<Limits> | undefined;
+  /**
+   * Most calls running at once and most waiting for a slot; beyond them `/exec` answers 429
+   * `capacity_exceeded` (default: {@link defaultAdmission} for this machine).
+   */
+  admission?: AdmissionOptions | undefined;
   /** Working directory when a request names none (default `/workspace`). */
   defaultCwd?: string | undefined;
   /** SSE heartbeat interval in ms (default 10 000, at most 15 000). */
@@ -61,7 +66,7 @@ export interface BridgeHandler {
   /** Same as calling the handler; handy as `export default { fetch: bridge.fetch }`. */
   readonly fetch: (request: Request, context?: BridgeRequestContext) => Promise<Response>;
   shutdown(): Promise<void>;
-  /** Calls whose sandbox is not yet destroyed. */
+  /** Calls in flight: waiting for a slot, running, or having their sandbox destroyed. */
   readonly activeCalls: number;
 }
 
@@ -81,7 +86,12 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
   }
   const token = options.token === "" ? undefined : options.token;
   const logger = neverThrows(options.logger ?? jsonLineLogger);
-  const calls = new CallRegistry(options.backend, logger, token);
+  const calls = new CallRegistry(
+    options.backend,
+    logger,
+    token,
+    resolveAdmission(options.admission),
+  );
   const context: ExecRoutesContext = {
     calls,
     limits: resolveLimits(options.limits),
@@ -103,6 +113,7 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
       backend: options.backend.name,
       isolation: options.backend.isolation,
       limits: context.limits,
+      admission: calls.load(),
       version,
     };
     return jsonResponse(body);

@@ -29,7 +29,7 @@ export interface CallHost {
   readonly logger: BridgeLogger;
   /** The bridge's token: never in a log line. */
   readonly token: string | undefined;
-  /** Told once the call's sandbox is destroyed: its id is free again. */
+  /** Told once the call's sandbox is destroyed (or it ended without one): its id and slot are free again. */
   released(call: ExecCall): void;
 }
 
@@ -93,9 +93,10 @@ export function logDetail(text: string, secrets: Iterable<string | undefined>): 
 }
 
 /**
- * A call's life: the sandbox is started at once, the deadline timer runs, the caller's
- * disconnect ends the call. `started()` then `finish()` run it to its outcome; every way it ends
- * (exit, failure, timeout, cancel, disconnect, shutdown) destroys the sandbox and logs one line.
+ * A call's life: from its acceptance the deadline timer runs and the caller's disconnect ends the
+ * call; the sandbox starts when the registry gives the call a slot (`begin()`), at once or after
+ * a wait. `started()` then `finish()` run it to its outcome; every way it ends (exit, failure,
+ * timeout, cancel, disconnect, shutdown) destroys the sandbox, if it was started, and logs one line.
  */
 export class ExecCall {
   readonly sandboxId: string;
@@ -114,6 +115,11 @@ export class ExecCall {
     signal === this.#controller.signal ? ENDED : signal.reason;
   readonly #endOnly: RaceAbortOptions = { abortError: this.#markEnded };
   readonly #started: Promise<RunningCommand>;
+  #startBackend!: (started: Promise<RunningCommand>) => void;
+  /** When the sandbox was asked to start; undefined while the call waits for a slot. */
+  #begunAt: number | undefined;
+  /** Whether the call waited for a slot. */
+  #waited = false;
   #running: RunningCommand | undefined;
   #endedBy: EndReason | undefined;
   /** True once the outcome is decided; later end requests are ignored. */
@@ -131,12 +137,32 @@ export class ExecCall {
     });
     this.#tails = { stdout: new TailBuffer(spec.cap), stderr: new TailBuffer(spec.cap) };
     this.#deadline = setTimeout(() => this.end("timeout"), timerDelay(spec.timeoutMs));
+    this.#started = quiet(
+      new Promise<RunningCommand>((resolve) => {
+        this.#startBackend = resolve;
+      }),
+    );
     if (spec.disconnect.aborted) this.#onDisconnect();
     else spec.disconnect.addEventListener("abort", this.#onDisconnect, { once: true });
+  }
+
+  /** Marks the call as waiting for a slot; its log line says for how long. */
+  wait(): void {
+    this.#waited = true;
+  }
+
+  /**
+   * Starts the sandbox; the registry calls this once the call has a slot. False, and nothing
+   * starts, when the call already ended (its caller left, its deadline passed) while it waited.
+   */
+  begin(): boolean {
+    if (this.#settled || this.#endedBy !== undefined || this.#begunAt !== undefined) return false;
+    this.#begunAt = Date.now();
+    const spec = this.#spec;
     let started: Promise<RunningCommand>;
     try {
       started = Promise.resolve(
-        host.backend.start({
+        this.#host.backend.start({
           sandboxId: spec.sandboxId,
           command: spec.command,
           cwd: spec.cwd,
@@ -148,7 +174,8 @@ export class ExecCall {
     } catch (error) {
       started = Promise.reject(error);
     }
-    this.#started = quiet(started);
+    this.#startBackend(started);
+    return true;
   }
 
   /** Why the call was ended early, once it was; never changes afterwards. */
@@ -168,9 +195,9 @@ export class ExecCall {
   }
 
   /**
-   * Waits for the sandbox to start. Undefined once the command runs (go on with `finish()`);
-   * otherwise the call is already over (ended while starting, or the start failed) and this is
-   * its outcome.
+   * Waits for a slot and for the sandbox to start. Undefined once the command runs (go on with
+   * `finish()`); otherwise the call is already over (ended while waiting or starting, or the
+   * start failed) and this is its outcome.
    */
   async started(): Promise<CallOutcome | undefined> {
     let outcome: CallOutcome;
@@ -301,13 +328,18 @@ export class ExecCall {
     return outcome;
   }
 
-  /** Destroys the sandbox once `start` has settled, then releases the id. Runs once. */
+  /**
+   * Destroys the sandbox once `start` has settled (a call that never got a slot has none), then
+   * releases the id and the slot. Runs once.
+   */
   #tearDown(): Promise<void> {
     this.#teardown ??= (async () => {
       clearTimeout(this.#deadline);
       this.#spec.disconnect.removeEventListener("abort", this.#onDisconnect);
-      await this.#started.catch(() => {});
-      await destroySandbox(this.#host, this.sandboxId, Object.values(this.#spec.env));
+      if (this.#begunAt !== undefined) {
+        await this.#started.catch(() => {});
+        await destroySandbox(this.#host, this.sandboxId, Object.values(this.#spec.env));
+      }
       this.#host.released(this);
       this.#resolveCleaned();
     })();
@@ -322,6 +354,8 @@ export class ExecCall {
       durationMs: Date.now() - this.startedAt,
       streamed: this.streamed,
       ...(this.#endedBy === undefined ? {} : { endedBy: this.#endedBy }),
+      ...(this.#waited ? { queuedMs: (this.#begunAt ?? Date.now()) - this.startedAt } : {}),
+      ...(this.#begunAt === undefined ? { started: false as const } : {}),
     };
     if (outcome.kind === "result") {
       const { result } = outcome;

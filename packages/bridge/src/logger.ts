@@ -13,7 +13,12 @@ export interface ExecLogEntry {
   code?: number;
   errorCode?: ErrorCode;
   endedBy?: EndReason;
+  /** Since acceptance, the time in the queue included. */
   durationMs: number;
+  /** Only for a call that waited for a slot: how long it waited. */
+  queuedMs?: number;
+  /** `false` only for a call that ended while it waited: its command never ran. */
+  started?: false;
   stdoutBytes: number;
   stderrBytes: number;
   streamed: boolean;

@@ -7,6 +7,7 @@ import { BRIDGE_TEXTS } from "@remote-task/internal";
 import type { Limits } from "@remote-task/protocol";
 import type { SandboxBackend } from "./backend.js";
 import { createBridge } from "./bridge.js";
+import type { AdmissionOptions } from "./limits.js";
 import { createLocalBackend } from "./local/index.js";
 import type { BridgeLogger } from "./logger.js";
 import { errorBody, errorResponse } from "./responses.js";
@@ -23,6 +24,8 @@ export interface LocalBridgeOptions<B extends SandboxBackend = SandboxBackend> {
   /** Serve without a token; `token` is then ignored. */
   allowUnauthenticated?: boolean | undefined;
   limits?: Partial<Limits> | undefined;
+  /** Most calls running and waiting (default: `defaultAdmission()` for this machine). */
+  admission?: AdmissionOptions | undefined;
   heartbeatIntervalMs?: number | undefined;
   logger?: BridgeLogger | undefined;
 }
@@ -72,6 +75,7 @@ export async function startLocalBridge<
     backend,
     ...(unauthenticated ? { allowUnauthenticated: true } : { token }),
     limits: options.limits,
+    admission: options.admission,
     heartbeatIntervalMs: options.heartbeatIntervalMs,
     logger: options.logger,
   });
