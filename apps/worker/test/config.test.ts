@@ -21,6 +21,8 @@ describe("readConfig", () => {
           MAX_ENV_ENTRY_BYTES: "10",
           MAX_TIMEOUT_SECONDS: "1.5",
           MAX_OUTPUT_BYTES: "65536",
+          MAX_CONCURRENT_CALLS: "5",
+          MAX_QUEUED_CALLS: "0",
         }),
       ),
     ).toEqual({
@@ -37,6 +39,7 @@ describe("readConfig", () => {
         maxTimeoutSeconds: 1.5,
         maxOutputBytes: 65_536,
       },
+      admission: { maxConcurrent: 5, maxQueued: 0 },
     });
   });
 
@@ -45,8 +48,35 @@ describe("readConfig", () => {
       readConfig(
         bindings({ BRIDGE_TOKEN: "", ALLOW_UNAUTHENTICATED: "", SANDBOX_SLEEP_AFTER: "" }),
       ),
-    ).toEqual({ token: undefined, allowUnauthenticated: false, limits: {} });
+    ).toEqual({
+      token: undefined,
+      allowUnauthenticated: false,
+      limits: {},
+      admission: { maxConcurrent: 32, maxQueued: 32 },
+    });
     expect(readConfig(bindings({ SANDBOX_SLEEP_AFTER: "2h" })).sleepAfter).toBe("2h");
+  });
+
+  it("sizes the admission per isolate from the memory two full tails take, unless set", () => {
+    const admission = (vars: Vars) => readConfig(bindings(vars)).admission;
+    expect(admission({})).toEqual({ maxConcurrent: 32, maxQueued: 32 });
+    expect(admission({ MAX_OUTPUT_BYTES: String(16 * 1024 * 1024) })).toEqual({
+      maxConcurrent: 2,
+      maxQueued: 2,
+    });
+    expect(admission({ MAX_OUTPUT_BYTES: "65536" }).maxConcurrent).toBe(512);
+    expect(admission({ MAX_CONCURRENT_CALLS: "3" })).toEqual({ maxConcurrent: 3, maxQueued: 3 });
+    expect(admission({ MAX_QUEUED_CALLS: "7" })).toEqual({ maxConcurrent: 32, maxQueued: 7 });
+    for (const [variable, value] of [
+      ["MAX_CONCURRENT_CALLS", "0"],
+      ["MAX_CONCURRENT_CALLS", "2.5"],
+      ["MAX_CONCURRENT_CALLS", "many"],
+      ["MAX_QUEUED_CALLS", "-1"],
+    ] as const) {
+      expect(() => readConfig(bindings({ [variable]: value })), `${variable}=${value}`).toThrow(
+        variable,
+      );
+    }
   });
 
   it("names the variable at fault in a branded error", () => {
