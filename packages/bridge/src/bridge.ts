@@ -13,7 +13,12 @@ import type { SandboxBackend } from "./backend.js";
 import { logDetail } from "./call.js";
 import { CallRegistry } from "./calls.js";
 import { type ExecRoutesContext, handleCancel, handleExec } from "./exec.js";
-import { type AdmissionOptions, resolveAdmission, resolveLimits } from "./limits.js";
+import {
+  type AdmissionOptions,
+  DEFAULT_STREAM_BUFFER_BYTES,
+  resolveAdmission,
+  resolveLimits,
+} from "./limits.js";
 import { type BridgeLogger, jsonLineLogger } from "./logger.js";
 import { errorResponse, HttpError, jsonResponse } from "./responses.js";
 import { BRIDGE_VERSION } from "./version.js";
@@ -40,6 +45,11 @@ export interface BridgeOptions {
   defaultCwd?: string | undefined;
   /** SSE heartbeat interval in ms (default 10 000, at most 15 000). */
   heartbeatIntervalMs?: number | undefined;
+  /**
+   * Most bytes of events queued for a streamed call's reader (default 256 KiB): a reader that
+   * falls further behind has output skipped (counted, kept in the result, reported on the stream).
+   */
+  streamBufferBytes?: number | undefined;
   /** Receives one structured entry per call (default: JSON lines on the console). */
   logger?: BridgeLogger | undefined;
   /**
@@ -84,6 +94,12 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
       `heartbeatIntervalMs must be between 1 and ${MAX_HEARTBEAT_INTERVAL_MS}; got ${heartbeatIntervalMs}.`,
     );
   }
+  const streamBufferBytes = options.streamBufferBytes ?? DEFAULT_STREAM_BUFFER_BYTES;
+  if (!Number.isSafeInteger(streamBufferBytes) || streamBufferBytes < 1) {
+    throw new TypeError(
+      `streamBufferBytes must be a whole number of at least 1; got ${streamBufferBytes}.`,
+    );
+  }
   const token = options.token === "" ? undefined : options.token;
   const logger = neverThrows(options.logger ?? jsonLineLogger);
   const calls = new CallRegistry(
@@ -97,6 +113,7 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
     limits: resolveLimits(options.limits),
     defaultCwd: options.defaultCwd ?? DEFAULT_CWD,
     heartbeatIntervalMs,
+    streamBufferBytes,
   };
   const version = options.version ?? BRIDGE_VERSION;
   const openApi = JSON.stringify(openApiDocument());

@@ -50,9 +50,16 @@ export type CallOutcome =
   | { kind: "result"; result: ExecResult }
   | { kind: "failed"; error: unknown };
 
-/** Receives what a streamed call forwards: text within the cap, then the end of the output. */
+/**
+ * Receives what a streamed call forwards: text within the cap, then the end of the output. A
+ * reader without room for more (`ready()` false) makes the call skip output; what it skipped is
+ * still counted and kept in the tail, and the next `write` of that stream says how many bytes.
+ */
 export interface OutputSink {
-  write(stream: "stdout" | "stderr", text: string): void;
+  /** Whether the reader has room for more output now. */
+  ready(): boolean;
+  /** `skippedBytes`: bytes of `stream` skipped just before `text` (0 when none). */
+  write(stream: "stdout" | "stderr", text: string, skippedBytes: number): void;
   /** Called once, after the last `write` and before the sandbox is destroyed. */
   end(): void;
 }
@@ -216,7 +223,7 @@ export class ExecCall {
 
   /**
    * Reads the running command's output until it ends, keeping the tail of each stream (and
-   * forwarding up to the cap to `sink`), then waits for its exit code; stops at once when the
+   * forwarding up to the cap to `sink`, as far as it has room), then waits for its exit code; stops at once when the
    * call is ended. Resolves with the outcome once it is logged and the sandbox destroyed (or its
    * destruction handed to `waitUntil`).
    */
@@ -292,8 +299,14 @@ export class ExecCall {
         const bytes = chunkBytes(next.value.value.data);
         this.#tails[stream].push(bytes);
         if (sink !== undefined && gates !== undefined) {
-          const text = gates[stream].take(bytes);
-          if (text.length > 0) sink.write(stream, text);
+          const gate = gates[stream];
+          if (sink.ready()) {
+            const text = gate.take(bytes);
+            const skipped = gate.takeSkipped();
+            if (text.length > 0 || skipped > 0) sink.write(stream, text, skipped);
+          } else {
+            gate.skip(bytes);
+          }
         }
       }
       const exited = await this.#race(exit);
@@ -305,9 +318,11 @@ export class ExecCall {
     } finally {
       if (!finishedIterating) void quiet(Promise.resolve().then(() => iterator.return?.()));
       if (sink !== undefined && gates !== undefined) {
+        // The last of each stream goes out whatever the room: at most a character and a count.
         for (const stream of ["stdout", "stderr"] as const) {
           const rest = gates[stream].flush();
-          if (rest.length > 0) sink.write(stream, rest);
+          const skipped = gates[stream].takeSkipped();
+          if (rest.length > 0 || skipped > 0) sink.write(stream, rest, skipped);
         }
       }
     }

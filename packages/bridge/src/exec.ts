@@ -22,6 +22,8 @@ export interface ExecRoutesContext {
   limits: Limits;
   defaultCwd: string;
   heartbeatIntervalMs: number;
+  /** Most bytes of events queued for a streamed call's reader before output is skipped. */
+  streamBufferBytes: number;
 }
 
 const encoder = new TextEncoder();
@@ -109,7 +111,9 @@ export async function handleExec(
     }
     return outcomeResponse(early);
   }
-  if (streamed) return callEventStream(call, context.heartbeatIntervalMs);
+  if (streamed) {
+    return callEventStream(call, context.heartbeatIntervalMs, context.streamBufferBytes);
+  }
   return outcomeResponse(await call.finish());
 }
 

@@ -35,6 +35,12 @@ export function outputCapFor(limits: Limits, requested: number | undefined): num
   return Math.min(wanted, limits.maxOutputBytes);
 }
 
+/**
+ * Default most bytes of events queued for one streamed call's reader (256 KiB); beyond them the
+ * call skips output until the reader catches up (see `callEventStream`).
+ */
+export const DEFAULT_STREAM_BUFFER_BYTES = 262_144;
+
 /** How many calls a bridge runs at once and lets wait; see {@link resolveAdmission}. */
 export interface AdmissionOptions {
   /** Most calls running at once; a call holds its slot until its sandbox is destroyed. */

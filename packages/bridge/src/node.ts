@@ -27,6 +27,8 @@ export interface LocalBridgeOptions<B extends SandboxBackend = SandboxBackend> {
   /** Most calls running and waiting (default: `defaultAdmission()` for this machine). */
   admission?: AdmissionOptions | undefined;
   heartbeatIntervalMs?: number | undefined;
+  /** Most bytes of events queued for a streamed call's reader (default 256 KiB). */
+  streamBufferBytes?: number | undefined;
   logger?: BridgeLogger | undefined;
 }
 
@@ -77,6 +79,7 @@ export async function startLocalBridge<
     limits: options.limits,
     admission: options.admission,
     heartbeatIntervalMs: options.heartbeatIntervalMs,
+    streamBufferBytes: options.streamBufferBytes,
     logger: options.logger,
   });
 

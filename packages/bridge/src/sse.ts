@@ -33,48 +33,61 @@ export function eventStreamOf(events: StreamEvent[]): Response {
 /**
  * The event stream of a running call: `start`, its output as the call forwards it, a heartbeat
  * while it is quiet, then `exit` (or `error`) once the sandbox is destroyed. A reader that goes
- * away ends the call.
+ * away ends the call. A reader that does not keep up costs at most `bufferBytes` of queued
+ * events (plus the one that crossed the line): while the queue is that full, output and
+ * heartbeats are skipped, and the next output event of a stream says how many bytes it missed.
  */
-export function callEventStream(call: ExecCall, heartbeatIntervalMs: number): Response {
+export function callEventStream(
+  call: ExecCall,
+  heartbeatIntervalMs: number,
+  bufferBytes: number,
+): Response {
   let open = true;
   let heartbeat: ReturnType<typeof setInterval> | undefined;
-  const body = new ReadableStream<Uint8Array>({
-    start(controller) {
-      const send = (event: StreamEvent) => {
-        if (!open) return;
-        try {
-          controller.enqueue(sseFrame(event));
-        } catch {
-          open = false;
-        }
-      };
-      send(startEvent(call.sandboxId));
-      heartbeat = setInterval(
-        () => send({ type: "heartbeat", elapsedMs: Date.now() - call.startedAt }),
-        heartbeatIntervalMs,
-      );
-      void call
-        .finish({
-          write: (stream, data) => send({ type: stream, data }),
-          end: () => clearInterval(heartbeat),
-        })
-        .then((outcome) => {
-          if (outcome.kind === "result") send({ type: "exit", result: outcome.result });
-          else send({ type: "error", error: mapBackendError(outcome.error).body });
+  const body = new ReadableStream<Uint8Array>(
+    {
+      start(controller) {
+        const send = (event: StreamEvent) => {
           if (!open) return;
-          open = false;
           try {
-            controller.close();
+            controller.enqueue(sseFrame(event));
           } catch {
-            // already cancelled by the reader
+            open = false;
           }
-        });
+        };
+        const ready = () => open && (controller.desiredSize ?? 0) > 0;
+        send(startEvent(call.sandboxId));
+        heartbeat = setInterval(() => {
+          if (ready()) send({ type: "heartbeat", elapsedMs: Date.now() - call.startedAt });
+        }, heartbeatIntervalMs);
+        void call
+          .finish({
+            ready,
+            write: (stream, data, skippedBytes) =>
+              send(
+                skippedBytes > 0 ? { type: stream, data, skippedBytes } : { type: stream, data },
+              ),
+            end: () => clearInterval(heartbeat),
+          })
+          .then((outcome) => {
+            if (outcome.kind === "result") send({ type: "exit", result: outcome.result });
+            else send({ type: "error", error: mapBackendError(outcome.error).body });
+            if (!open) return;
+            open = false;
+            try {
+              controller.close();
+            } catch {
+              // already cancelled by the reader
+            }
+          });
+      },
+      cancel() {
+        open = false;
+        clearInterval(heartbeat);
+        call.end("disconnect");
+      },
     },
-    cancel() {
-      open = false;
-      clearInterval(heartbeat);
-      call.end("disconnect");
-    },
-  });
+    new ByteLengthQueuingStrategy({ highWaterMark: bufferBytes }),
+  );
   return new Response(body, { headers: SSE_HEADERS });
 }
