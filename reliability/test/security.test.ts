@@ -8,7 +8,7 @@ import { ERROR_STATUS, errorBodySchema, execResultSchema } from "@remote-task/pr
 import fc from "fast-check";
 import { request } from "undici";
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
-import { timingSafeEqual } from "../../packages/bridge/src/auth.js";
+import { secretMatcher } from "../../packages/bridge/src/auth.js";
 import { startTestBridge, type TestBridge } from "./support/bridge.js";
 import { fuzzParameters } from "./support/fuzz.js";
 import { rawExchange } from "./support/http.js";
@@ -159,6 +159,8 @@ describe("tokens", () => {
 });
 
 describe("the token comparison (packages/bridge/src/auth.ts)", () => {
+  const timingSafeEqual = (given: string, token: string) => secretMatcher(token)(given);
+
   afterEach(() => {
     vi.restoreAllMocks();
   });
@@ -201,6 +203,19 @@ describe("the token comparison (packages/bridge/src/auth.ts)", () => {
         .sort((a, b) => a - b);
       expect(lengths).toEqual([input.length, token.length].sort((a, b) => a - b));
     }
+  });
+
+  it("hashes the token once per matcher and every presented input whole, whatever it is", async () => {
+    const digest = vi.spyOn(crypto.subtle, "digest");
+    const token = "s".repeat(40);
+    const matches = secretMatcher(token);
+    const inputs = ["x".repeat(40), `${"s".repeat(39)}x`, "s", "s".repeat(4_000), "", token];
+    for (const input of inputs) await matches(input);
+    // One digest of the token, then one of each whole input.
+    const lengths = digest.mock.calls.map(([, data]) => (data as Uint8Array).byteLength);
+    expect(lengths.sort((a, b) => a - b)).toEqual(
+      [token.length, ...inputs.map((input) => input.length)].sort((a, b) => a - b),
+    );
   });
 
   it("agrees with string equality on arbitrary inputs", async () => {

@@ -9,14 +9,19 @@ async function digest(text: string): Promise<Uint8Array> {
 }
 
 /**
- * Compares two secrets in time independent of where they differ and of their lengths: both are
- * hashed to fixed-length digests first, then every byte is compared without early exit.
+ * A constant-time check against `secret`: what it is given is hashed whole to a fixed-length
+ * digest and compared with the secret's digest (computed once) byte by byte without early exit,
+ * so the time taken depends neither on where the two differ nor on their lengths.
  */
-export async function timingSafeEqual(a: string, b: string): Promise<boolean> {
-  const [da, db] = await Promise.all([digest(a), digest(b)]);
-  let diff = 0;
-  for (let i = 0; i < da.length; i++) diff |= (da[i] ?? 0) ^ (db[i] ?? 0);
-  return diff === 0;
+export function secretMatcher(secret: string): (given: string) => Promise<boolean> {
+  let expected: Promise<Uint8Array> | undefined;
+  return async (given) => {
+    expected ??= digest(secret);
+    const [actual, wanted] = await Promise.all([digest(given), expected]);
+    let diff = 0;
+    for (let i = 0; i < wanted.length; i++) diff |= (actual[i] ?? 0) ^ (wanted[i] ?? 0);
+    return diff === 0;
+  };
 }
 
 /** The token of an `Authorization: Bearer <token>` header, or undefined. */
@@ -35,12 +40,13 @@ export function requireToken(
   token: string | undefined,
   allowUnauthenticated: boolean,
 ): MiddlewareHandler {
+  const matches = token === undefined ? undefined : secretMatcher(token);
   return async (c, next) => {
-    if (token === undefined) {
+    if (matches === undefined) {
       if (!allowUnauthenticated) return errorResponse("not_configured", BRIDGE_TEXTS.notConfigured);
     } else {
       const given = bearerToken(c.req.header("authorization") ?? null);
-      if (given === undefined || !(await timingSafeEqual(given, token))) {
+      if (given === undefined || !(await matches(given))) {
         return errorResponse("unauthorized", BRIDGE_TEXTS.unauthorized, {
           headers: { "www-authenticate": 'Bearer realm="remote-task"' },
         });
