@@ -9,6 +9,17 @@ import { HttpError } from "./responses.js";
 /** `Retry-After` of a call refused because the bridge is at its admission limits. */
 export const OVERLOAD_RETRY_AFTER_SECONDS = 1;
 
+function shuttingDown(): HttpError {
+  return new HttpError("capacity_exceeded", BRIDGE_TEXTS.shuttingDown, { retryAfterSeconds: 1 });
+}
+
+function overloaded({ maxConcurrent, maxQueued }: AdmissionSettings): HttpError {
+  return new HttpError("capacity_exceeded", BRIDGE_TEXTS.overloaded(maxConcurrent, maxQueued), {
+    retryAfterSeconds: OVERLOAD_RETRY_AFTER_SECONDS,
+    status: 429,
+  });
+}
+
 /**
  * The calls in flight, by sandbox id: which call may start (admission: a slot, a place in the
  * queue, or a refusal), which one a `/cancel` names, and what `shutdown()` waits for.
@@ -39,27 +50,31 @@ export class CallRegistry implements CallHost {
   }
 
   /**
+   * Throws the refusal `open` would give for want of a place, before the request is even read:
+   * an overloaded bridge answers at once, and spends nothing on requests it cannot take.
+   */
+  assertRoom(): void {
+    if (this.#closed) throw shuttingDown();
+    const { maxConcurrent, maxQueued } = this.admission;
+    if (this.#running.size >= maxConcurrent && this.#waiting.size >= maxQueued) {
+      throw overloaded(this.admission);
+    }
+  }
+
+  /**
    * Opens a call for `spec`: it starts at once when a slot is free, else waits in the queue
    * (its deadline already running). Throws the refusal: the bridge is shutting down (503
    * `capacity_exceeded`, retry elsewhere), the id belongs to a call in flight (409), or every
    * slot and every place in the queue is taken (429 `capacity_exceeded`; nothing ran).
    */
   open(spec: CallSpec): ExecCall {
-    if (this.#closed) {
-      throw new HttpError("capacity_exceeded", BRIDGE_TEXTS.shuttingDown, {
-        retryAfterSeconds: 1,
-      });
-    }
+    if (this.#closed) throw shuttingDown();
     if (this.#calls.has(spec.sandboxId)) {
       throw new HttpError("conflict", BRIDGE_TEXTS.conflict(spec.sandboxId));
     }
-    const { maxConcurrent, maxQueued } = this.admission;
-    const slotFree = this.#running.size < maxConcurrent;
-    if (!slotFree && this.#waiting.size >= maxQueued) {
-      throw new HttpError("capacity_exceeded", BRIDGE_TEXTS.overloaded(maxConcurrent, maxQueued), {
-        retryAfterSeconds: OVERLOAD_RETRY_AFTER_SECONDS,
-        status: 429,
-      });
+    const slotFree = this.#running.size < this.admission.maxConcurrent;
+    if (!slotFree && this.#waiting.size >= this.admission.maxQueued) {
+      throw overloaded(this.admission);
     }
     const call = new ExecCall(this, spec);
     this.#calls.set(spec.sandboxId, call);

@@ -66,6 +66,26 @@ describe("admission", () => {
     expect(backend.liveSandboxes()).toBe(0);
   });
 
+  it("when full, refuses before reading the request: a body that never ends still gets its 429 at once", async () => {
+    const { bridge, backend, exec } = setupBridge(
+      { admission: { maxConcurrent: 1, maxQueued: 0 } },
+      { script: () => ({ hang: true }) },
+    );
+    void exec({ command: "a" });
+    await eventually(() => backend.starts.length === 1, "first start");
+    let pulls = 0;
+    const endless = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        pulls++;
+        controller.enqueue(new TextEncoder().encode(" "));
+        return new Promise(() => {});
+      },
+    });
+    await expectOverload(await bridge(request("/exec", { raw: endless, method: "POST" })));
+    expect(pulls).toBeLessThanOrEqual(1);
+    await bridge.shutdown();
+  });
+
   it("logs how long a call waited for its slot", async () => {
     const { bridge, backend, exec, logger } = setupBridge(
       { admission: { maxConcurrent: 1, maxQueued: 1 } },
