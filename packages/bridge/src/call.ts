@@ -337,6 +337,9 @@ export class ExecCall {
   async #close(outcome: CallOutcome): Promise<CallOutcome> {
     this.#settled = true;
     this.#log(outcome);
+    // The outcome holds the tails now; a stream whose reader is slow may keep it a while.
+    this.#tails.stdout.release();
+    this.#tails.stderr.release();
     const teardown = this.#tearDown();
     if (this.#spec.waitUntil !== undefined) this.#spec.waitUntil(teardown);
     else await teardown;

@@ -1,6 +1,8 @@
 import type { StreamEvent } from "@remote-task/protocol";
+import fc from "fast-check";
 import { afterEach, describe, expect, it } from "vitest";
 import { createBridge, DEFAULT_STREAM_BUFFER_BYTES } from "../src/index.js";
+import { framePieces } from "../src/sse.js";
 import { createFakeBackend } from "../src/testing/index.js";
 import { events, eventually, setupBridge, shutdownBridges } from "./helpers.js";
 
@@ -139,5 +141,62 @@ describe("a streamed call whose reader does not keep up", () => {
     expect(skipped).toBeGreaterThan(0);
     expect(data + skipped).toBe(bytes.byteLength);
     for (const event of output) expect(event.data).toMatch(/^€*$/);
+  });
+});
+
+describe("the final event, framed piece by piece", () => {
+  it("joins to exactly the event's frame, whatever the output holds", () => {
+    const unit = fc.constantFrom(
+      "a",
+      "\u0000",
+      "\n",
+      '"',
+      "\\",
+      "é",
+      "😀",
+      "\ud800",
+      "\udc00",
+      "\u2028",
+    );
+    fc.assert(
+      fc.property(
+        fc.string({ unit, maxLength: 50_000 }),
+        fc.string({ unit, maxLength: 20_000 }),
+        fc.boolean(),
+        (stdout, stderr, extensions) => {
+          const result = extensions
+            ? {
+                stdout,
+                stderr,
+                code: 0,
+                outcome: "exited" as const,
+                stdoutBytes: 1,
+                stdoutTruncated: true,
+              }
+            : { stdout, stderr, code: 3 };
+          const event = { type: "exit" as const, result };
+          const pieces = [...framePieces(event)];
+          expect(pieces.join("")).toBe(`event: exit\ndata: ${JSON.stringify(event)}\n\n`);
+          // Large output comes in pieces of bounded size.
+          for (const piece of pieces) expect(piece.length).toBeLessThanOrEqual(16_384 * 6 + 2);
+        },
+      ),
+      {
+        numRuns: 60,
+        examples: [
+          // A surrogate pair across the piece boundary, and control characters escaped 6 to 1.
+          [`${"a".repeat(16_383)}😀${"\u0000".repeat(40_000)}`, "é".repeat(20_000), true],
+          ["\ud800".repeat(33_000), "", false],
+        ],
+      },
+    );
+  });
+
+  it("frames an error event whole", () => {
+    const event = {
+      type: "error" as const,
+      error: { error: "boom", code: "sandbox_error" as const },
+    };
+    expect([...framePieces(event)]).toEqual([`event: error\ndata: ${JSON.stringify(event)}\n\n`]);
   });
 });
