@@ -200,7 +200,8 @@ describe("slow readers: streamed calls whose readers never read", () => {
         await new Promise((resolve) => setTimeout(resolve, 100));
       }
       expect(bridge.logLines).toHaveLength(40);
-      const loaded = await bridge.stats();
+      // Their sandboxes are gone too: a reader that does not read holds nothing of the sandbox.
+      const loaded = await bridge.settled();
       const growth = loaded.rss - baseline.rss;
       console.info(
         `[slow readers] 40 stalled streams: RSS ${(baseline.rss / MiB).toFixed(1)} -> ${(loaded.rss / MiB).toFixed(1)} MiB ` +
