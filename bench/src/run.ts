@@ -11,6 +11,7 @@ import { bigOutputClient } from "./items/big-output-client.ts";
 import { coldStart } from "./items/cold-start.ts";
 import { fanout } from "./items/fanout.ts";
 import { overhead } from "./items/overhead.ts";
+import { requestPath } from "./items/request-path.ts";
 import { truncation } from "./items/truncation.ts";
 import { workerOutput } from "./items/worker.ts";
 import { workerLatency } from "./items/worker-latency.ts";
@@ -25,6 +26,7 @@ import { round } from "./lib/stats.ts";
 
 const ITEMS: BenchItem[] = [
   overhead,
+  requestPath,
   fanout,
   bigOutputBridge,
   bigOutputClient,
