@@ -14,7 +14,7 @@ const MiB = 1024 * 1024;
 /**
  * RSS growth allowed for 40 stalled streams of NUL-heavy output (4 MB per stream, 1 MiB cap). What
  * they must cost: each call's retained tails (2 x 1 MiB, for its result) and its bounded event
- * buffer (256 KiB plus one event). Measured 177-207 MiB (about 4.5-5 MiB per call: the result's
+ * buffer (256 KiB plus one event). Measured 174-207 MiB (about 4.5-5 MiB per call: the result's
  * tails, the buffers, and the allocator keeping the high-water mark of tails decoded into the
  * result); before backpressure the same load grew the bridge by 1,027 MiB (the forwarded output
  * and the exit event queued whole, escaped 6 bytes per NUL).
