@@ -1,5 +1,6 @@
 import { connect, type Socket } from "node:net";
 import { Worker } from "node:worker_threads";
+import { createClient } from "@remote-task/client";
 import {
   type Admission,
   errorBodySchema,
@@ -8,6 +9,7 @@ import {
 } from "@remote-task/protocol";
 import { Agent, request } from "undici";
 import { describe, expect, it } from "vitest";
+import { startTestBridge } from "./support/bridge.js";
 import { type BridgeProcess, startBridgeProcess } from "./support/bridge-process.js";
 
 const MiB = 1024 * 1024;
@@ -165,6 +167,39 @@ describe("overload: more calls at once than the bridge admits", () => {
       await bridge.close();
     }
   }, 120_000);
+});
+
+describe("the client against an overloaded bridge", () => {
+  it("retries the 429s it gets and every task runs exactly once", async () => {
+    const host = await startTestBridge({ admission: { maxConcurrent: 2, maxQueued: 2 } });
+    const retried: string[] = [];
+    const client = createClient({
+      url: host.bridge.url,
+      token: host.bridge.token,
+      retry: {
+        maxAttempts: 10,
+        maxTotalMs: 60_000,
+        onRetry: (info) => retried.push(`${info.error.status} ${info.error.code}`),
+      },
+    });
+    try {
+      const tasks = Array.from({ length: 12 }, (_, i) => `sleep 0.3; echo task-${i}`);
+      const settled = await client.runMany(tasks, { concurrency: 12 });
+      expect(settled.map((task) => task.status)).toEqual(Array(12).fill("fulfilled"));
+      settled.forEach((task, i) => {
+        if (task.status === "fulfilled") expect(task.value.stdout).toBe(`task-${i}\n`);
+      });
+      // Some calls were refused and sent again, yet every command ran exactly once.
+      expect(retried.length).toBeGreaterThan(0);
+      expect(new Set(retried)).toEqual(new Set(["429 capacity_exceeded"]));
+      await host.settled();
+      expect(host.backend.stats()).toMatchObject({ started: 12, destroyed: 12, live: 0 });
+      expect(host.logs.execEntries()).toHaveLength(12);
+    } finally {
+      await client.close();
+      await host.close();
+    }
+  }, 60_000);
 });
 
 /** Sends a streamed exec on a raw socket that never reads what comes back. */
