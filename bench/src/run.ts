@@ -11,6 +11,7 @@ import { bigOutputClient } from "./items/big-output-client.ts";
 import { coldStart } from "./items/cold-start.ts";
 import { fanout } from "./items/fanout.ts";
 import { overhead } from "./items/overhead.ts";
+import { requestPath } from "./items/request-path.ts";
 import { truncation } from "./items/truncation.ts";
 import { warmPool } from "./items/warm-pool.ts";
 import { workerOutput } from "./items/worker.ts";
@@ -26,6 +27,7 @@ import { round } from "./lib/stats.ts";
 
 const ITEMS: BenchItem[] = [
   overhead,
+  requestPath,
   fanout,
   bigOutputBridge,
   bigOutputClient,

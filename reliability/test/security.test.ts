@@ -8,7 +8,7 @@ import { ERROR_STATUS, errorBodySchema, execResultSchema } from "@remote-task/pr
 import fc from "fast-check";
 import { request } from "undici";
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
-import { timingSafeEqual } from "../../packages/bridge/src/auth.js";
+import { secretMatcher, sha256 } from "../../packages/bridge/src/auth.js";
 import { startTestBridge, type TestBridge } from "./support/bridge.js";
 import { fuzzParameters } from "./support/fuzz.js";
 import { rawExchange } from "./support/http.js";
@@ -159,6 +159,8 @@ describe("tokens", () => {
 });
 
 describe("the token comparison (packages/bridge/src/auth.ts)", () => {
+  const timingSafeEqual = (given: string, token: string) => secretMatcher(token)(given);
+
   afterEach(() => {
     vi.restoreAllMocks();
   });
@@ -180,7 +182,6 @@ describe("the token comparison (packages/bridge/src/auth.ts)", () => {
   });
 
   it("always hashes both whole inputs before comparing: no early exit on length or on the first differing byte", async () => {
-    const digest = vi.spyOn(crypto.subtle, "digest");
     const token = "s".repeat(40);
     const inputs = [
       "x".repeat(40),
@@ -192,15 +193,35 @@ describe("the token comparison (packages/bridge/src/auth.ts)", () => {
       token,
     ];
     for (const input of inputs) {
-      digest.mockClear();
-      await timingSafeEqual(input, token);
-      // Two digests per comparison, of the full inputs, whatever they are.
-      expect(digest).toHaveBeenCalledTimes(2);
-      const lengths = digest.mock.calls
-        .map(([, data]) => (data as Uint8Array).byteLength)
-        .sort((a, b) => a - b);
-      expect(lengths).toEqual([input.length, token.length].sort((a, b) => a - b));
+      const hash = vi.fn(sha256);
+      await secretMatcher(token, hash)(input);
+      // Two digests per first comparison, of the full inputs, whatever they are.
+      expect(hash.mock.calls.map(([text]) => text.length).sort((a, b) => a - b)).toEqual(
+        [input.length, token.length].sort((a, b) => a - b),
+      );
     }
+  });
+
+  it("hashes the token once per matcher and every presented input whole, whatever it is", async () => {
+    const hash = vi.fn(sha256);
+    const token = "s".repeat(40);
+    const matches = secretMatcher(token, hash);
+    const inputs = ["x".repeat(40), `${"s".repeat(39)}x`, "s", "s".repeat(4_000), "", token];
+    for (const input of inputs) await matches(input);
+    // One digest of the token, then one of each whole input.
+    expect(hash.mock.calls.map(([text]) => text).sort()).toEqual([token, ...inputs].sort());
+  });
+
+  it("hashes with SHA-256 of the UTF-8 bytes, as Web Crypto does, on any text", async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.string({ unit: "binary", maxLength: 200 }), async (text) => {
+        const expected = new Uint8Array(
+          await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text)),
+        );
+        expect([...(await sha256(text))]).toEqual([...expected]);
+      }),
+      fuzzParameters(200),
+    );
   });
 
   it("agrees with string equality on arbitrary inputs", async () => {

@@ -73,12 +73,18 @@ async function soakAgainst(isolation: "none" | "bwrap", count: number): Promise<
       samples.push(await bridge.settled());
     }
     const after = samples[samples.length - 1] ?? baseline;
-    const endings = bridge.logLines.map((line) => JSON.parse(line) as { endedBy?: string });
+    const endings = bridge.logLines.map(
+      (line) => JSON.parse(line) as { endedBy?: string; started?: false },
+    );
     const endedBy = (reason: string) => endings.filter((entry) => entry.endedBy === reason).length;
+    // Calls that ended while they waited for a slot (their time in the queue counts against
+    // their deadline): they never started a sandbox, and their log line says so.
+    const neverStarted = endings.filter((entry) => entry.started === false);
     console.info(
       `[soak ${isolation}] ${count} tasks at concurrency ${CONCURRENCY} in ${(tally.elapsedMs / 1000).toFixed(1)} s ` +
         `(${(count / (tally.elapsedMs / 1000)).toFixed(0)} tasks/s); ok ${JSON.stringify(tally.ok)}; wrong ${tally.wrong.length}; ` +
         `bridge ended by timeout ${endedBy("timeout")}, disconnect ${endedBy("disconnect")}, cancel ${endedBy("cancel")}; ` +
+        `ended while waiting for a slot ${neverStarted.length}; ` +
         `RSS MiB baseline ${MiB(baseline.rss)} -> rounds ${samples.map((s) => MiB(s.rss)).join(", ")}; ` +
         `heap used MiB ${MiB(baseline.heapUsed)} -> ${MiB(after.heapUsed)}; heap committed MiB ${MiB(baseline.heapTotal)} -> ${MiB(after.heapTotal)}; ` +
         `external MiB ${MiB(baseline.external)} -> ${MiB(after.external)}`,
@@ -91,7 +97,11 @@ async function soakAgainst(isolation: "none" | "bwrap", count: number): Promise<
     // Nothing left behind: sandboxes, processes, directories.
     expect(after.stats.live).toBe(0);
     expect(after.stats.started).toBe(after.stats.destroyed);
-    expect(after.stats.started).toBe(warmupTasks + count);
+    // Every call started its sandbox but those that ended waiting, which only an early end can do.
+    expect(after.stats.started + neverStarted.length).toBe(warmupTasks + count);
+    for (const entry of neverStarted) {
+      expect(["timeout", "cancel", "disconnect"]).toContain(entry.endedBy);
+    }
     expect(processesWithEnv(MARK_VAR, mark)).toEqual([]);
     expect(descendants(bridge.pid)).toEqual([]);
     expect(await bridge.leftoverDirs()).toEqual([]);

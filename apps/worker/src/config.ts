@@ -1,3 +1,4 @@
+import { type AdmissionSettings, DEFAULT_LIMITS } from "@remote-task/bridge";
 import { hasBrand } from "@remote-task/internal";
 import { type Limits, limitsSchema, MAX_HEARTBEAT_INTERVAL_MS } from "@remote-task/protocol";
 import type { CloudflareSandboxBackendOptions } from "./cloudflare-backend.js";
@@ -32,6 +33,10 @@ export interface WorkerEnv {
   WarmPool?: DurableObjectNamespace<WarmPoolShard>;
   /** The Worker's version (wrangler.jsonc `version_metadata`): a deploy drains older warm containers. */
   CF_VERSION_METADATA?: WorkerVersionMetadata;
+  /** Most calls one isolate runs at once (default: see {@link workerAdmission}). */
+  MAX_CONCURRENT_CALLS?: string;
+  /** Most calls waiting in one isolate for a slot (default: as many as may run). */
+  MAX_QUEUED_CALLS?: string;
 }
 
 /** Each limit's Worker variable; the protocol's `limitsSchema` checks the values. */
@@ -74,10 +79,25 @@ export interface WarmPoolConfig {
   shards: number;
 }
 
+/** Memory of one isolate (128 MB in all) that the default admission gives to retained output. */
+export const WORKER_CALL_MEMORY_BYTES = 64 * 1024 * 1024;
+
+/**
+ * The Worker's default admission, per isolate. Containers are capped across the deployment by
+ * `max_instances` (beyond it a call gets 503 `capacity_exceeded` from the backend); what one
+ * isolate must guard is its own memory: as many calls as {@link WORKER_CALL_MEMORY_BYTES} holds
+ * at two full tails each (32 at the default 1 MiB per stream, 2 at 16 MiB), and as many waiting.
+ */
+export function workerAdmission(maxOutputBytes: number): AdmissionSettings {
+  const maxConcurrent = Math.max(1, Math.floor(WORKER_CALL_MEMORY_BYTES / (2 * maxOutputBytes)));
+  return { maxConcurrent, maxQueued: maxConcurrent };
+}
+
 export interface WorkerConfig {
   token: string | undefined;
   allowUnauthenticated: boolean;
   limits: Partial<Limits>;
+  admission: AdmissionSettings;
   defaultCwd?: string;
   heartbeatIntervalMs?: number;
   sleepAfter?: string | number;
@@ -109,11 +129,13 @@ export class ConfigError extends Error {
 
 /** Reads and checks the Worker's configuration; throws a {@link ConfigError} naming the variable. */
 export function readConfig(env: WorkerEnv): WorkerConfig {
+  const limits = readLimits(env);
   const config: WorkerConfig = {
     token: env.BRIDGE_TOKEN === "" ? undefined : env.BRIDGE_TOKEN,
     allowUnauthenticated: readAllowUnauthenticated(env.ALLOW_UNAUTHENTICATED),
-    limits: readLimits(env),
+    limits,
     warmPool: readWarmPool(env),
+    admission: readAdmission(env, limits.maxOutputBytes ?? DEFAULT_LIMITS.maxOutputBytes),
   };
   const cwd = present(env.DEFAULT_CWD);
   if (cwd !== undefined) {
@@ -245,6 +267,17 @@ function readLimits(env: WorkerEnv): Partial<Limits> {
     throw new ConfigError("MAX_REQUEST_BYTES", `must be at most ${WORKER_MAX_REQUEST_BYTES}`);
   }
   return limits;
+}
+
+function readAdmission(env: WorkerEnv, maxOutputBytes: number): AdmissionSettings {
+  const defaults = workerAdmission(maxOutputBytes);
+  const maxConcurrent =
+    readWhole("MAX_CONCURRENT_CALLS", env.MAX_CONCURRENT_CALLS, 1, Number.MAX_SAFE_INTEGER) ??
+    defaults.maxConcurrent;
+  const maxQueued =
+    readWhole("MAX_QUEUED_CALLS", env.MAX_QUEUED_CALLS, 0, Number.MAX_SAFE_INTEGER) ??
+    maxConcurrent;
+  return { maxConcurrent, maxQueued };
 }
 
 /** `"30s"`, `"5m"`, `"1h"` as the SDK accepts them, or a plain number of seconds. */

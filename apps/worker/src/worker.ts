@@ -48,6 +48,7 @@ export function createWorker(options: WorkerHandlerOptions = {}) {
         backend,
         logger,
         limits: config.limits,
+        admission: config.admission,
         allowUnauthenticated: config.allowUnauthenticated,
         token: config.token,
         defaultCwd: config.defaultCwd,

@@ -43,6 +43,8 @@ describe("readConfig", () => {
           WARM_POOL_MAX_IDLE: "15m",
           WARM_POOL_REFILL_BATCH: "2",
           MAX_INSTANCES: "20",
+          MAX_CONCURRENT_CALLS: "5",
+          MAX_QUEUED_CALLS: "0",
         }),
       ),
     ).toEqual({
@@ -60,6 +62,7 @@ describe("readConfig", () => {
         maxOutputBytes: 65_536,
       },
       warmPool: { target: 10, maxIdleSeconds: 900, refillBatch: 2, shards: 2 },
+      admission: { maxConcurrent: 5, maxQueued: 0 },
     });
   });
 
@@ -73,8 +76,31 @@ describe("readConfig", () => {
       allowUnauthenticated: false,
       limits: {},
       warmPool: { target: 0, maxIdleSeconds: 600, refillBatch: 4, shards: 0 },
+      admission: { maxConcurrent: 32, maxQueued: 32 },
     });
     expect(readConfig(bindings({ SANDBOX_SLEEP_AFTER: "2h" })).sleepAfter).toBe("2h");
+  });
+
+  it("sizes the admission per isolate from the memory two full tails take, unless set", () => {
+    const admission = (vars: Vars) => readConfig(bindings(vars)).admission;
+    expect(admission({})).toEqual({ maxConcurrent: 32, maxQueued: 32 });
+    expect(admission({ MAX_OUTPUT_BYTES: String(16 * 1024 * 1024) })).toEqual({
+      maxConcurrent: 2,
+      maxQueued: 2,
+    });
+    expect(admission({ MAX_OUTPUT_BYTES: "65536" }).maxConcurrent).toBe(512);
+    expect(admission({ MAX_CONCURRENT_CALLS: "3" })).toEqual({ maxConcurrent: 3, maxQueued: 3 });
+    expect(admission({ MAX_QUEUED_CALLS: "7" })).toEqual({ maxConcurrent: 32, maxQueued: 7 });
+    for (const [variable, value] of [
+      ["MAX_CONCURRENT_CALLS", "0"],
+      ["MAX_CONCURRENT_CALLS", "2.5"],
+      ["MAX_CONCURRENT_CALLS", "many"],
+      ["MAX_QUEUED_CALLS", "-1"],
+    ] as const) {
+      expect(() => readConfig(bindings({ [variable]: value })), `${variable}=${value}`).toThrow(
+        variable,
+      );
+    }
   });
 
   it("names the variable at fault in a branded error", () => {

@@ -135,6 +135,7 @@ describe("configuration from bindings", () => {
     ["HEARTBEAT_INTERVAL_MS", "60000"],
     ["DEFAULT_CWD", "workspace"],
     ["SANDBOX_SLEEP_AFTER", "soon"],
+    ["MAX_CONCURRENT_CALLS", "0"],
   ] as const)("answers 503 not_configured naming %s=%s on every route", async (name, value) => {
     const env = workerEnv({ [name]: value });
     for (const answer of [
@@ -154,6 +155,7 @@ describe("configuration from bindings", () => {
     const env = workerEnv({ MAX_TIMEOUT_SECONDS: "10", MAX_REQUEST_BYTES: "2048" });
     const health = JSON.parse((await send("/health", { headers: AUTH, env, handler })).text);
     expect(health.limits).toMatchObject({ maxTimeoutSeconds: 10, maxRequestBytes: 2048 });
+    expect(health.admission).toEqual({ maxConcurrent: 32, maxQueued: 32, running: 0, queued: 0 });
 
     const tooLong = await exec(
       { sandboxId: sandboxId(), command: "pwd", timeoutSeconds: 20 },

@@ -4,19 +4,45 @@ import { errorResponse } from "./responses.js";
 
 const encoder = new TextEncoder();
 
-async function digest(text: string): Promise<Uint8Array> {
-  return new Uint8Array(await crypto.subtle.digest("SHA-256", encoder.encode(text)));
+/** SHA-256 of a text's UTF-8 bytes. */
+export type Sha256 = (text: string) => Uint8Array | Promise<Uint8Array>;
+
+/** The part of `node:crypto` hashing uses. */
+interface NodeHashing {
+  createHash(algorithm: "sha256"): { update(text: string): { digest(): Uint8Array } };
 }
 
+/** Node's hashing, found at run time (no static `node:` import: this module runs anywhere). */
+const nodeHashing = (
+  globalThis as { process?: { getBuiltinModule?: (id: string) => unknown } }
+).process?.getBuiltinModule?.("node:crypto") as NodeHashing | undefined;
+
 /**
- * Compares two secrets in time independent of where they differ and of their lengths: both are
- * hashed to fixed-length digests first, then every byte is compared without early exit.
+ * SHA-256 where it is cheapest: Node's synchronous hash when the runtime has it (Web Crypto's
+ * digest costs a thread pool round trip per request there), else Web Crypto.
  */
-export async function timingSafeEqual(a: string, b: string): Promise<boolean> {
-  const [da, db] = await Promise.all([digest(a), digest(b)]);
-  let diff = 0;
-  for (let i = 0; i < da.length; i++) diff |= (da[i] ?? 0) ^ (db[i] ?? 0);
-  return diff === 0;
+export const sha256: Sha256 =
+  nodeHashing === undefined
+    ? async (text) => new Uint8Array(await crypto.subtle.digest("SHA-256", encoder.encode(text)))
+    : (text) => nodeHashing.createHash("sha256").update(text).digest();
+
+/**
+ * A constant-time check against `secret`: what it is given is hashed whole to a fixed-length
+ * digest and compared with the secret's digest (computed once) byte by byte without early exit,
+ * so the time taken depends neither on where the two differ nor on their lengths.
+ */
+export function secretMatcher(
+  secret: string,
+  hash: Sha256 = sha256,
+): (given: string) => Promise<boolean> {
+  let expected: Promise<Uint8Array> | undefined;
+  return async (given) => {
+    expected ??= Promise.resolve(hash(secret));
+    const [actual, wanted] = await Promise.all([hash(given), expected]);
+    let diff = 0;
+    for (let i = 0; i < wanted.length; i++) diff |= (actual[i] ?? 0) ^ (wanted[i] ?? 0);
+    return diff === 0;
+  };
 }
 
 /** The token of an `Authorization: Bearer <token>` header, or undefined. */
@@ -35,12 +61,13 @@ export function requireToken(
   token: string | undefined,
   allowUnauthenticated: boolean,
 ): MiddlewareHandler {
+  const matches = token === undefined ? undefined : secretMatcher(token);
   return async (c, next) => {
-    if (token === undefined) {
+    if (matches === undefined) {
       if (!allowUnauthenticated) return errorResponse("not_configured", BRIDGE_TEXTS.notConfigured);
     } else {
       const given = bearerToken(c.req.header("authorization") ?? null);
-      if (given === undefined || !(await timingSafeEqual(given, token))) {
+      if (given === undefined || !(await matches(given))) {
         return errorResponse("unauthorized", BRIDGE_TEXTS.unauthorized, {
           headers: { "www-authenticate": 'Bearer realm="remote-task"' },
         });

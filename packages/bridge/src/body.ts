@@ -7,22 +7,47 @@ function tooLarge(maxBytes: number): HttpError {
   });
 }
 
+/** A body that broke off before its end (the client gave up on its upload). */
+function bodyBrokenOff(): never {
+  throw invalidRequest(BRIDGE_TEXTS.unreadableRequest, [
+    { path: [], message: BRIDGE_TEXTS.bodyBrokenOffIssue },
+  ]);
+}
+
 /**
- * Reads the body, refusing it as soon as it passes `maxBytes` (Content-Length is checked first
- * but not trusted): never more than `maxBytes` is held.
+ * Reads the body, refusing it as soon as it passes `maxBytes`: a declared Content-Length over it
+ * is refused unread; one within it is read whole (on the wire that header frames the body: the
+ * HTTP server or the platform ends it there, so only a Request built in-process could carry more,
+ * and it is refused once read); a body without one (chunked) is read as a stream and refused as
+ * soon as it passes the limit, so never more than `maxBytes` of it is held. A body that breaks
+ * off (the client gave up on its upload) is a refused request like any other, not a bridge
+ * failure: nothing is logged.
  */
 export async function readBodyLimited(request: Request, maxBytes: number): Promise<Uint8Array> {
   const declared = request.headers.get("content-length");
-  if (declared !== null && /^\d+$/.test(declared.trim()) && Number(declared) > maxBytes) {
+  const length = declared !== null && /^\d+$/.test(declared.trim()) ? Number(declared) : undefined;
+  if (length !== undefined && length > maxBytes) {
     await request.body?.cancel().catch(() => {});
     throw tooLarge(maxBytes);
+  }
+  if (length !== undefined) {
+    // Read whole, without a stream where the host can (the Node host's direct read).
+    const bytes = new Uint8Array(await request.arrayBuffer().catch(bodyBrokenOff));
+    if (bytes.byteLength > maxBytes) throw tooLarge(maxBytes);
+    return bytes;
   }
   if (request.body === null) return new Uint8Array(0);
   const reader = request.body.getReader();
   const parts: Uint8Array[] = [];
   let size = 0;
   for (;;) {
-    const { done, value } = await reader.read();
+    let next: ReadableStreamReadResult<Uint8Array>;
+    try {
+      next = await reader.read();
+    } catch {
+      bodyBrokenOff();
+    }
+    const { done, value } = next;
     if (done) break;
     size += value.byteLength;
     if (size > maxBytes) {

@@ -13,7 +13,12 @@ import type { BackendHealth, SandboxBackend } from "./backend.js";
 import { logDetail } from "./call.js";
 import { CallRegistry } from "./calls.js";
 import { type ExecRoutesContext, handleCancel, handleExec } from "./exec.js";
-import { resolveLimits } from "./limits.js";
+import {
+  type AdmissionOptions,
+  DEFAULT_STREAM_BUFFER_BYTES,
+  resolveAdmission,
+  resolveLimits,
+} from "./limits.js";
 import { type BridgeLogger, jsonLineLogger } from "./logger.js";
 import { errorResponse, HttpError, jsonResponse } from "./responses.js";
 import { BRIDGE_VERSION } from "./version.js";
@@ -31,10 +36,20 @@ export interface BridgeOptions {
   allowUnauthenticated?: boolean | undefined;
   /** Overrides of {@link DEFAULT_LIMITS}. */
   limits?: Partial<Limits> | undefined;
+  /**
+   * Most calls running at once and most waiting for a slot; beyond them `/exec` answers 429
+   * `capacity_exceeded` (default: {@link defaultAdmission} for this machine).
+   */
+  admission?: AdmissionOptions | undefined;
   /** Working directory when a request names none (default `/workspace`). */
   defaultCwd?: string | undefined;
   /** SSE heartbeat interval in ms (default 10 000, at most 15 000). */
   heartbeatIntervalMs?: number | undefined;
+  /**
+   * Most bytes of events queued for a streamed call's reader (default 256 KiB): a reader that
+   * falls further behind has output skipped (counted, kept in the result, reported on the stream).
+   */
+  streamBufferBytes?: number | undefined;
   /** Receives one structured entry per call (default: JSON lines on the console). */
   logger?: BridgeLogger | undefined;
   /**
@@ -61,7 +76,7 @@ export interface BridgeHandler {
   /** Same as calling the handler; handy as `export default { fetch: bridge.fetch }`. */
   readonly fetch: (request: Request, context?: BridgeRequestContext) => Promise<Response>;
   shutdown(): Promise<void>;
-  /** Calls whose sandbox is not yet destroyed. */
+  /** Calls in flight: waiting for a slot, running, or having their sandbox destroyed. */
   readonly activeCalls: number;
 }
 
@@ -79,14 +94,26 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
       `heartbeatIntervalMs must be between 1 and ${MAX_HEARTBEAT_INTERVAL_MS}; got ${heartbeatIntervalMs}.`,
     );
   }
+  const streamBufferBytes = options.streamBufferBytes ?? DEFAULT_STREAM_BUFFER_BYTES;
+  if (!Number.isSafeInteger(streamBufferBytes) || streamBufferBytes < 1) {
+    throw new TypeError(
+      `streamBufferBytes must be a whole number of at least 1; got ${streamBufferBytes}.`,
+    );
+  }
   const token = options.token === "" ? undefined : options.token;
   const logger = neverThrows(options.logger ?? jsonLineLogger);
-  const calls = new CallRegistry(options.backend, logger, token);
+  const calls = new CallRegistry(
+    options.backend,
+    logger,
+    token,
+    resolveAdmission(options.admission),
+  );
   const context: ExecRoutesContext = {
     calls,
     limits: resolveLimits(options.limits),
     defaultCwd: options.defaultCwd ?? DEFAULT_CWD,
     heartbeatIntervalMs,
+    streamBufferBytes,
   };
   const version = options.version ?? BRIDGE_VERSION;
   const openApi = JSON.stringify(openApiDocument());
@@ -104,6 +131,7 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
       backend: options.backend.name,
       isolation: options.backend.isolation,
       limits: context.limits,
+      admission: calls.load(),
       version,
     };
     return jsonResponse(body);

@@ -29,7 +29,7 @@ export interface CallHost {
   readonly logger: BridgeLogger;
   /** The bridge's token: never in a log line. */
   readonly token: string | undefined;
-  /** Told once the call's sandbox is destroyed: its id is free again. */
+  /** Told once the call's sandbox is destroyed (or it ended without one): its id and slot are free again. */
   released(call: ExecCall): void;
 }
 
@@ -50,9 +50,16 @@ export type CallOutcome =
   | { kind: "result"; result: ExecResult }
   | { kind: "failed"; error: unknown };
 
-/** Receives what a streamed call forwards: text within the cap, then the end of the output. */
+/**
+ * Receives what a streamed call forwards: text within the cap, then the end of the output. A
+ * reader without room for more (`ready()` false) makes the call skip output; what it skipped is
+ * still counted and kept in the tail, and the next `write` of that stream says how many bytes.
+ */
 export interface OutputSink {
-  write(stream: "stdout" | "stderr", text: string): void;
+  /** Whether the reader has room for more output now. */
+  ready(): boolean;
+  /** `skippedBytes`: bytes of `stream` skipped just before `text` (0 when none). */
+  write(stream: "stdout" | "stderr", text: string, skippedBytes: number): void;
   /** Called once, after the last `write` and before the sandbox is destroyed. */
   end(): void;
 }
@@ -93,9 +100,10 @@ export function logDetail(text: string, secrets: Iterable<string | undefined>): 
 }
 
 /**
- * A call's life: the sandbox is started at once, the deadline timer runs, the caller's
- * disconnect ends the call. `started()` then `finish()` run it to its outcome; every way it ends
- * (exit, failure, timeout, cancel, disconnect, shutdown) destroys the sandbox and logs one line.
+ * A call's life: from its acceptance the deadline timer runs and the caller's disconnect ends the
+ * call; the sandbox starts when the registry gives the call a slot (`begin()`), at once or after
+ * a wait. `started()` then `finish()` run it to its outcome; every way it ends (exit, failure,
+ * timeout, cancel, disconnect, shutdown) destroys the sandbox, if it was started, and logs one line.
  */
 export class ExecCall {
   readonly sandboxId: string;
@@ -114,8 +122,13 @@ export class ExecCall {
     signal === this.#controller.signal ? ENDED : signal.reason;
   readonly #endOnly: RaceAbortOptions = { abortError: this.#markEnded };
   readonly #started: Promise<RunningCommand>;
+  #startBackend!: (started: Promise<RunningCommand>) => void;
+  /** When the sandbox was asked to start; undefined while the call waits for a slot. */
+  #begunAt: number | undefined;
+  /** Whether the call waited for a slot. */
+  #waited = false;
   #running: RunningCommand | undefined;
-  /** Ms from the call's start until its command was running. */
+  /** Ms from asking the backend for a sandbox until its command was running (queue excluded). */
   #startMs: number | undefined;
   #endedBy: EndReason | undefined;
   /** True once the outcome is decided; later end requests are ignored. */
@@ -133,12 +146,32 @@ export class ExecCall {
     });
     this.#tails = { stdout: new TailBuffer(spec.cap), stderr: new TailBuffer(spec.cap) };
     this.#deadline = setTimeout(() => this.end("timeout"), timerDelay(spec.timeoutMs));
+    this.#started = quiet(
+      new Promise<RunningCommand>((resolve) => {
+        this.#startBackend = resolve;
+      }),
+    );
     if (spec.disconnect.aborted) this.#onDisconnect();
     else spec.disconnect.addEventListener("abort", this.#onDisconnect, { once: true });
+  }
+
+  /** Marks the call as waiting for a slot; its log line says for how long. */
+  wait(): void {
+    this.#waited = true;
+  }
+
+  /**
+   * Starts the sandbox; the registry calls this once the call has a slot. False, and nothing
+   * starts, when the call already ended (its caller left, its deadline passed) while it waited.
+   */
+  begin(): boolean {
+    if (this.#settled || this.#endedBy !== undefined || this.#begunAt !== undefined) return false;
+    this.#begunAt = Date.now();
+    const spec = this.#spec;
     let started: Promise<RunningCommand>;
     try {
       started = Promise.resolve(
-        host.backend.start({
+        this.#host.backend.start({
           sandboxId: spec.sandboxId,
           command: spec.command,
           cwd: spec.cwd,
@@ -150,7 +183,8 @@ export class ExecCall {
     } catch (error) {
       started = Promise.reject(error);
     }
-    this.#started = quiet(started);
+    this.#startBackend(started);
+    return true;
   }
 
   /** Why the call was ended early, once it was; never changes afterwards. */
@@ -170,9 +204,9 @@ export class ExecCall {
   }
 
   /**
-   * Waits for the sandbox to start. Undefined once the command runs (go on with `finish()`);
-   * otherwise the call is already over (ended while starting, or the start failed) and this is
-   * its outcome.
+   * Waits for a slot and for the sandbox to start. Undefined once the command runs (go on with
+   * `finish()`); otherwise the call is already over (ended while waiting or starting, or the
+   * start failed) and this is its outcome.
    */
   async started(): Promise<CallOutcome | undefined> {
     let outcome: CallOutcome;
@@ -180,7 +214,7 @@ export class ExecCall {
       const first = await this.#race(this.#started);
       if (!first.ended) {
         this.#running = first.value;
-        this.#startMs = Date.now() - this.startedAt;
+        this.#startMs = Date.now() - (this.#begunAt ?? this.startedAt);
         return undefined;
       }
       outcome = { kind: "result", result: this.#endedResult(first.reason) };
@@ -192,7 +226,7 @@ export class ExecCall {
 
   /**
    * Reads the running command's output until it ends, keeping the tail of each stream (and
-   * forwarding up to the cap to `sink`), then waits for its exit code; stops at once when the
+   * forwarding up to the cap to `sink`, as far as it has room), then waits for its exit code; stops at once when the
    * call is ended. Resolves with the outcome once it is logged and the sandbox destroyed (or its
    * destruction handed to `waitUntil`).
    */
@@ -268,8 +302,14 @@ export class ExecCall {
         const bytes = chunkBytes(next.value.value.data);
         this.#tails[stream].push(bytes);
         if (sink !== undefined && gates !== undefined) {
-          const text = gates[stream].take(bytes);
-          if (text.length > 0) sink.write(stream, text);
+          const gate = gates[stream];
+          if (sink.ready()) {
+            const text = gate.take(bytes);
+            const skipped = gate.takeSkipped();
+            if (text.length > 0 || skipped > 0) sink.write(stream, text, skipped);
+          } else {
+            gate.skip(bytes);
+          }
         }
       }
       const exited = await this.#race(exit);
@@ -281,9 +321,11 @@ export class ExecCall {
     } finally {
       if (!finishedIterating) void quiet(Promise.resolve().then(() => iterator.return?.()));
       if (sink !== undefined && gates !== undefined) {
+        // The last of each stream goes out whatever the room: at most a character and a count.
         for (const stream of ["stdout", "stderr"] as const) {
           const rest = gates[stream].flush();
-          if (rest.length > 0) sink.write(stream, rest);
+          const skipped = gates[stream].takeSkipped();
+          if (rest.length > 0 || skipped > 0) sink.write(stream, rest, skipped);
         }
       }
     }
@@ -298,19 +340,27 @@ export class ExecCall {
   async #close(outcome: CallOutcome): Promise<CallOutcome> {
     this.#settled = true;
     this.#log(outcome);
+    // The outcome holds the tails now; a stream whose reader is slow may keep it a while.
+    this.#tails.stdout.release();
+    this.#tails.stderr.release();
     const teardown = this.#tearDown();
     if (this.#spec.waitUntil !== undefined) this.#spec.waitUntil(teardown);
     else await teardown;
     return outcome;
   }
 
-  /** Destroys the sandbox once `start` has settled, then releases the id. Runs once. */
+  /**
+   * Destroys the sandbox once `start` has settled (a call that never got a slot has none), then
+   * releases the id and the slot. Runs once.
+   */
   #tearDown(): Promise<void> {
     this.#teardown ??= (async () => {
       clearTimeout(this.#deadline);
       this.#spec.disconnect.removeEventListener("abort", this.#onDisconnect);
-      await this.#started.catch(() => {});
-      await destroySandbox(this.#host, this.sandboxId, Object.values(this.#spec.env));
+      if (this.#begunAt !== undefined) {
+        await this.#started.catch(() => {});
+        await destroySandbox(this.#host, this.sandboxId, Object.values(this.#spec.env));
+      }
       this.#host.released(this);
       this.#resolveCleaned();
     })();
@@ -327,6 +377,8 @@ export class ExecCall {
       ...(this.#endedBy === undefined ? {} : { endedBy: this.#endedBy }),
       ...(this.#startMs === undefined ? {} : { startMs: this.#startMs }),
       ...(this.#running?.warm === undefined ? {} : { warm: this.#running.warm }),
+      ...(this.#waited ? { queuedMs: (this.#begunAt ?? Date.now()) - this.startedAt } : {}),
+      ...(this.#begunAt === undefined ? { started: false as const } : {}),
     };
     if (outcome.kind === "result") {
       const { result } = outcome;

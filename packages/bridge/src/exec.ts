@@ -22,6 +22,8 @@ export interface ExecRoutesContext {
   limits: Limits;
   defaultCwd: string;
   heartbeatIntervalMs: number;
+  /** Most bytes of events queued for a streamed call's reader before output is skipped. */
+  streamBufferBytes: number;
 }
 
 const encoder = new TextEncoder();
@@ -78,8 +80,9 @@ function outcomeResponse(outcome: CallOutcome): Response {
 }
 
 /**
- * `POST /exec`: validates the request, opens a call for it, and answers with the call's result
- * (JSON) or its event stream. A call that fails to start answers with an HTTP error either way.
+ * `POST /exec`: refuses at once when the bridge has no room, else validates the request, opens a
+ * call for it, and answers with the call's result (JSON) or its event stream. A call that fails
+ * to start answers with an HTTP error either way.
  */
 export async function handleExec(
   context: ExecRoutesContext,
@@ -87,6 +90,7 @@ export async function handleExec(
   waitUntil: ((promise: Promise<unknown>) => void) | undefined,
 ): Promise<Response> {
   const { limits } = context;
+  context.calls.assertRoom();
   const exec = await readExecRequest(limits, request);
   const timeoutSeconds =
     exec.timeoutSeconds ?? Math.min(DEFAULT_TIMEOUT_SECONDS, limits.maxTimeoutSeconds);
@@ -109,7 +113,9 @@ export async function handleExec(
     }
     return outcomeResponse(early);
   }
-  if (streamed) return callEventStream(call, context.heartbeatIntervalMs);
+  if (streamed) {
+    return callEventStream(call, context.heartbeatIntervalMs, context.streamBufferBytes);
+  }
   return outcomeResponse(await call.finish());
 }
 

@@ -15,7 +15,16 @@ export {
   DEFAULT_HEARTBEAT_INTERVAL_MS,
 } from "./bridge.js";
 export { CANCELLED_EXIT_CODE } from "./call.js";
-export { DEFAULT_LIMITS, MIN_OUTPUT_CAP_BYTES } from "./limits.js";
+export {
+  type AdmissionOptions,
+  type AdmissionSettings,
+  CONCURRENT_CALLS_PER_CORE,
+  DEFAULT_LIMITS,
+  DEFAULT_STREAM_BUFFER_BYTES,
+  defaultAdmission,
+  MIN_OUTPUT_CAP_BYTES,
+  QUEUED_CALLS_PER_RUNNING,
+} from "./limits.js";
 export {
   type BridgeLogEntry,
   type BridgeLogger,

@@ -34,3 +34,64 @@ export function outputCapFor(limits: Limits, requested: number | undefined): num
   const wanted = Math.max(requested ?? limits.maxOutputBytes, MIN_OUTPUT_CAP_BYTES);
   return Math.min(wanted, limits.maxOutputBytes);
 }
+
+/**
+ * Default most bytes of events queued for one streamed call's reader (256 KiB); beyond them the
+ * call skips output until the reader catches up (see `callEventStream`).
+ */
+export const DEFAULT_STREAM_BUFFER_BYTES = 262_144;
+
+/** How many calls a bridge runs at once and lets wait; see {@link resolveAdmission}. */
+export interface AdmissionOptions {
+  /** Most calls running at once; a call holds its slot until its sandbox is destroyed. */
+  maxConcurrent?: number | undefined;
+  /** Most calls waiting for a slot; beyond them `/exec` answers 429 `capacity_exceeded`. */
+  maxQueued?: number | undefined;
+}
+
+/** The admission a bridge enforces; reported by `/health` with its load. */
+export interface AdmissionSettings {
+  maxConcurrent: number;
+  maxQueued: number;
+}
+
+/** Default calls running at once per core of the machine (most wait on their command, not the CPU). */
+export const CONCURRENT_CALLS_PER_CORE = 4;
+/** Default calls waiting per call running. */
+export const QUEUED_CALLS_PER_RUNNING = 4;
+
+/**
+ * The default admission for a machine with `cores` cores (default: `navigator.hardwareConcurrency`
+ * where the runtime has it, else 1): {@link CONCURRENT_CALLS_PER_CORE} calls per core, and
+ * {@link QUEUED_CALLS_PER_RUNNING} waiting per running call. 2 cores: 8 running, 32 waiting.
+ */
+export function defaultAdmission(cores: number = machineCores()): AdmissionSettings {
+  const maxConcurrent = Math.max(1, Math.floor(cores)) * CONCURRENT_CALLS_PER_CORE;
+  return { maxConcurrent, maxQueued: maxConcurrent * QUEUED_CALLS_PER_RUNNING };
+}
+
+function machineCores(): number {
+  const cores = (globalThis as { navigator?: { hardwareConcurrency?: unknown } }).navigator
+    ?.hardwareConcurrency;
+  return typeof cores === "number" && Number.isInteger(cores) && cores > 0 ? cores : 1;
+}
+
+/**
+ * Fills what `options` leaves out from {@link defaultAdmission} (the waiting room follows a given
+ * `maxConcurrent`); throws a `TypeError` naming a bad value.
+ */
+export function resolveAdmission(options: AdmissionOptions = {}): AdmissionSettings {
+  const { maxConcurrent, maxQueued } = options;
+  if (maxConcurrent !== undefined && (!Number.isSafeInteger(maxConcurrent) || maxConcurrent < 1)) {
+    throw new TypeError(
+      `admission.maxConcurrent must be a whole number of at least 1; got ${maxConcurrent}.`,
+    );
+  }
+  if (maxQueued !== undefined && (!Number.isSafeInteger(maxQueued) || maxQueued < 0)) {
+    throw new TypeError(
+      `admission.maxQueued must be a whole number of at least 0; got ${maxQueued}.`,
+    );
+  }
+  const running = maxConcurrent ?? defaultAdmission().maxConcurrent;
+  return { maxConcurrent: running, maxQueued: maxQueued ?? running * QUEUED_CALLS_PER_RUNNING };
+}

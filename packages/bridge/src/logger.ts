@@ -13,9 +13,14 @@ export interface ExecLogEntry {
   code?: number;
   errorCode?: ErrorCode;
   endedBy?: EndReason;
+  /** Since acceptance, the time in the queue included. */
   durationMs: number;
-  /** Ms until the command was running (the sandbox's start, cold or warm); absent if it never ran. */
+  /** Ms from asking for the sandbox until the command was running (cold or warm start, queue excluded); absent if it never ran. */
   startMs?: number;
+  /** Only for a call that waited for a slot: how long it waited. */
+  queuedMs?: number;
+  /** `false` only for a call that ended while it waited: its command never ran. */
+  started?: false;
   stdoutBytes: number;
   stderrBytes: number;
   streamed: boolean;

@@ -7,6 +7,7 @@ import { BRIDGE_TEXTS } from "@remote-task/internal";
 import type { Limits } from "@remote-task/protocol";
 import type { SandboxBackend } from "./backend.js";
 import { createBridge } from "./bridge.js";
+import type { AdmissionOptions } from "./limits.js";
 import { createLocalBackend } from "./local/index.js";
 import { type BridgeLogger, stderrLogger } from "./logger.js";
 import { errorBody, errorResponse } from "./responses.js";
@@ -23,7 +24,11 @@ export interface LocalBridgeOptions<B extends SandboxBackend = SandboxBackend> {
   /** Serve without a token; `token` is then ignored. */
   allowUnauthenticated?: boolean | undefined;
   limits?: Partial<Limits> | undefined;
+  /** Most calls running and waiting (default: `defaultAdmission()` for this machine). */
+  admission?: AdmissionOptions | undefined;
   heartbeatIntervalMs?: number | undefined;
+  /** Most bytes of events queued for a streamed call's reader (default 256 KiB). */
+  streamBufferBytes?: number | undefined;
   /** Receives one entry per call (default `stderrLogger`: JSON lines on stderr). */
   logger?: BridgeLogger | undefined;
 }
@@ -73,7 +78,9 @@ export async function startLocalBridge<
     backend,
     ...(unauthenticated ? { allowUnauthenticated: true } : { token }),
     limits: options.limits,
+    admission: options.admission,
     heartbeatIntervalMs: options.heartbeatIntervalMs,
+    streamBufferBytes: options.streamBufferBytes,
     logger: options.logger ?? stderrLogger,
   });
 

@@ -1,5 +1,11 @@
 import { retryAfterHeader } from "@remote-task/internal";
-import { ERROR_STATUS, type ErrorBody, type ErrorCode, type Issue } from "@remote-task/protocol";
+import {
+  ERROR_STATUS,
+  type ErrorBody,
+  type ErrorCode,
+  errorStatuses,
+  type Issue,
+} from "@remote-task/protocol";
 
 /** What an error answer may carry besides its code and message. */
 export interface ErrorDetails {
@@ -9,6 +15,11 @@ export interface ErrorDetails {
   retryAfterSeconds?: number | undefined;
   /** Extra response headers (`Allow`, `WWW-Authenticate`, `Connection`). */
   headers?: HeadersInit | undefined;
+  /**
+   * The status, for a code the protocol sends with more than one (`errorStatuses`): 429 for
+   * `capacity_exceeded` when the bridge is at its own admission limits. Default: `ERROR_STATUS`.
+   */
+  status?: number | undefined;
 }
 
 /** A JSON response with `cache-control: no-store` (bridge answers are never cacheable). */
@@ -32,7 +43,8 @@ export function errorBody(
 }
 
 /**
- * The protocol's error response: the body for `code`, the status `ERROR_STATUS` gives it, and
+ * The protocol's error response: the body for `code`, the status `ERROR_STATUS` gives it (or
+ * `details.status`, one the protocol allows for the code), and
  * `Retry-After` when the answer says when to retry. Every error the bridge answers with is
  * built here, and so is the Worker's answer for a configuration it cannot use.
  */
@@ -41,11 +53,15 @@ export function errorResponse(
   message: string,
   details: ErrorDetails = {},
 ): Response {
+  const status = details.status ?? ERROR_STATUS[code];
+  if (!errorStatuses(code).includes(status)) {
+    throw new TypeError(`The protocol never sends ${code} with HTTP ${status}.`);
+  }
   const headers = new Headers(details.headers);
   if (details.retryAfterSeconds !== undefined) {
     headers.set("retry-after", retryAfterHeader(details.retryAfterSeconds));
   }
-  return jsonResponse(errorBody(code, message, details), ERROR_STATUS[code], headers);
+  return jsonResponse(errorBody(code, message, details), status, headers);
 }
 
 /** Thrown inside request handling to answer with a protocol error (see `errorResponse`). */

@@ -10,15 +10,14 @@ import { invalidFixtures, referenceExecRequest } from "@remote-task/protocol/fix
 import { afterEach, describe, expect, it } from "vitest";
 import {
   BackendError,
-  type BridgeHandler,
-  type BridgeOptions,
   CANCELLED_EXIT_CODE,
   createBridge,
   DEFAULT_LIMITS,
+  defaultAdmission,
   type ExecLogEntry,
   MIN_OUTPUT_CAP_BYTES,
 } from "../src/index.js";
-import { createFakeBackend, type FakeBackendOptions } from "../src/testing/index.js";
+import { createFakeBackend } from "../src/testing/index.js";
 import {
   events,
   eventually,
@@ -26,27 +25,17 @@ import {
   freshId,
   memoryLogger,
   request,
+  setupBridge,
+  shutdownBridges,
   TOKEN,
+  trackBridge,
 } from "./helpers.js";
 
-const bridges: BridgeHandler[] = [];
-afterEach(async () => {
-  for (const bridge of bridges.splice(0)) await bridge.shutdown();
-});
-
-function setup(options: Partial<BridgeOptions> = {}, fake: FakeBackendOptions = {}) {
-  const backend = createFakeBackend(fake);
-  const logger = memoryLogger();
-  const bridge = createBridge({ backend, token: TOKEN, logger, ...options });
-  bridges.push(bridge);
-  const exec = (body: Record<string, unknown>, init: Parameters<typeof request>[1] = {}) =>
-    bridge(request("/exec", { body: { sandboxId: freshId(), ...body }, ...init }));
-  return { backend, bridge, logger, exec };
-}
+afterEach(shutdownBridges);
 
 describe("routes and auth", () => {
   it("answers /health with protocol, backend, isolation, limits and version", async () => {
-    const { bridge } = setup({ version: "9.9.9" }, { name: "fake", isolation: "none" });
+    const { bridge } = setupBridge({ version: "9.9.9" }, { name: "fake", isolation: "none" });
     const response = await bridge(request("/health"));
     expect(response.status).toBe(200);
     const body = healthResponseSchema.parse(await response.json());
@@ -56,6 +45,7 @@ describe("routes and auth", () => {
       backend: "fake",
       isolation: "none",
       limits: DEFAULT_LIMITS,
+      admission: { ...defaultAdmission(), running: 0, queued: 0 },
       version: "9.9.9",
     });
   });
@@ -67,7 +57,7 @@ describe("routes and auth", () => {
       health: async () => ({ warmPool, ok: false, backend: "other" }),
     });
     const bridge = createBridge({ backend, token: TOKEN });
-    bridges.push(bridge);
+    trackBridge(bridge);
     const body = healthResponseSchema.parse(await (await bridge(request("/health"))).json());
     expect(body).toMatchObject({ ok: true, backend: "fake", warmPool });
   });
@@ -80,7 +70,7 @@ describe("routes and auth", () => {
     });
     const logger = memoryLogger();
     const bridge = createBridge({ backend, token: TOKEN, logger });
-    bridges.push(bridge);
+    trackBridge(bridge);
     const response = await bridge(request("/health"));
     expect(response.status).toBe(200);
     const body = healthResponseSchema.parse(await response.json());
@@ -95,14 +85,14 @@ describe("routes and auth", () => {
   });
 
   it("serves the protocol OpenAPI document without auth", async () => {
-    const { bridge } = setup();
+    const { bridge } = setupBridge();
     const response = await bridge(request("/openapi.json", { token: null }));
     expect(response.status).toBe(200);
     expect(await response.json()).toEqual(openApiDocument());
   });
 
   it("answers 404 not_found for unknown routes and 405 with Allow for wrong methods", async () => {
-    const { bridge } = setup();
+    const { bridge } = setupBridge();
     await expectError(await bridge(request("/nope")), "not_found");
     await expectError(await bridge(request("/exec/", { body: {} })), "not_found");
     const wrong = await bridge(request("/exec"));
@@ -116,7 +106,7 @@ describe("routes and auth", () => {
   });
 
   it("refuses a missing, malformed or wrong token with 401 on every protected route", async () => {
-    const { bridge, backend } = setup();
+    const { bridge, backend } = setupBridge();
     for (const token of [null, "", "wrong", `${TOKEN}x`, TOKEN.slice(0, -1)]) {
       const response = await bridge(request("/exec", { body: referenceExecRequest, token }));
       await expectError(response, "unauthorized");
@@ -143,7 +133,7 @@ describe("routes and auth", () => {
   it("without a token refuses every route but /openapi.json with not_configured naming BRIDGE_TOKEN", async () => {
     const backend = createFakeBackend();
     const bridge = createBridge({ backend, logger: memoryLogger() });
-    bridges.push(bridge);
+    trackBridge(bridge);
     const exec = await expectError(
       await bridge(request("/exec", { body: referenceExecRequest, token: null })),
       "not_configured",
@@ -161,7 +151,7 @@ describe("routes and auth", () => {
   it("runs without a token only when allowUnauthenticated is set", async () => {
     const backend = createFakeBackend();
     const bridge = createBridge({ backend, allowUnauthenticated: true, logger: memoryLogger() });
-    bridges.push(bridge);
+    trackBridge(bridge);
     const response = await bridge(request("/exec", { body: referenceExecRequest, token: null }));
     expect(await response.json()).toMatchObject({ stdout: "/workspace\n", code: 0 });
   });
@@ -190,7 +180,7 @@ describe("routes and auth", () => {
     });
     const logger = memoryLogger();
     const bridge = createBridge({ backend: broken, token: TOKEN, logger });
-    bridges.push(bridge);
+    trackBridge(bridge);
     await expectError(await bridge(request("/health")), "internal");
     expect(logger.entries).toContainEqual(
       expect.objectContaining({
@@ -203,7 +193,7 @@ describe("routes and auth", () => {
 
 describe("request validation", () => {
   it("answers 400 with issues for every invalid exec fixture of the protocol", async () => {
-    const { bridge, backend } = setup();
+    const { bridge, backend } = setupBridge();
     for (const fixture of invalidFixtures.filter((f) => f.schema === "ExecRequest")) {
       const body = await expectError(
         await bridge(request("/exec", { body: fixture.value })),
@@ -218,7 +208,7 @@ describe("request validation", () => {
   });
 
   it("answers 400 for malformed JSON, invalid UTF-8, non-object bodies and wrong content types", async () => {
-    const { bridge } = setup();
+    const { bridge } = setupBridge();
     const cases: Array<Parameters<typeof request>[1]> = [
       { raw: "{not json", method: "POST", headers: { "content-type": "application/json" } },
       { raw: new Uint8Array([0x7b, 0xff, 0x7d]), method: "POST" },
@@ -260,6 +250,25 @@ describe("request validation", () => {
     expect(plain.status).toBe(200);
   });
 
+  it("refuses a body that breaks off mid-upload as a bad request, without an error log line", async () => {
+    const { bridge, backend, logger } = setupBridge();
+    const body = new ReadableStream<Uint8Array>({
+      start(controller) {
+        controller.enqueue(new TextEncoder().encode('{"sandboxId":'));
+        controller.error(new Error("aborted"));
+      },
+    });
+    const answer = await expectError(
+      await bridge(request("/exec", { raw: body, method: "POST" })),
+      "invalid_request",
+    );
+    expect(answer.issues).toEqual([
+      { path: [], message: "the request body broke off before its end" },
+    ]);
+    expect(logger.entries).toEqual([]);
+    expect(backend.starts).toEqual([]);
+  });
+
   it("enforces the command, env, timeout limits with the failing path", async () => {
     const limits = {
       maxCommandBytes: 10,
@@ -267,7 +276,7 @@ describe("request validation", () => {
       maxEnvEntryBytes: 8,
       maxTimeoutSeconds: 5,
     };
-    const { exec, backend } = setup({ limits });
+    const { exec, backend } = setupBridge({ limits });
     const paths = async (body: Record<string, unknown>) =>
       (await expectError(await exec(body), "invalid_request")).issues?.map((i) => i.path);
     expect(await paths({ command: "echo 12345678" })).toEqual([["command"]]);
@@ -284,7 +293,7 @@ describe("request validation", () => {
   });
 
   it("answers 413 for a body over maxRequestBytes, whether or not Content-Length says so", async () => {
-    const { bridge, backend } = setup({ limits: { maxRequestBytes: 1_000 } });
+    const { bridge, backend } = setupBridge({ limits: { maxRequestBytes: 1_000 } });
     const big = { ...referenceExecRequest, command: `echo ${"x".repeat(2_000)}` };
     await expectError(await bridge(request("/exec", { body: big })), "payload_too_large");
     let pulled = 0;
@@ -315,7 +324,7 @@ describe("request validation", () => {
   });
 
   it("never echoes env values in errors", async () => {
-    const { exec } = setup({ limits: { maxEnvEntryBytes: 20 } });
+    const { exec } = setupBridge({ limits: { maxEnvEntryBytes: 20 } });
     const secret = "s3cr3t-value-that-is-long";
     const response = await exec({ command: "true", env: { KEY: secret, "BAD-NAME": secret } });
     const text = await response.text();
@@ -326,7 +335,7 @@ describe("request validation", () => {
 
 describe("exec", () => {
   it("runs the exact reference exchange and returns the reference shape plus extensions", async () => {
-    const { bridge } = setup();
+    const { bridge } = setupBridge();
     const response = await bridge(request("/exec", { body: referenceExecRequest }));
     expect(response.status).toBe(200);
     expect(response.headers.get("content-type")).toMatch(/^application\/json/);
@@ -336,7 +345,7 @@ describe("exec", () => {
   });
 
   it("passes cwd, env and the deadline to the backend and destroys the sandbox", async () => {
-    const { exec, backend } = setup({ defaultCwd: "/srv" });
+    const { exec, backend } = setupBridge({ defaultCwd: "/srv" });
     await exec({ command: "true", env: { A: "b" }, timeoutSeconds: 7 });
     await exec({ command: "true", cwd: "/workspace/x" });
     expect(backend.starts[0]).toMatchObject({ cwd: "/srv", env: { A: "b" }, timeoutMs: 7_000 });
@@ -347,7 +356,7 @@ describe("exec", () => {
 
   it("keeps the tail of each stream within the cap, exact totals, and UTF-8 cut cleanly", async () => {
     const cap = MIN_OUTPUT_CAP_BYTES;
-    const { exec } = setup(
+    const { exec } = setupBridge(
       { limits: { maxOutputBytes: cap } },
       {
         script: () => ({
@@ -367,7 +376,7 @@ describe("exec", () => {
   });
 
   it("lets a request lower the cap, never below the display window, never above the limit", async () => {
-    const { exec } = setup(
+    const { exec } = setupBridge(
       { limits: { maxOutputBytes: 200_000 } },
       { script: () => ({ repeat: { chunk: { data: "x".repeat(1_000) }, times: 500 } }) },
     );
@@ -385,7 +394,7 @@ describe("exec", () => {
   });
 
   it("times out a hanging command: 124, outcome timeout, output so far, sandbox destroyed", async () => {
-    const { exec, backend, logger } = setup(
+    const { exec, backend, logger } = setupBridge(
       {},
       { script: () => ({ chunks: [{ data: "partial\n" }], hang: true }) },
     );
@@ -412,18 +421,18 @@ describe("exec", () => {
     });
     const logger = memoryLogger();
     const bridge = createBridge({ backend, token: TOKEN, logger });
-    bridges.push(bridge);
+    trackBridge(bridge);
     for (const command of ["echo warm", "echo cold"]) {
       await bridge(request("/exec", { body: { sandboxId: freshId(), command } }));
     }
-    const plain = setup();
+    const plain = setupBridge();
     await plain.exec({ command: "echo unknown" });
     expect(logger.entries.map((entry) => (entry as ExecLogEntry).warm)).toEqual([true, false]);
     expect(plain.logger.entries[0]).not.toHaveProperty("warm");
   });
 
   it("times out while the sandbox is still starting and destroys it once started", async () => {
-    const { exec, backend } = setup({}, { startLatencyMs: 400 });
+    const { exec, backend } = setupBridge({}, { startLatencyMs: 400 });
     const result = execResultSchema.parse(
       await (await exec({ command: "echo hi", timeoutSeconds: 0.1 })).json(),
     );
@@ -433,7 +442,10 @@ describe("exec", () => {
   });
 
   it("does not wait for a backend that ignores the abort signal", async () => {
-    const { exec, backend } = setup({}, { script: () => ({ hang: true, ignoreAbort: true }) });
+    const { exec, backend } = setupBridge(
+      {},
+      { script: () => ({ hang: true, ignoreAbort: true }) },
+    );
     const result = execResultSchema.parse(
       await (await exec({ command: "x", timeoutSeconds: 0.2 })).json(),
     );
@@ -448,7 +460,7 @@ describe("exec", () => {
       fullDefault: new BackendError("capacity_exceeded", "No sandbox capacity"),
       broke: new BackendError("sandbox_error", "Container crashed"),
     };
-    const { exec, backend } = setup(
+    const { exec, backend } = setupBridge(
       {},
       { script: (spec) => ({ startError: errors[spec.command] }) },
     );
@@ -469,7 +481,7 @@ describe("exec", () => {
 
   it("turns any other backend failure into a generic 502 and logs the detail without secrets", async () => {
     const secret = "hunter2-env-value";
-    const { exec, backend, logger } = setup(
+    const { exec, backend, logger } = setupBridge(
       {},
       {
         script: (spec) =>
@@ -517,7 +529,7 @@ describe("exec", () => {
       },
     };
     const bridge = createBridge({ backend, token: TOKEN, logger: memoryLogger() });
-    bridges.push(bridge);
+    trackBridge(bridge);
     const response = await bridge(
       request("/exec", { body: { sandboxId: freshId(), command: "x" } }),
     );
@@ -526,7 +538,7 @@ describe("exec", () => {
   });
 
   it("refuses a concurrent call for a running id with 409 and accepts it after the first ended", async () => {
-    const { bridge, exec, backend } = setup();
+    const { bridge, exec, backend } = setupBridge();
     const sandboxId = freshId();
     const first = exec({ sandboxId, command: "sleep 0.3; echo first" });
     await eventually(() => backend.starts.length === 1, "first start");
@@ -540,7 +552,7 @@ describe("exec", () => {
   });
 
   it("logs one line per call with id, duration, outcome and bytes, never env values or the token", async () => {
-    const { exec, logger } = setup();
+    const { exec, logger } = setupBridge();
     const sandboxId = freshId();
     await exec({ sandboxId, command: "echo hello; exit 2", env: { SECRET: "top-secret-value" } });
     expect(logger.entries).toHaveLength(1);
@@ -559,12 +571,12 @@ describe("exec", () => {
   });
 
   it("logs how long the sandbox took to start, once its command ran", async () => {
-    const { exec, logger } = setup({}, { startLatencyMs: 150 });
+    const { exec, logger } = setupBridge({}, { startLatencyMs: 150 });
     await exec({ command: "echo hi" });
     const [entry] = logger.entries as ExecLogEntry[];
     expect(entry?.startMs).toBeGreaterThanOrEqual(140);
     expect(entry?.startMs).toBeLessThanOrEqual(entry?.durationMs ?? 0);
-    const failing = setup({}, { script: () => ({ startError: new Error("no sandbox") }) });
+    const failing = setupBridge({}, { script: () => ({ startError: new Error("no sandbox") }) });
     await failing.exec({ command: "x" });
     expect(failing.logger.entries[0]).not.toHaveProperty("startMs");
   });
@@ -578,7 +590,7 @@ describe("exec", () => {
         throw new Error("log sink down");
       },
     });
-    bridges.push(bridge);
+    trackBridge(bridge);
     const response = await bridge(request("/exec", { body: referenceExecRequest }));
     expect(response.status).toBe(200);
     expect(backend.liveSandboxes()).toBe(0);
@@ -587,7 +599,7 @@ describe("exec", () => {
 
 describe("cancel, disconnect, shutdown and waitUntil", () => {
   it("cancels a JSON call: the caller gets outcome cancelled, cancel is idempotent", async () => {
-    const { bridge, exec, backend } = setup();
+    const { bridge, exec, backend } = setupBridge();
     const sandboxId = freshId();
     const pending = exec({ sandboxId, command: "echo a; sleep 30" });
     await eventually(() => backend.starts.length === 1, "start");
@@ -610,7 +622,7 @@ describe("cancel, disconnect, shutdown and waitUntil", () => {
   });
 
   it("destroys the sandbox when a streaming client cancels the stream mid-output", async () => {
-    const { exec, backend, logger } = setup(
+    const { exec, backend, logger } = setupBridge(
       {},
       { script: () => ({ chunks: [{ data: "tick\n" }], hang: true }) },
     );
@@ -625,7 +637,7 @@ describe("cancel, disconnect, shutdown and waitUntil", () => {
   });
 
   it("destroys the sandbox when the request signal aborts", async () => {
-    const { exec, backend } = setup({}, { script: () => ({ hang: true }) });
+    const { exec, backend } = setupBridge({}, { script: () => ({ hang: true }) });
     const controller = new AbortController();
     const pending = exec({ command: "x" }, { signal: controller.signal });
     await eventually(() => backend.starts.length === 1, "start");
@@ -635,7 +647,7 @@ describe("cancel, disconnect, shutdown and waitUntil", () => {
   });
 
   it("sends an error event when the backend fails mid-stream", async () => {
-    const { exec, backend } = setup(
+    const { exec, backend } = setupBridge(
       {},
       { script: () => ({ chunks: [{ data: "a" }], exitError: new Error("died") }) },
     );
@@ -646,7 +658,7 @@ describe("cancel, disconnect, shutdown and waitUntil", () => {
   });
 
   it("answers a streamed request that fails to start with an HTTP error, not a stream", async () => {
-    const { exec } = setup(
+    const { exec } = setupBridge(
       {},
       {
         script: () => ({
@@ -660,7 +672,7 @@ describe("cancel, disconnect, shutdown and waitUntil", () => {
   });
 
   it("shutdown cancels every call in flight, destroys its sandbox, and refuses new calls", async () => {
-    const { bridge, exec, backend } = setup(
+    const { bridge, exec, backend } = setupBridge(
       {},
       { script: () => ({ hang: true }), destroyLatencyMs: 50 },
     );
@@ -678,7 +690,7 @@ describe("cancel, disconnect, shutdown and waitUntil", () => {
 
   it("with waitUntil answers before the sandbox is destroyed and hands the cleanup over", async () => {
     const handed: Promise<unknown>[] = [];
-    const { exec, backend } = setup(
+    const { exec, backend } = setupBridge(
       { waitUntil: (p) => handed.push(p) },
       { destroyLatencyMs: 300 },
     );
@@ -692,7 +704,7 @@ describe("cancel, disconnect, shutdown and waitUntil", () => {
 
   it("accepts waitUntil per request through the handler context", async () => {
     const handed: Promise<unknown>[] = [];
-    const { bridge, backend } = setup({}, { destroyLatencyMs: 100 });
+    const { bridge, backend } = setupBridge({}, { destroyLatencyMs: 100 });
     const response = await bridge.fetch(
       request("/exec", { body: { sandboxId: freshId(), command: "true" } }),
       { waitUntil: (p) => handed.push(p) },

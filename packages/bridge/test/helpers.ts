@@ -6,8 +6,18 @@ import {
   errorBodySchema,
 } from "@remote-task/protocol";
 import { expect } from "vitest";
-import type { BridgeLogEntry, BridgeLogger } from "../src/index.js";
-import { readStreamEvents } from "../src/testing/index.js";
+import {
+  type BridgeHandler,
+  type BridgeLogEntry,
+  type BridgeLogger,
+  type BridgeOptions,
+  createBridge,
+} from "../src/index.js";
+import {
+  createFakeBackend,
+  type FakeBackendOptions,
+  readStreamEvents,
+} from "../src/testing/index.js";
 
 export const TOKEN = "test-token-0123456789";
 
@@ -48,6 +58,29 @@ export function request(
     ...(init.signal ? { signal: init.signal } : {}),
     ...(body instanceof ReadableStream ? { duplex: "half" } : {}),
   } as RequestInit);
+}
+
+const openBridges: BridgeHandler[] = [];
+
+/** A bridge (token {@link TOKEN}, memory logger) over a fake backend; see {@link shutdownBridges}. */
+export function setupBridge(options: Partial<BridgeOptions> = {}, fake: FakeBackendOptions = {}) {
+  const backend = createFakeBackend(fake);
+  const logger = memoryLogger();
+  const bridge = createBridge({ backend, token: TOKEN, logger, ...options });
+  openBridges.push(bridge);
+  const exec = (body: Record<string, unknown>, init: Parameters<typeof request>[1] = {}) =>
+    bridge(request("/exec", { body: { sandboxId: freshId(), ...body }, ...init }));
+  return { backend, bridge, logger, exec };
+}
+
+/** Has {@link shutdownBridges} shut `bridge` down too. */
+export function trackBridge(bridge: BridgeHandler): void {
+  openBridges.push(bridge);
+}
+
+/** Shuts down every bridge {@link setupBridge} made or {@link trackBridge} was given (for `afterEach`). */
+export async function shutdownBridges(): Promise<void> {
+  for (const bridge of openBridges.splice(0)) await bridge.shutdown();
 }
 
 /** Asserts a protocol error response with `code` and its status; returns the body. */

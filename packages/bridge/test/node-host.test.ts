@@ -292,6 +292,34 @@ describe("errors over HTTP", () => {
     } as RequestInit);
     await expectError(response, "payload_too_large");
   });
+
+  it("logs nothing at error level when a client abandons its upload, and keeps serving", async () => {
+    const logger = memoryLogger();
+    const backend = createFakeBackend();
+    const bridge = await start({ backend, logger });
+    const { port } = new URL(bridge.url);
+    for (let i = 0; i < 3; i++) {
+      await new Promise<void>((resolve, reject) => {
+        const socket = connect(Number(port), "127.0.0.1", () => {
+          socket.write(
+            `POST /exec HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${bridge.token}\r\n` +
+              'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"sandboxId":',
+            () => setTimeout(() => socket.destroy(), 50),
+          );
+        });
+        socket.on("close", () => resolve());
+        socket.on("error", reject);
+      });
+    }
+    const health = await fetch(`${bridge.url}/health`, {
+      headers: { authorization: `Bearer ${bridge.token}` },
+    });
+    expect(health.status).toBe(200);
+    // The bridge reads the broken bodies after the sockets close: give it the time to.
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(logger.entries).toEqual([]);
+    expect(backend.starts).toEqual([]);
+  });
 });
 
 /** Sends raw bytes and returns the raw HTTP answer. */

@@ -321,7 +321,11 @@ class Client implements RemoteTaskClient {
     const deliver = (event: StreamEvent) => {
       if (onOutput === undefined || (event.type !== "stdout" && event.type !== "stderr")) return;
       try {
-        onOutput({ stream: event.type, data: event.data });
+        onOutput(
+          event.skippedBytes === undefined
+            ? { stream: event.type, data: event.data }
+            : { stream: event.type, data: event.data, skippedBytes: event.skippedBytes },
+        );
       } catch (error) {
         throw new CallbackFailure(error);
       }

@@ -71,6 +71,12 @@ export interface ClientOptions {
 export interface OutputEvent {
   stream: "stdout" | "stderr";
   data: string;
+  /**
+   * Bytes of this stream the bridge skipped just before `data`, because this reader fell behind
+   * (`data` may then be empty). The final result still holds them: its tail and byte totals are
+   * whole. Absent when nothing was skipped.
+   */
+  skippedBytes?: number;
 }
 
 export interface RunOptions {

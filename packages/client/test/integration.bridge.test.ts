@@ -159,6 +159,45 @@ describe("against the embedded local bridge (loopback, real commands)", () => {
     await eventually(() => bridge.backend.liveSandboxes() === 0, 10_000);
   }, 60_000);
 
+  it("a stream() consumer that falls behind is told how much it missed; the result is whole", async () => {
+    const total = 16 * 1024 * 1024;
+    const small = await startLocalBridge({
+      backend: createLocalBackend({ isolation: "none" }),
+      limits: { maxOutputBytes: total },
+      streamBufferBytes: 16 * 1024,
+    });
+    const slow = createClient({
+      url: small.url,
+      token: small.token,
+      timeoutSeconds: 60,
+      // The exit event carries the whole 16 MiB tail.
+      maxResponseBytes: 3 * total,
+    });
+    try {
+      let data = 0;
+      let skipped = 0;
+      let gaps = 0;
+      let exitBytes: number | undefined;
+      for await (const event of slow.stream(`head -c ${total} /dev/zero | tr '\\0' a`)) {
+        if (event.type === "stdout") {
+          // The first output makes this reader stop for a while, as a busy consumer would.
+          if (data === 0) await new Promise((resolve) => setTimeout(resolve, 1000));
+          data += event.data.length;
+          skipped += event.skippedBytes ?? 0;
+          if (event.skippedBytes !== undefined) gaps++;
+        }
+        if (event.type === "exit") exitBytes = event.result.stdoutBytes;
+      }
+      console.info(`[slow stream() reader] ${data} bytes read, ${skipped} skipped in ${gaps} gaps`);
+      expect(gaps).toBeGreaterThan(0);
+      expect(data + skipped).toBe(total);
+      expect(exitBytes).toBe(total);
+    } finally {
+      await slow.close();
+      await small.close();
+    }
+  }, 60_000);
+
   it("refuses a wrong token", async () => {
     const wrong = createClient({ url: bridge.url, token: "not-the-token" });
     const error = await failure(wrong.run("true"));

@@ -77,6 +77,32 @@ describe("run with onOutput (SSE mode)", () => {
     expect(result.outcome).toBe("exited");
   });
 
+  it("says where the bridge skipped output for a reader that fell behind, in onOutput and stream()", async () => {
+    const script: Script = (id) => [
+      start(id),
+      sse({ type: "stdout", data: "first\n" }),
+      sse({ type: "stdout", data: "later\n", skippedBytes: 4096 }),
+      sse({ type: "stderr", data: "", skippedBytes: 17 }),
+      exit,
+    ];
+    const seen: OutputEvent[] = [];
+    const result = await client(streamingBridge(script).f).run("x", {
+      onOutput: (e) => seen.push(e),
+    });
+    expect(seen).toEqual([
+      { stream: "stdout", data: "first\n" },
+      { stream: "stdout", data: "later\n", skippedBytes: 4096 },
+      { stream: "stderr", data: "", skippedBytes: 17 },
+    ]);
+    expect(result.stdout).toBe(fullResult.stdout);
+    const events = await collect(client(streamingBridge(script).f).stream("x"));
+    expect(events.filter((event) => event.type === "stdout" || event.type === "stderr")).toEqual([
+      { type: "stdout", data: "first\n" },
+      { type: "stdout", data: "later\n", skippedBytes: 4096 },
+      { type: "stderr", data: "", skippedBytes: 17 },
+    ]);
+  });
+
   it("heartbeats keep a quiet command alive beyond the idle limit", async () => {
     const beats: StreamStep[] = [];
     // 12 x 80 ms is longer than the 0.5 s idle limit: only the heartbeats keep it alive.

@@ -64,6 +64,13 @@ export class TailBuffer {
     return new TextDecoder("utf-8", { fatal: false, ignoreBOM: true }).decode(bytes);
   }
 
+  /** Frees the retained bytes (the result has them by now); `total` stays. */
+  release(): void {
+    this.buf = new Uint8Array(0);
+    this.start = 0;
+    this.length = 0;
+  }
+
   /** Grows the buffer (only before it is a full ring), keeping the retained bytes in order. */
   private ensureCapacity(size: number, keep: boolean): void {
     if (this.buf.byteLength >= size) return;

@@ -32,6 +32,8 @@ const limits = {
   maxOutputBytes: 1_048_576,
 };
 
+const admission = { maxConcurrent: 8, maxQueued: 32, running: 8, queued: 3 };
+
 const fullResult = {
   stdout: "hello\n",
   stderr: "",
@@ -82,6 +84,7 @@ export const validFixtures: readonly Fixture[] = [
       backend: "local",
       isolation: "bwrap",
       limits,
+      admission,
       version: "0.1.0",
     },
   },
@@ -97,6 +100,7 @@ export const validFixtures: readonly Fixture[] = [
   },
   { name: "warm pool off", schema: "WarmPool", value: { target: 0, ready: 0, starting: 0 } },
   { name: "limits", schema: "Limits", value: limits },
+  { name: "admission", schema: "Admission", value: admission },
   {
     name: "error body",
     schema: "ErrorBody",
@@ -124,6 +128,16 @@ export const validFixtures: readonly Fixture[] = [
   },
   { name: "stdout event", schema: "StreamEvent", value: { type: "stdout", data: "line\n" } },
   { name: "stderr event", schema: "StreamEvent", value: { type: "stderr", data: "oops 💥\n" } },
+  {
+    name: "stdout event after skipped output",
+    schema: "StreamEvent",
+    value: { type: "stdout", data: "line 90000\n", skippedBytes: 262_144 },
+  },
+  {
+    name: "stderr event reporting skipped output only",
+    schema: "StreamEvent",
+    value: { type: "stderr", data: "", skippedBytes: 17 },
+  },
   {
     name: "heartbeat event",
     schema: "StreamEvent",
@@ -252,6 +266,18 @@ export const invalidFixtures: readonly InvalidFixture[] = [
     schema: "StreamEvent",
     value: { type: "progress", data: "x" },
     failingPath: ["type"],
+  },
+  {
+    name: "output event with zero skippedBytes",
+    schema: "StreamEvent",
+    value: { type: "stdout", data: "x", skippedBytes: 0 },
+    failingPath: ["skippedBytes"],
+  },
+  {
+    name: "admission with a fractional queue",
+    schema: "Admission",
+    value: { ...admission, queued: 1.5 },
+    failingPath: ["queued"],
   },
   {
     name: "exit event with invalid result",

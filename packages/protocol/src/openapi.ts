@@ -2,12 +2,13 @@ import { z } from "zod";
 import { PROTOCOL_VERSION } from "./constants.js";
 import { sandboxIdSchema } from "./ids.js";
 import {
+  admissionSchema,
   cancelRequestSchema,
   cancelResponseSchema,
-  ERROR_STATUS,
   type ErrorCode,
   errorBodySchema,
   errorCodeSchema,
+  errorStatuses,
   execRequestSchema,
   execResultSchema,
   healthResponseSchema,
@@ -23,6 +24,7 @@ export const wireSchemas = {
   SandboxId: sandboxIdSchema,
   Limits: limitsSchema,
   WarmPool: warmPoolSchema,
+  Admission: admissionSchema,
   HealthResponse: healthResponseSchema,
   ExecRequest: execRequestSchema,
   Outcome: outcomeSchema,
@@ -56,8 +58,9 @@ export function jsonSchemas(): Record<WireSchemaName, JsonSchema> {
 function errorResponses(codes: ErrorCode[]): Record<string, unknown> {
   const byStatus = new Map<number, ErrorCode[]>();
   for (const code of codes) {
-    const status = ERROR_STATUS[code];
-    byStatus.set(status, [...(byStatus.get(status) ?? []), code]);
+    for (const status of errorStatuses(code)) {
+      byStatus.set(status, [...(byStatus.get(status) ?? []), code]);
+    }
   }
   return Object.fromEntries(
     [...byStatus].map(([status, list]) => [
@@ -92,7 +95,7 @@ export function openApiDocument(): Record<string, unknown> {
       "/health": {
         get: {
           operationId: "health",
-          summary: "Bridge status, protocol version, backend, isolation and limits.",
+          summary: "Bridge status, protocol version, backend, isolation, limits and load.",
           responses: {
             "200": { description: "The bridge is up.", content: json("HealthResponse") },
             ...errorResponses(["unauthorized", "not_configured"]),
@@ -107,7 +110,10 @@ export function openApiDocument(): Record<string, unknown> {
           description:
             "Answers JSON by default. With `Accept: text/event-stream` it answers Server-Sent " +
             "Events whose `event` name equals the `type` of the JSON `data`: `start`, `stdout`, " +
-            "`stderr`, `heartbeat` (at least every 15 s), then `exit` (the result) or `error`.",
+            "`stderr`, `heartbeat` (at least every 15 s), then `exit` (the result) or `error`. " +
+            "Output a reader had no room for is skipped and counted in the next output event's " +
+            "`skippedBytes`; the result keeps it. A 429 or 503 `capacity_exceeded` means the " +
+            "command did not run: send the same request again after `Retry-After`.",
           requestBody: { required: true, content: json("ExecRequest") },
           responses: {
             "200": {

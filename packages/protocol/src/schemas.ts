@@ -31,6 +31,19 @@ export const warmPoolSchema = z.object({
 });
 export type WarmPool = z.infer<typeof warmPoolSchema>;
 
+/** A bridge's admission control and its load when it answered; reported by `GET /health`. */
+export const admissionSchema = z.object({
+  maxConcurrent: positiveInt.describe(
+    "Most calls the bridge runs at once; each holds its slot until its sandbox is destroyed.",
+  ),
+  maxQueued: nonNegativeInt.describe(
+    "Most calls waiting for a slot; beyond them `POST /exec` answers 429 `capacity_exceeded`.",
+  ),
+  running: nonNegativeInt.describe("Calls holding a slot now."),
+  queued: nonNegativeInt.describe("Calls waiting for a slot now."),
+});
+export type Admission = z.infer<typeof admissionSchema>;
+
 /** `GET /health`. The reference bridge answers only `{ok: true}`, so the rest is optional. */
 export const healthResponseSchema = z.object({
   ok: z.literal(true),
@@ -41,6 +54,7 @@ export const healthResponseSchema = z.object({
     .optional()
     .describe("Isolation actually in force: `container`, `bwrap` or `none`."),
   limits: limitsSchema.optional(),
+  admission: admissionSchema.optional(),
   version: z.string().optional().describe("Version of the bridge software."),
   warmPool: warmPoolSchema
     .optional()
@@ -113,6 +127,22 @@ export const ERROR_STATUS = {
 } as const satisfies Record<string, number>;
 
 export type ErrorCode = keyof typeof ERROR_STATUS;
+
+/**
+ * The statuses a code is sent with besides its own in {@link ERROR_STATUS}. `capacity_exceeded`
+ * is 429 when the bridge itself is at its admission limits (as many calls running and waiting as
+ * it takes: slow down), and 503 when the capacity behind it is out (no sandbox free) or it is
+ * shutting down. Either way the command did not run and the same request may be sent again after
+ * `Retry-After`.
+ */
+export const ERROR_OTHER_STATUSES: Readonly<Partial<Record<ErrorCode, readonly number[]>>> = {
+  capacity_exceeded: [429],
+};
+
+/** Every HTTP status `code` may be sent with, its own (from {@link ERROR_STATUS}) first. */
+export function errorStatuses(code: ErrorCode): readonly number[] {
+  return [ERROR_STATUS[code], ...(ERROR_OTHER_STATUSES[code] ?? [])];
+}
 export const errorCodeSchema = z.enum(Object.keys(ERROR_STATUS) as [ErrorCode, ...ErrorCode[]]);
 
 /** One failing path of an invalid request. */
@@ -146,11 +176,22 @@ export const cancelResponseSchema = z.object({
 });
 export type CancelResponse = z.infer<typeof cancelResponseSchema>;
 
+/**
+ * On an output event: bytes of the same stream the bridge skipped just before this event's
+ * `data`, because the reader fell behind (its buffer was full). The `exit` result still holds
+ * the whole retained tail and exact byte totals. Absent when nothing was skipped.
+ */
+const skippedBytesSchema = positiveInt
+  .optional()
+  .describe(
+    "Bytes of this stream skipped just before `data` because the reader fell behind; the exit result still has them.",
+  );
+
 /** SSE events of a streamed `POST /exec`; the SSE `event:` name equals `type`. */
 export const streamEventSchema = z.discriminatedUnion("type", [
   z.object({ type: z.literal("start"), sandboxId: sandboxIdSchema, protocol: z.int().positive() }),
-  z.object({ type: z.literal("stdout"), data: z.string() }),
-  z.object({ type: z.literal("stderr"), data: z.string() }),
+  z.object({ type: z.literal("stdout"), data: z.string(), skippedBytes: skippedBytesSchema }),
+  z.object({ type: z.literal("stderr"), data: z.string(), skippedBytes: skippedBytesSchema }),
   z.object({ type: z.literal("heartbeat"), elapsedMs: z.number().nonnegative() }),
   z.object({ type: z.literal("exit"), result: execResultSchema }),
   z.object({ type: z.literal("error"), error: errorBodySchema }),

@@ -40,3 +40,18 @@ it("maps every error code to a 4xx or 5xx status", () => {
     expect(status).toBeLessThan(600);
   }
 });
+
+it("sends capacity_exceeded with 503 or 429 and every other code with its one status", () => {
+  for (const code of Object.keys(protocol.ERROR_STATUS) as protocol.ErrorCode[]) {
+    const statuses = protocol.errorStatuses(code);
+    expect(statuses[0]).toBe(protocol.ERROR_STATUS[code]);
+    expect(statuses).toEqual(code === "capacity_exceeded" ? [503, 429] : [statuses[0]]);
+  }
+  const paths = protocol.openApiDocument().paths as Record<
+    string,
+    { post: { responses: Record<string, { description: string }> } }
+  >;
+  const responses = paths["/exec"]?.post.responses;
+  expect(responses?.["429"]?.description).toBe("Error: `capacity_exceeded`");
+  expect(responses?.["503"]?.description).toContain("`capacity_exceeded`");
+});

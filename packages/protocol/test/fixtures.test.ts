@@ -54,3 +54,23 @@ it("covers every wire schema with at least one valid fixture", () => {
     uncovered.filter((n) => !["SandboxId", "Outcome", "ErrorCode", "Issue"].includes(n)),
   ).toEqual([]);
 });
+
+it("an output event with skippedBytes still reads as the output event of the old shape", async () => {
+  const { z } = await import("zod");
+  // Version 1's output events before skippedBytes existed, as a reader compiled then has them.
+  const oldOutputEvent = z.discriminatedUnion("type", [
+    z.object({ type: z.literal("stdout"), data: z.string() }),
+    z.object({ type: z.literal("stderr"), data: z.string() }),
+  ]);
+  // Its published JSON Schema, generated as the package generates them (input side).
+  const oldJsonSchema = z.toJSONSchema(oldOutputEvent, { io: "input" });
+  const withSkipped = validFixtures.filter(
+    (fixture) => (fixture.value as { skippedBytes?: number }).skippedBytes !== undefined,
+  );
+  expect(withSkipped.length).toBeGreaterThan(0);
+  for (const fixture of withSkipped) {
+    const value = fixture.value as { type: string; data: string };
+    expect(oldOutputEvent.parse(value)).toEqual({ type: value.type, data: value.data });
+    expect(new Ajv2020({ strict: true }).validate(oldJsonSchema, value), fixture.name).toBe(true);
+  }
+});

@@ -1,7 +1,7 @@
 import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { BridgeLogEntry, BridgeLogger } from "@remote-task/bridge";
+import type { AdmissionOptions, BridgeLogEntry, BridgeLogger } from "@remote-task/bridge";
 import { createLocalBackend, type LocalBackend } from "@remote-task/bridge/local";
 import { type LocalBridge, startLocalBridge } from "@remote-task/bridge/node";
 import type { Limits } from "@remote-task/protocol";
@@ -40,6 +40,7 @@ export interface TestBridgeOptions {
   token?: string;
   heartbeatIntervalMs?: number;
   killGraceMs?: number;
+  admission?: AdmissionOptions;
 }
 
 /** A real embedded bridge on 127.0.0.1 with the real local backend in a dedicated temp root. */
@@ -57,6 +58,7 @@ export async function startTestBridge(options: TestBridgeOptions = {}): Promise<
     token: options.token,
     limits: options.limits,
     heartbeatIntervalMs: options.heartbeatIntervalMs,
+    admission: options.admission,
   }).catch(async (error: unknown) => {
     await rm(tmpRoot, { recursive: true, force: true });
     throw error;

@@ -1,0 +1,226 @@
+import { errorBodySchema, healthResponseSchema } from "@remote-task/protocol";
+import { afterEach, describe, expect, it } from "vitest";
+import {
+  CONCURRENT_CALLS_PER_CORE,
+  createBridge,
+  defaultAdmission,
+  type ExecLogEntry,
+  QUEUED_CALLS_PER_RUNNING,
+} from "../src/index.js";
+import { createFakeBackend } from "../src/testing/index.js";
+import { events, eventually, freshId, request, setupBridge, shutdownBridges } from "./helpers.js";
+
+afterEach(shutdownBridges);
+
+/** A bridge with 2 slots and 1 place in the queue over commands that run until ended. */
+function full() {
+  return setupBridge(
+    { admission: { maxConcurrent: 2, maxQueued: 1 } },
+    { script: () => ({ hang: true }) },
+  );
+}
+
+async function health(bridge: ReturnType<typeof full>["bridge"]) {
+  return healthResponseSchema.parse(await (await bridge(request("/health"))).json());
+}
+
+/** Asserts the overload refusal: 429 `capacity_exceeded`, retry after 1 s, the command unrun. */
+async function expectOverload(response: Response): Promise<void> {
+  expect(response.status).toBe(429);
+  expect(response.headers.get("retry-after")).toBe("1");
+  expect(response.headers.get("content-type")).toMatch(/^application\/json/);
+  const body = errorBodySchema.parse(await response.json());
+  expect(body).toMatchObject({ code: "capacity_exceeded", retryAfterSeconds: 1 });
+  expect(body.error).toContain("did not run");
+}
+
+function execLines(logger: ReturnType<typeof full>["logger"]): ExecLogEntry[] {
+  return logger.entries.filter((entry): entry is ExecLogEntry => entry.event === "exec");
+}
+
+describe("admission", () => {
+  it("runs up to maxConcurrent, queues up to maxQueued, and refuses the rest with 429 capacity_exceeded and Retry-After, unrun", async () => {
+    const { bridge, backend, exec } = full();
+    const running = [exec({ command: "a" }), exec({ command: "b" })];
+    await eventually(() => backend.starts.length === 2, "two starts");
+    const waiting = exec({ command: "c" });
+    await eventually(async () => (await health(bridge)).admission?.queued === 1, "one queued");
+    expect(backend.starts).toHaveLength(2);
+
+    await expectOverload(await exec({ command: "d" }));
+    await expectOverload(await exec({ command: "e" }, { stream: true }));
+    expect(backend.starts.map((spec) => spec.command)).toEqual(["a", "b"]);
+
+    expect((await health(bridge)).admission).toEqual({
+      maxConcurrent: 2,
+      maxQueued: 1,
+      running: 2,
+      queued: 1,
+    });
+    await bridge(request("/cancel", { body: { sandboxId: backend.starts[0]?.sandboxId } }));
+    await eventually(() => backend.starts.length === 3, "the waiting call starts");
+    expect(backend.starts[2]?.command).toBe("c");
+    expect((await health(bridge)).admission).toMatchObject({ running: 2, queued: 0 });
+    await bridge.shutdown();
+    await Promise.all([...running, waiting]);
+    expect(backend.liveSandboxes()).toBe(0);
+  });
+
+  it("when full, refuses before reading the request: a body that never ends still gets its 429 at once", async () => {
+    const { bridge, backend, exec } = setupBridge(
+      { admission: { maxConcurrent: 1, maxQueued: 0 } },
+      { script: () => ({ hang: true }) },
+    );
+    void exec({ command: "a" });
+    await eventually(() => backend.starts.length === 1, "first start");
+    let pulls = 0;
+    const endless = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        pulls++;
+        controller.enqueue(new TextEncoder().encode(" "));
+        return new Promise(() => {});
+      },
+    });
+    await expectOverload(await bridge(request("/exec", { raw: endless, method: "POST" })));
+    expect(pulls).toBeLessThanOrEqual(1);
+    await bridge.shutdown();
+  });
+
+  it("logs how long a call waited for its slot", async () => {
+    const { bridge, backend, exec, logger } = setupBridge(
+      { admission: { maxConcurrent: 1, maxQueued: 1 } },
+      { script: (spec) => (spec.command === "slow" ? { exitDelayMs: 150 } : {}) },
+    );
+    const first = exec({ command: "slow" });
+    await eventually(() => backend.starts.length === 1, "first start");
+    const second = await exec({ command: "quick" });
+    expect(second.status).toBe(200);
+    expect((await first).status).toBe(200);
+    const [slow, quick] = execLines(logger);
+    expect(slow?.queuedMs).toBeUndefined();
+    expect(slow?.started).toBeUndefined();
+    expect(quick?.queuedMs).toBeGreaterThanOrEqual(100);
+    expect(quick?.durationMs).toBeGreaterThanOrEqual(quick?.queuedMs ?? 0);
+    expect(quick?.started).toBeUndefined();
+    expect(quick).toMatchObject({ outcome: "exited", code: 0 });
+    expect(bridge.activeCalls).toBe(0);
+  });
+
+  it("never starts a queued call whose client left, and frees its place in the queue", async () => {
+    const { bridge, backend, exec, logger } = full();
+    void exec({ command: "a" });
+    void exec({ command: "b" });
+    await eventually(() => backend.starts.length === 2, "two starts");
+    const controller = new AbortController();
+    const left = exec({ command: "left" }, { signal: controller.signal });
+    await eventually(async () => (await health(bridge)).admission?.queued === 1, "queued");
+    controller.abort();
+    expect(await (await left).json()).toMatchObject({ outcome: "cancelled", code: 130 });
+    expect((await health(bridge)).admission).toMatchObject({ running: 2, queued: 0 });
+    const line = execLines(logger).find((entry) => entry.endedBy === "disconnect");
+    expect(line).toMatchObject({ outcome: "cancelled", started: false });
+    expect(line?.queuedMs).toBeGreaterThanOrEqual(0);
+
+    // Its place is free again, and once a slot is, the next waiting call starts, not the one that left.
+    const next = exec({ command: "next" });
+    await eventually(async () => (await health(bridge)).admission?.queued === 1, "next queued");
+    await bridge(request("/cancel", { body: { sandboxId: backend.starts[0]?.sandboxId } }));
+    await eventually(() => backend.starts.length === 3, "next starts");
+    expect(backend.starts.map((spec) => spec.command)).toEqual(["a", "b", "next"]);
+    expect(backend.destroys).not.toContain(line?.sandboxId);
+    await bridge.shutdown();
+    await next;
+  });
+
+  it("counts the time in the queue against the call's timeout: a call that waits past it ends as a timeout, unrun", async () => {
+    const { bridge, backend, exec, logger } = full();
+    void exec({ command: "a" });
+    void exec({ command: "b" });
+    await eventually(() => backend.starts.length === 2, "two starts");
+    const answer = await exec({ command: "late", timeoutSeconds: 0.2 }, { stream: true });
+    const all = await events(answer).all();
+    expect(all.map((event) => event.type)).toEqual(["start", "exit"]);
+    expect(all[1]).toMatchObject({
+      type: "exit",
+      result: { outcome: "timeout", code: 124, stdout: "", stderr: "" },
+    });
+    const line = execLines(logger).find((entry) => entry.endedBy === "timeout");
+    expect(line).toMatchObject({ started: false, outcome: "timeout" });
+    expect(line?.queuedMs).toBeGreaterThanOrEqual(190);
+    expect(backend.starts).toHaveLength(2);
+    expect((await health(bridge)).admission).toMatchObject({ running: 2, queued: 0 });
+  });
+
+  it("cancels a queued call by its id and ends queued calls at shutdown, none of them started", async () => {
+    const { bridge, backend, exec } = setupBridge(
+      { admission: { maxConcurrent: 1, maxQueued: 2 } },
+      { script: () => ({ hang: true }) },
+    );
+    const first = exec({ command: "a" });
+    await eventually(() => backend.starts.length === 1, "first start");
+    const cancelledId = freshId();
+    const cancelled = exec({ command: "b", sandboxId: cancelledId });
+    const atShutdown = exec({ command: "c" });
+    await eventually(async () => (await health(bridge)).admission?.queued === 2, "two queued");
+    const cancel = await bridge(request("/cancel", { body: { sandboxId: cancelledId } }));
+    expect(await cancel.json()).toMatchObject({ cancelled: true });
+    expect(await (await cancelled).json()).toMatchObject({ outcome: "cancelled" });
+    await bridge.shutdown();
+    expect(await (await atShutdown).json()).toMatchObject({ outcome: "cancelled" });
+    expect(await (await first).json()).toMatchObject({ outcome: "cancelled" });
+    expect(backend.starts.map((spec) => spec.command)).toEqual(["a"]);
+    expect(backend.destroys).toEqual([backend.starts[0]?.sandboxId]);
+  });
+
+  it("with no queue refuses as soon as every slot is taken; a slot is held until the sandbox is destroyed", async () => {
+    const handed: Promise<unknown>[] = [];
+    const { backend, exec } = setupBridge(
+      { admission: { maxConcurrent: 1, maxQueued: 0 }, waitUntil: (p) => handed.push(p) },
+      { destroyLatencyMs: 200 },
+    );
+    expect((await exec({ command: "true" })).status).toBe(200);
+    // Answered, but its sandbox is still being destroyed: the slot is not free yet.
+    expect(backend.liveSandboxes()).toBe(1);
+    await expectOverload(await exec({ command: "true" }));
+    await Promise.all(handed);
+    expect((await exec({ command: "true" })).status).toBe(200);
+  });
+
+  it("defaults to 4 calls per core running and 4 waiting per running call", () => {
+    expect(CONCURRENT_CALLS_PER_CORE).toBe(4);
+    expect(QUEUED_CALLS_PER_RUNNING).toBe(4);
+    expect(defaultAdmission(2)).toEqual({ maxConcurrent: 8, maxQueued: 32 });
+    expect(defaultAdmission(1)).toEqual({ maxConcurrent: 4, maxQueued: 16 });
+    expect(defaultAdmission()).toEqual(defaultAdmission(navigator.hardwareConcurrency));
+  });
+
+  it("lets a 16-way fan-out of short commands through with the defaults of a 2-core machine", async () => {
+    const { exec, backend } = setupBridge(
+      { admission: defaultAdmission(2) },
+      { script: () => ({ chunks: [{ data: "ok\n", delayMs: 50 }] }) },
+    );
+    const answers = await Promise.all(Array.from({ length: 16 }, () => exec({ command: "x" })));
+    expect(answers.map((answer) => answer.status)).toEqual(Array(16).fill(200));
+    expect(backend.starts).toHaveLength(16);
+  });
+
+  it("refuses admission settings that are not whole numbers in range", () => {
+    const backend = createFakeBackend();
+    for (const admission of [
+      { maxConcurrent: 0 },
+      { maxConcurrent: 1.5 },
+      { maxConcurrent: Number.POSITIVE_INFINITY },
+      { maxQueued: -1 },
+      { maxQueued: Number.NaN },
+    ]) {
+      expect(() => createBridge({ backend, admission }), JSON.stringify(admission)).toThrow(
+        TypeError,
+      );
+    }
+    // A given maxConcurrent sizes the default queue.
+    const { bridge } = setupBridge({ admission: { maxConcurrent: 3 } });
+    return health(bridge).then((answer) =>
+      expect(answer.admission).toMatchObject({ maxConcurrent: 3, maxQueued: 12 }),
+    );
+  });
+});
