@@ -32,6 +32,16 @@ const limits = {
   maxOutputBytes: 1_048_576,
 };
 
+const sandbox = {
+  user: "uid-per-sandbox",
+  uids: { first: 1_900_000_000, count: 1024 },
+  processes: { max: 256, by: "cgroup-v1" },
+  memoryBytes: { max: 2_147_483_648, by: "cgroup-v1" },
+  workspaceBytes: { max: 1_073_741_824, by: "tmpfs" },
+  tmpBytes: { max: 268_435_456, by: "tmpfs" },
+  teardown: "pid-namespace",
+};
+
 const fullResult = {
   stdout: "hello\n",
   stderr: "",
@@ -82,10 +92,18 @@ export const validFixtures: readonly Fixture[] = [
       backend: "local",
       isolation: "bwrap",
       limits,
+      sandbox,
       version: "0.1.0",
     },
   },
   { name: "limits", schema: "Limits", value: limits },
+  { name: "sandbox report", schema: "SandboxReport", value: sandbox },
+  {
+    name: "sandbox report of a bridge without limits",
+    schema: "SandboxReport",
+    value: { user: "bridge-uid", teardown: "process-group" },
+  },
+  { name: "enforced limit", schema: "EnforcedLimit", value: { max: 256, by: "cgroup-v1" } },
   {
     name: "error body",
     schema: "ErrorBody",
@@ -212,6 +230,18 @@ export const invalidFixtures: readonly InvalidFixture[] = [
     failingPath: ["outcome"],
   },
   { name: "health not ok", schema: "HealthResponse", value: { ok: false }, failingPath: ["ok"] },
+  {
+    name: "sandbox limit of zero",
+    schema: "HealthResponse",
+    value: { ok: true, sandbox: { processes: { max: 0, by: "cgroup-v2" } } },
+    failingPath: ["sandbox", "processes", "max"],
+  },
+  {
+    name: "sandbox limit without mechanism",
+    schema: "SandboxReport",
+    value: { memoryBytes: { max: 1024 } },
+    failingPath: ["memoryBytes", "by"],
+  },
   {
     name: "error body with unknown code",
     schema: "ErrorBody",

@@ -6,6 +6,7 @@ import {
   cancelResponseSchema,
   ERROR_STATUS,
   type ErrorCode,
+  enforcedLimitSchema,
   errorBodySchema,
   errorCodeSchema,
   execRequestSchema,
@@ -14,6 +15,7 @@ import {
   issueSchema,
   limitsSchema,
   outcomeSchema,
+  sandboxReportSchema,
   streamEventSchema,
 } from "./schemas.js";
 
@@ -21,6 +23,8 @@ import {
 export const wireSchemas = {
   SandboxId: sandboxIdSchema,
   Limits: limitsSchema,
+  EnforcedLimit: enforcedLimitSchema,
+  SandboxReport: sandboxReportSchema,
   HealthResponse: healthResponseSchema,
   ExecRequest: execRequestSchema,
   Outcome: outcomeSchema,
