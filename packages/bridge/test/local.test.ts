@@ -1,6 +1,5 @@
 import { existsSync } from "node:fs";
-import { mkdtemp, readdir, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { type ExecResult, execResultSchema } from "@remote-task/protocol";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
@@ -11,7 +10,15 @@ import {
   type LocalBackend,
 } from "../src/local/index.js";
 import { type LocalBridge, startLocalBridge } from "../src/node.js";
-import { eventually, expectError, freshId, markedSleep, processesWith } from "./helpers.js";
+import {
+  eventually,
+  expectError,
+  freshId,
+  leftoverCallDirs,
+  makeTmpRoot,
+  markedSleep,
+  processesWith,
+} from "./helpers.js";
 import { bwrap, bwrapRequired, isolationModes } from "./isolation.js";
 
 it("bubblewrap works here whenever REMOTE_TASK_REQUIRE_BWRAP=1", () => {
@@ -52,7 +59,7 @@ describe.each(isolationModes)("local backend, $title", ({ mode, skip }) => {
   beforeAll(async () => {
     if (skip) return;
     process.env.REMOTE_TASK_TEST_HOST_SECRET = secret;
-    tmpRoot = await mkdtemp(join(tmpdir(), "rt-local-test-"));
+    tmpRoot = await makeTmpRoot("rt-local-test-");
     backend = createLocalBackend({ isolation: mode, tmpRoot, killGraceMs: 300 });
     bridge = await startLocalBridge({ backend, logger: silentLogger });
   });
@@ -60,12 +67,15 @@ describe.each(isolationModes)("local backend, $title", ({ mode, skip }) => {
     if (skip) return;
     delete process.env.REMOTE_TASK_TEST_HOST_SECRET;
     await bridge.close();
+    await backend.close();
+    // Closed, the backend leaves nothing behind in its tmpRoot.
+    expect(await readdir(tmpRoot)).toEqual([]);
     await rm(tmpRoot, { recursive: true, force: true });
   });
   afterEach(async () => {
     if (skip) return;
     expect(backend.liveSandboxes()).toBe(0);
-    expect(await readdir(tmpRoot)).toEqual([]);
+    expect(await leftoverCallDirs(backend)).toEqual([]);
   });
 
   const post = (body: Record<string, unknown>, signal?: AbortSignal) =>

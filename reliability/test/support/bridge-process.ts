@@ -1,11 +1,12 @@
 import { type ChildProcess, fork } from "node:child_process";
-import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
 import type { BridgeProcessConfig, BridgeProcessReply } from "../../src/ipc.js";
 import { waitFor } from "./bridge.js";
+import { leftoverDirs, makeTmpRoot } from "./tmp-root.js";
 
 const ENTRY = join(dirname(fileURLToPath(import.meta.url)), "../../src/bridge-process.ts");
 
@@ -50,7 +51,7 @@ async function bundle(): Promise<{ dir: string; script: string }> {
 
 export async function startBridgeProcess(isolation: "none" | "bwrap"): Promise<BridgeProcess> {
   const { dir: bundleDir, script } = await bundle();
-  const tmpRoot = await mkdtemp(join(tmpdir(), "rt-soak-"));
+  const tmpRoot = await makeTmpRoot("rt-soak-");
   const config: BridgeProcessConfig = {
     isolation,
     tmpRoot,
@@ -100,7 +101,7 @@ export async function startBridgeProcess(isolation: "none" | "bwrap"): Promise<B
       }
       return last;
     },
-    leftoverDirs: () => readdir(tmpRoot),
+    leftoverDirs: () => leftoverDirs(tmpRoot),
     async close() {
       if (child.exitCode === null) {
         const exited = new Promise((resolve) => child.once("exit", resolve));

@@ -1,30 +1,88 @@
-import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import { chmod, mkdir, mkdtemp, readdir, rm } from "node:fs/promises";
-import { constants, tmpdir } from "node:os";
-import { join, posix } from "node:path";
-import type { Writable } from "node:stream";
+import { type ChildProcess, spawn, spawnSync } from "node:child_process";
+import {
+  chmodSync,
+  chownSync,
+  closeSync,
+  mkdirSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
+import { chmod, readdir, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { dirname, join, posix } from "node:path";
+import type { Readable, Writable } from "node:stream";
+import type { SandboxReport } from "@remote-task/protocol";
 import {
   BackendError,
   type ExecSpec,
+  type OutputChunk,
   type RunningCommand,
   type SandboxBackend,
 } from "../backend.js";
-import { bwrapArgs, isUnderSystemDir, probeBwrap, SANDBOX_WORKSPACE } from "./bwrap.js";
+import {
+  type BwrapSandbox,
+  bwrapArgs,
+  DEFAULT_ETC_ENTRIES,
+  isUnderSystemDir,
+  probeBwrap,
+  SANDBOX_GROUP,
+  SANDBOX_PASSWD,
+  SANDBOX_WORKSPACE,
+} from "./bwrap.js";
+import { type CgroupSlot, createCgroupSet, sweepCgroups } from "./cgroups.js";
+import { inheritedDescriptors, openDevNull, sandboxStdio } from "./descriptors.js";
+import {
+  checkUidRange,
+  DEFAULT_SANDBOX_LIMITS,
+  DEFAULT_SANDBOX_UIDS,
+  resolveSandboxLimits,
+  type SandboxLimits,
+} from "./limits.js";
 import { mergeOutput } from "./output.js";
+import { cleanUpAtExit, isInstanceName, newInstanceName, ownerAlive } from "./ownership.js";
+import {
+  exitStatus,
+  killMatching,
+  type ProcessMatch,
+  pollUntil,
+  processEnded,
+  signal,
+  signalGroup,
+} from "./processes.js";
+import { GATE_FD, processLimitFlag, shellScript } from "./shell.js";
+import { type Slot, SlotPool, sweepUidClaims, type UidRange, uidClaimsDir } from "./slots.js";
+
+export { DEFAULT_ETC_ENTRIES } from "./bwrap.js";
+export { DEFAULT_SANDBOX_LIMITS, DEFAULT_SANDBOX_UIDS, type SandboxLimits } from "./limits.js";
+export type { UidRange } from "./slots.js";
 
 export type LocalIsolationOption = "auto" | "bwrap" | "none";
 export type LocalIsolation = "bwrap" | "none";
 
 export interface LocalBackendOptions {
-  /** `auto` (default) uses bubblewrap when a trial run works, else none; `bwrap` requires it. */
+  /**
+   * `auto` (default) uses bubblewrap when a trial run works, else none (with a warning on
+   * stderr); `bwrap` requires it.
+   */
   isolation?: LocalIsolationOption;
-  /** Parent of the per-call temporary directories (default: the OS temp directory). */
+  /** Parent of the directory this backend owns (default: the OS temp directory). */
   tmpRoot?: string;
   /** Time between SIGTERM and SIGKILL when a command is stopped (default 2000 ms). */
   killGraceMs?: number;
   /** bubblewrap binary (default `bwrap` on PATH). */
   bwrapPath?: string;
+  /** Per-sandbox limits (default {@link DEFAULT_SANDBOX_LIMITS}). */
+  limits?: Partial<SandboxLimits>;
+  /**
+   * Host uids for sandboxes when the bridge runs as root, one per sandbox running at a time
+   * (default {@link DEFAULT_SANDBOX_UIDS}); also the most sandboxes at once.
+   */
+  uids?: UidRange;
+  /** Use cgroups for limits and teardown where this process can create them (default true). */
+  cgroups?: boolean;
+  /** Entries of the host's `/etc` visible inside bubblewrap (default {@link DEFAULT_ETC_ENTRIES}). */
+  etc?: readonly string[];
 }
 
 export interface LocalBackendStats {
@@ -34,13 +92,21 @@ export interface LocalBackendStats {
   destroyed: number;
 }
 
-/** The local backend: a process per call in a fresh temporary directory. */
+/** The local backend: a process per call in a fresh, confined sandbox. */
 export interface LocalBackend extends SandboxBackend {
   readonly name: "local";
   readonly isolation: LocalIsolation;
+  /** How each sandbox is confined; reported by `/health`. */
+  readonly sandbox: SandboxReport;
+  /** The directory this backend owns (per-call directories, its passwd file); removed by close. */
+  readonly stateDir: string;
+  /** Resolves once what dead predecessors left behind is swept (`start` waits for it). */
+  readonly ready: Promise<void>;
   /** Sandboxes started and not yet destroyed (0 after every call has ended). */
   liveSandboxes(): number;
   stats(): LocalBackendStats;
+  /** Stops every sandbox and removes everything the backend made. Idempotent. */
+  close(): Promise<void>;
 }
 
 /** Thrown by {@link createLocalBackend} when `isolation: "bwrap"` cannot be honoured. */
@@ -64,77 +130,25 @@ const SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/b
 const DEFAULT_KILL_GRACE_MS = 2_000;
 /** After the command exits, how long leftover writers may keep its pipes open. */
 const PIPE_DRAIN_MS = 1_000;
-/** How long after SIGKILL the last member of a process group may take to disappear. */
-const GROUP_EXIT_WAIT_MS = 2_000;
+/** How long after SIGKILL the last process of a sandbox may take to disappear. */
+const EXIT_WAIT_MS = 2_000;
+/** Longest path and path component Linux accepts. */
+const PATH_MAX = 4_095;
+const NAME_MAX = 255;
+const STATE_DIR_PREFIX = "remote-task-";
+const MiB = 1024 * 1024;
 
 interface Sandbox {
+  slot?: Slot;
+  /** Host directory of the call (isolation none). */
   root?: string;
   child?: ChildProcess;
+  /** Host pid of the first process inside bubblewrap's PID namespace. */
+  nsInit?: Promise<number | undefined>;
   /** Resolves once the child has exited (immediately when none was spawned). */
   exited: Promise<void>;
   startup: Promise<unknown>;
   destroying?: Promise<void>;
-}
-
-/** The `/bin/sh` exit status: the code, or 128 + signal number when killed by a signal. */
-function exitStatus(code: number | null, signal: NodeJS.Signals | null): number {
-  if (code !== null) return code;
-  const number = signal === null ? undefined : constants.signals[signal];
-  return 128 + (number ?? 0);
-}
-
-function killGroup(target: ChildProcess | number, signal: NodeJS.Signals): void {
-  const pgid = typeof target === "number" ? target : target.pid;
-  if (pgid === undefined) return;
-  try {
-    process.kill(-pgid, signal);
-  } catch {
-    // the group is already gone
-  }
-}
-
-/**
- * Whether a process of the group is still running. Zombies do not count: they are dead and wait
- * for whoever reaps orphans here, which may take a while.
- */
-function groupAlive(pgid: number): boolean {
-  let entries: string[];
-  try {
-    entries = readdirSync("/proc");
-  } catch {
-    return signalGroup(pgid);
-  }
-  for (const entry of entries) {
-    if (!/^\d+$/.test(entry)) continue;
-    let stat: string;
-    try {
-      stat = readFileSync(`/proc/${entry}/stat`, "latin1");
-    } catch {
-      continue;
-    }
-    // "pid (comm) state ppid pgrp ..."; comm may contain spaces and parentheses.
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    if (Number(fields[2]) === pgid && fields[0] !== "Z" && fields[0] !== "X") return true;
-  }
-  return false;
-}
-
-function signalGroup(pgid: number): boolean {
-  try {
-    process.kill(-pgid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-/** Waits until no process of the group is left (SIGKILL is asynchronous), within `limitMs`. */
-async function groupGone(pgid: number, limitMs: number): Promise<void> {
-  const deadline = Date.now() + limitMs;
-  while (groupAlive(pgid) && Date.now() < deadline) {
-    killGroup(pgid, "SIGKILL");
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
 }
 
 /** Removes a directory tree, first making it writable if the command locked parts of it. */
@@ -152,8 +166,25 @@ async function removeTree(dir: string): Promise<void> {
   }
 }
 
+function invalidCwd(message: string): BackendError {
+  return new BackendError("invalid_request", message, { path: ["cwd"] });
+}
+
+/** Refuses a path the kernel would refuse (too long, or a component too long). */
+function checkPathLength(path: string, what: string): void {
+  if (Buffer.byteLength(path) > PATH_MAX)
+    throw invalidCwd(`${what} is longer than ${PATH_MAX} bytes; use a shorter cwd.`);
+  for (const part of path.split("/")) {
+    if (Buffer.byteLength(part) > NAME_MAX) {
+      throw invalidCwd(
+        `cwd has a path component longer than ${NAME_MAX} bytes ("${part.slice(0, 32)}..."); use shorter directory names.`,
+      );
+    }
+  }
+}
+
 /**
- * Maps a request cwd into the sandbox: `/workspace` and below map into the temp directory;
+ * Maps a request cwd into the sandbox: `/workspace` and below map into the call's workspace;
  * with bubblewrap any other absolute path is real inside the sandbox.
  */
 function resolveCwd(
@@ -161,14 +192,13 @@ function resolveCwd(
   isolation: LocalIsolation,
 ): { inside: string; workspaceRelative?: string } {
   const normal = posix.normalize(cwd).replace(/(.)\/+$/, "$1");
+  checkPathLength(normal, "cwd");
   if (normal === SANDBOX_WORKSPACE || normal.startsWith(`${SANDBOX_WORKSPACE}/`)) {
     return { inside: normal, workspaceRelative: normal.slice(SANDBOX_WORKSPACE.length + 1) };
   }
   if (isolation === "bwrap") return { inside: normal };
-  throw new BackendError(
-    "invalid_request",
+  throw invalidCwd(
     `cwd must be ${SANDBOX_WORKSPACE} or a path under it: this bridge runs commands without bubblewrap isolation, where other directories are not part of the sandbox.`,
-    { path: ["cwd"] },
   );
 }
 
@@ -194,93 +224,331 @@ function refuseNul(spec: ExecSpec): void {
   }
 }
 
+/** Every directory from `/` to `dir` must let other users through, or a sandbox uid cannot reach it. */
+function checkTraversable(dir: string): void {
+  for (let path = dir; ; path = dirname(path)) {
+    const mode = statSync(path).mode;
+    if ((mode & 0o001) === 0) {
+      throw new TypeError(
+        `The sandboxes' uids cannot reach ${dir}: ${path} has mode ${(mode & 0o777).toString(8)}. Use a tmpRoot that every user may traverse (mode 0711 or 0755 on each directory of its path).`,
+      );
+    }
+    if (path === dirname(path)) return;
+  }
+}
+
+/** Reads a stream to its end as text (bubblewrap's `--info-fd` report). */
+function readAll(stream: Readable | null): Promise<string> {
+  if (stream === null) return Promise.resolve("");
+  return new Promise((resolve) => {
+    let text = "";
+    stream.setEncoding("utf8");
+    stream.on("data", (chunk: string) => {
+      text += chunk;
+    });
+    stream.once("close", () => resolve(text));
+    stream.once("error", () => resolve(text));
+  });
+}
+
+/** Stderr notes for the limits a call ran into, so a killed command is not a mystery. */
+async function* withLimitNotes(
+  output: AsyncIterable<OutputChunk>,
+  exit: Promise<unknown>,
+  cgroup: CgroupSlot | undefined,
+  before: ReturnType<CgroupSlot["counters"]> | undefined,
+  limits: SandboxLimits,
+): AsyncGenerator<OutputChunk> {
+  yield* output;
+  if (cgroup === undefined || before === undefined) return;
+  await exit.catch(() => {});
+  const after = cgroup.counters();
+  if (after.oomKills > before.oomKills) {
+    yield {
+      stream: "stderr",
+      data: `remote-task: the sandbox reached its memory limit (${Math.round(limits.memoryBytes / MiB)} MiB) and the kernel killed a process of the command (exit status 137 is SIGKILL).\n`,
+    };
+  }
+  if (after.pidsMaxHits > before.pidsMaxHits) {
+    yield {
+      stream: "stderr",
+      data: `remote-task: the sandbox reached its process limit (${limits.processes} processes and threads); a process could not be started.\n`,
+    };
+  }
+}
+
+/** Removes the directories of dead predecessors in `tmpRoot` (their processes are gone by now). */
+async function sweepStateDirs(tmpRoot: string): Promise<void> {
+  for (const name of await readdir(tmpRoot).catch(() => [] as string[])) {
+    if (!name.startsWith(STATE_DIR_PREFIX)) continue;
+    const instance = name.slice(STATE_DIR_PREFIX.length);
+    if (!isInstanceName(instance) || ownerAlive(instance)) continue;
+    await removeTree(join(tmpRoot, name)).catch(() => {});
+  }
+}
+
 /**
- * Creates the local backend. With `isolation: "auto"` bubblewrap is probed once (a real trial
- * run) and used when it works; `"bwrap"` throws {@link IsolationUnavailableError} when it does not.
+ * Creates the local backend. The command never runs as host root: when the bridge is root each
+ * sandbox gets an unprivileged uid of its own (`uids`), and bubblewrap adds a user namespace.
+ * With `isolation: "auto"` bubblewrap is probed once (a real trial run) and used when it works;
+ * `"bwrap"` throws {@link IsolationUnavailableError} when it does not.
  */
 export function createLocalBackend(options: LocalBackendOptions = {}): LocalBackend {
   const tmpRoot = options.tmpRoot ?? tmpdir();
   const killGraceMs = options.killGraceMs ?? DEFAULT_KILL_GRACE_MS;
   const bwrapPath = options.bwrapPath ?? "bwrap";
   const requested = options.isolation ?? "auto";
-  let isolation: LocalIsolation = "none";
-  if (requested !== "none") {
-    const probeDir = mkdtempSync(join(tmpRoot, "remote-task-probe-"));
-    let probe: ReturnType<typeof probeBwrap>;
-    try {
-      probe = probeBwrap(bwrapPath, probeDir);
-    } finally {
-      rmSync(probeDir, { recursive: true, force: true });
+  const limits = resolveSandboxLimits(options.limits);
+  const root = process.getuid?.() === 0;
+  if (options.uids !== undefined) {
+    checkUidRange(options.uids);
+    if (!root) {
+      throw new TypeError(
+        "uids needs the bridge to run as root (it switches each sandbox to one of them); without root every command runs as the bridge's own uid.",
+      );
     }
-    if (probe.ok) isolation = "bwrap";
-    else if (requested === "bwrap") throw new IsolationUnavailableError(probe.reason ?? "unknown");
   }
+  const uids = root ? (options.uids ?? DEFAULT_SANDBOX_UIDS) : undefined;
+  const claimsDir = uids === undefined ? undefined : uidClaimsDir();
+  if (root) checkTraversable(tmpRoot);
+
+  const instance = newInstanceName();
+  const stateDir = join(tmpRoot, `${STATE_DIR_PREFIX}${instance}`);
+  mkdirSync(stateDir);
+  chmodSync(stateDir, 0o711);
+  const passwdFile = join(stateDir, "passwd");
+  const groupFile = join(stateDir, "group");
+  writeFileSync(passwdFile, SANDBOX_PASSWD, { mode: 0o644 });
+  writeFileSync(groupFile, SANDBOX_GROUP, { mode: 0o644 });
+  const etcEntries = options.etc ?? DEFAULT_ETC_ENTRIES;
+  const bwrapSandbox = (cwd: string, extraDirs: string[]): BwrapSandbox => ({
+    cwd,
+    extraDirs,
+    workspaceBytes: limits.workspaceBytes,
+    tmpBytes: limits.tmpBytes,
+    passwdFile,
+    groupFile,
+    etcEntries,
+  });
+
+  let isolation: LocalIsolation = "none";
+  try {
+    if (requested !== "none") {
+      const probe = probeBwrap(bwrapPath, bwrapSandbox(SANDBOX_WORKSPACE, []), uids?.first);
+      if (probe.ok) isolation = "bwrap";
+      else if (requested === "bwrap")
+        throw new IsolationUnavailableError(probe.reason ?? "unknown");
+      else {
+        process.stderr.write(
+          `remote-task: warning: bubblewrap is not usable here (${probe.reason}); commands run with isolation "none": no namespaces, ${root ? "an unprivileged uid per sandbox" : "the bridge's own uid"}, host files visible.\n`,
+        );
+      }
+    }
+    if (isolation === "none" && uids !== undefined) {
+      const trial = spawnSync("/bin/sh", ["-c", "exit 0"], {
+        cwd: stateDir,
+        uid: uids.first,
+        gid: uids.first,
+        env: {},
+        stdio: "ignore",
+      });
+      if (trial.error !== undefined || trial.status !== 0) {
+        throw new TypeError(
+          `Cannot run commands as uid ${uids.first} here (${trial.error?.message ?? `exit ${trial.status}`}); choose uids this process may switch to (in a user namespace, a mapped range).`,
+        );
+      }
+    }
+  } catch (error) {
+    rmSync(stateDir, { recursive: true, force: true });
+    throw error;
+  }
+
+  const cgroups = options.cgroups === false ? undefined : createCgroupSet(instance);
+  const processFlag =
+    cgroups?.enforcement.pids === undefined && uids !== undefined ? processLimitFlag() : undefined;
+  /** `ulimit`s for what no cgroup enforces (per process, or per uid for the process count). */
+  const ulimits: [string, number][] = [];
+  if (processFlag !== undefined) ulimits.push([processFlag, limits.processes]);
+  if (cgroups?.enforcement.memory === undefined)
+    ulimits.push(["-d", Math.floor(limits.memoryBytes / 1024)]);
+  if (isolation === "none") ulimits.push(["-f", Math.floor(limits.workspaceBytes / 512)]);
+
+  const teardown =
+    isolation === "bwrap"
+      ? "pid-namespace"
+      : cgroups !== undefined
+        ? "cgroup"
+        : uids !== undefined
+          ? "uid"
+          : "process-group";
+  const report: SandboxReport = {
+    user: uids === undefined ? "bridge-uid" : "uid-per-sandbox",
+    ...(uids === undefined ? {} : { uids: { first: uids.first, count: uids.count } }),
+    ...(cgroups?.enforcement.pids !== undefined
+      ? { processes: { max: limits.processes, by: cgroups.enforcement.pids } }
+      : processFlag !== undefined
+        ? { processes: { max: limits.processes, by: "rlimit-nproc" } }
+        : {}),
+    memoryBytes: { max: limits.memoryBytes, by: cgroups?.enforcement.memory ?? "rlimit-data" },
+    ...(isolation === "bwrap"
+      ? {
+          workspaceBytes: { max: limits.workspaceBytes, by: "tmpfs" },
+          tmpBytes: { max: limits.tmpBytes, by: "tmpfs" },
+        }
+      : { workspaceBytes: { max: limits.workspaceBytes, by: "rlimit-fsize" } }),
+    teardown,
+  };
+
+  const inherited = inheritedDescriptors();
+  const devNull = openDevNull();
+  const pool = new SlotPool({
+    instance,
+    uids,
+    claimsDir,
+    cgroups,
+    limits: { processes: limits.processes, memoryBytes: limits.memoryBytes },
+  });
+  const ready = (async () => {
+    const limitMs = killGraceMs + EXIT_WAIT_MS;
+    await sweepCgroups(limitMs).catch(() => {});
+    if (claimsDir !== undefined) await sweepUidClaims(claimsDir, limitMs).catch(() => {});
+    await sweepStateDirs(tmpRoot);
+  })();
 
   const sandboxes = new Map<string, Sandbox>();
   let started = 0;
   let destroyed = 0;
+  let calls = 0;
+  let closed = false;
+
+  const removeEverything = (killFirst: boolean) => {
+    pool.close(killFirst);
+    cgroups?.remove();
+    rmSync(stateDir, { recursive: true, force: true });
+    try {
+      closeSync(devNull);
+    } catch {
+      // already closed
+    }
+  };
+  const unregisterExit = cleanUpAtExit(() => removeEverything(true));
+
+  /** The call's host directories (isolation none): workspace, tmp and cwd, owned by its uid. */
+  function makeDirectories(
+    sandbox: Sandbox,
+    uid: number | undefined,
+    relative: string | undefined,
+  ) {
+    const dir = join(stateDir, String(++calls));
+    const workspace = join(dir, "workspace");
+    const tmp = join(dir, "tmp");
+    const hostCwd = relative ? join(workspace, relative) : workspace;
+    checkPathLength(hostCwd, "cwd on this host");
+    sandbox.root = dir;
+    const own = (path: string) => {
+      if (uid !== undefined) chownSync(path, uid, uid);
+    };
+    mkdirSync(dir, { mode: 0o700 });
+    own(dir);
+    for (const path of [workspace, tmp]) {
+      mkdirSync(path, { mode: 0o700 });
+      own(path);
+    }
+    if (relative) {
+      let path = workspace;
+      for (const part of relative.split("/")) {
+        path = join(path, part);
+        mkdirSync(path, { mode: 0o755 });
+        own(path);
+      }
+    }
+    return { workspace, tmp, hostCwd };
+  }
 
   async function prepare(spec: ExecSpec, sandbox: Sandbox): Promise<RunningCommand> {
     refuseNul(spec);
     const cwd = resolveCwd(spec.cwd, isolation);
-    const root = await mkdtemp(join(tmpRoot, "remote-task-"));
-    sandbox.root = root;
-    const workspace = join(root, "workspace");
-    const tmp = join(root, "tmp");
-    await mkdir(workspace);
-    await mkdir(tmp);
-    const hostCwd =
-      cwd.workspaceRelative === undefined ? workspace : join(workspace, cwd.workspaceRelative);
-    if (cwd.workspaceRelative) await mkdir(hostCwd, { recursive: true });
+    await ready;
+    if (closed) throw new BackendError("sandbox_error", "The local backend is closed.");
+    const slot = pool.acquire();
+    if (slot === undefined) {
+      throw new BackendError(
+        "capacity_exceeded",
+        `All ${uids?.count} sandbox uids are in use; try again when a call has ended.`,
+        { retryAfterSeconds: 1 },
+      );
+    }
+    sandbox.slot = slot;
+    const bwrap = isolation === "bwrap";
+    const gate = slot.cgroup !== undefined;
+    const uidOption = slot.uid === undefined ? {} : { uid: slot.uid, gid: slot.uid };
+    const dirs = bwrap ? undefined : makeDirectories(sandbox, slot.uid, cwd.workspaceRelative);
+    const countersBefore = slot.cgroup?.counters();
     if (spec.signal.aborted)
       throw new BackendError("sandbox_error", "The call ended before the command started.");
 
-    const bwrap = isolation === "bwrap";
     const env: Record<string, string> = {
       PATH: SANDBOX_PATH,
-      HOME: bwrap ? SANDBOX_WORKSPACE : workspace,
+      HOME: dirs?.workspace ?? SANDBOX_WORKSPACE,
       LANG: "C.UTF-8",
-      TMPDIR: bwrap ? "/tmp" : tmp,
+      TMPDIR: dirs?.tmp ?? "/tmp",
       ...spec.env,
     };
-    const extraDirs =
-      bwrap && cwd.workspaceRelative === undefined && !isUnderSystemDir(cwd.inside)
-        ? [cwd.inside]
-        : [];
-    // With bubblewrap, the request's env reaches only the sandboxed command: bwrap itself runs
-    // on the host with a bare PATH (a request's LD_PRELOAD must not load into it), and the
-    // variables travel through a pipe (--args 3), not the command line that `ps` shows.
-    const child = bwrap
-      ? spawn(
-          bwrapPath,
-          [
-            "--args",
-            "3",
-            ...bwrapArgs(workspace, cwd.inside, extraDirs),
-            "--",
-            "/bin/sh",
-            "-c",
-            spec.command,
-          ],
-          {
-            cwd: workspace,
-            env: { PATH: SANDBOX_PATH },
-            detached: true,
-            stdio: ["ignore", "pipe", "pipe", "pipe"],
-          },
-        )
-      : spawn("/bin/sh", ["-c", spec.command], {
-          cwd: hostCwd,
-          env,
-          detached: true,
-          stdio: ["ignore", "pipe", "pipe"],
-        });
+    let child: ChildProcess;
     if (bwrap) {
+      const extraDirs =
+        cwd.inside === SANDBOX_WORKSPACE || isUnderSystemDir(cwd.inside) ? [] : [cwd.inside];
+      // The request's env reaches only the sandboxed command: bwrap itself runs on the host with
+      // a bare PATH (a request's LD_PRELOAD must not load into it), and the variables travel
+      // through a pipe (--args 3), not the command line that `ps` shows.
+      child = spawn(
+        bwrapPath,
+        [
+          "--args",
+          "3",
+          ...bwrapArgs({
+            ...bwrapSandbox(cwd.inside, extraDirs),
+            infoFd: 4,
+            ...(gate ? { blockFd: 5 } : {}),
+          }),
+          "--",
+          "/bin/sh",
+          "-c",
+          shellScript(spec.command, { gate: false, ulimits }),
+        ],
+        {
+          cwd: stateDir,
+          env: { PATH: SANDBOX_PATH },
+          detached: true,
+          stdio: sandboxStdio(
+            ["ignore", "pipe", "pipe", "pipe", "pipe", gate ? "pipe" : "ignore"],
+            inherited,
+            devNull,
+          ),
+          ...uidOption,
+        },
+      );
       const settings = ["--clearenv"];
       for (const [name, value] of Object.entries(env)) settings.push("--setenv", name, value);
       const channel = child.stdio[3] as Writable | null;
       channel?.on("error", () => {});
       channel?.end(`${settings.join("\0")}\0`);
+      sandbox.nsInit = readAll(child.stdio[4] as Readable | null).then((info) => {
+        const pid = /"child-pid":\s*(\d+)/.exec(info)?.[1];
+        return pid === undefined ? undefined : Number(pid);
+      });
+    } else {
+      child = spawn("/bin/sh", ["-c", shellScript(spec.command, { gate, ulimits })], {
+        cwd: dirs?.hostCwd,
+        env,
+        detached: true,
+        stdio: sandboxStdio(
+          ["ignore", "pipe", "pipe", gate ? "pipe" : "ignore"],
+          inherited,
+          devNull,
+        ),
+        ...uidOption,
+      });
     }
     sandbox.child = child;
 
@@ -288,53 +556,140 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
       child.once("error", (error) =>
         reject(new BackendError("sandbox_error", `Could not start the command: ${error.message}`)),
       );
-      child.once("exit", (code, signal) => {
+      child.once("exit", (code, signalName) => {
         // Background processes the command left behind must not outlive it (or hold its pipes).
-        killGroup(child, "SIGKILL");
+        signalGroup(child, "SIGKILL");
+        void slot.cgroup?.killAll(0);
         const drain = setTimeout(() => {
           child.stdout?.destroy();
           child.stderr?.destroy();
         }, PIPE_DRAIN_MS);
         drain.unref();
         child.once("close", () => clearTimeout(drain));
-        resolve(exitStatus(code, signal));
+        resolve(exitStatus(code, signalName));
       });
     });
     sandbox.exited = exit.then(
       () => {},
       () => {},
     );
+
     const stop = () => void terminate(sandbox);
     if (spec.signal.aborted) stop();
     else spec.signal.addEventListener("abort", stop, { once: true });
 
+    if (gate && child.pid !== undefined) {
+      // The command waits (bubblewrap's --block-fd, or `read` on the shell's descriptor 3) until
+      // its first process is in the sandbox's cgroups.
+      const first = bwrap ? await sandbox.nsInit : child.pid;
+      const stdio: ReadonlyArray<unknown> = child.stdio;
+      const opener = stdio[bwrap ? 5 : GATE_FD] as Writable | null;
+      opener?.on("error", () => {});
+      if (first !== undefined) {
+        try {
+          slot.cgroup?.place(first);
+        } catch (error) {
+          signalGroup(child, "SIGKILL");
+          if (first !== child.pid) signal(first, "SIGKILL");
+          opener?.destroy();
+          throw new BackendError(
+            "sandbox_error",
+            `Could not put the command in its cgroup: ${(error as Error).message}`,
+          );
+        }
+      }
+      opener?.end("\n");
+    }
+
     if (child.stdout === null || child.stderr === null) {
       throw new BackendError("sandbox_error", "The command's output pipes could not be opened.");
     }
-    return { output: mergeOutput(child.stdout, child.stderr), exit };
+    return {
+      output: withLimitNotes(
+        mergeOutput(child.stdout, child.stderr),
+        exit,
+        slot.cgroup,
+        countersBefore,
+        limits,
+      ),
+      exit,
+    };
   }
 
-  /** SIGTERM to the whole process group, SIGKILL after the grace period; resolves on exit. */
-  async function terminate(sandbox: Sandbox): Promise<void> {
+  /**
+   * Sends `name` to the sandbox's processes, not to bubblewrap's own (it would take them all down
+   * at once). Inside bubblewrap the command's first process may not be forked yet: keep trying
+   * until `deadline` while the sandbox is there.
+   */
+  async function signalSandbox(
+    sandbox: Sandbox,
+    name: NodeJS.Signals,
+    deadline: number,
+  ): Promise<void> {
     const child = sandbox.child;
+    const cgroup = sandbox.slot?.cgroup;
     if (child === undefined) return;
+    if (cgroup === undefined) return signalGroup(child, name);
+    if (isolation === "none") {
+      signalGroup(child, name);
+      await cgroup.signal(name);
+      return;
+    }
+    const nsInit = await sandbox.nsInit;
+    const running = () => child.exitCode === null && child.signalCode === null;
+    await pollUntil(
+      async () => (await cgroup.signal(name, nsInit)) > 0 || !running(),
+      deadline - Date.now(),
+      5,
+    );
+  }
+
+  /**
+   * SIGTERM to the sandbox's processes, SIGKILL to all after the grace period; resolves once none
+   * is left (true) or the wait ran out (false).
+   */
+  async function terminate(sandbox: Sandbox): Promise<boolean> {
+    const child = sandbox.child;
+    if (child === undefined) return true;
     if (child.exitCode === null && child.signalCode === null) {
-      killGroup(child, "SIGTERM");
+      const deadline = Date.now() + killGraceMs;
+      await signalSandbox(sandbox, "SIGTERM", deadline);
       let timer: ReturnType<typeof setTimeout> | undefined;
       const graceOver = new Promise<void>((resolve) => {
-        timer = setTimeout(resolve, killGraceMs);
+        timer = setTimeout(resolve, Math.max(0, deadline - Date.now()));
       });
       await Promise.race([sandbox.exited, graceOver]);
       clearTimeout(timer);
     }
-    killGroup(child, "SIGKILL");
+    const limitMs = killGraceMs + EXIT_WAIT_MS;
+    const cgroup = sandbox.slot?.cgroup;
+    if (isolation === "bwrap") {
+      // Killing the namespace's first process makes the kernel kill the rest; that process ends
+      // (becomes a zombie) only once they are all gone. bwrap itself may exit before.
+      const nsInit = await sandbox.nsInit;
+      if (nsInit === undefined) signalGroup(child, "SIGKILL");
+      else signal(nsInit, "SIGKILL");
+      await sandbox.exited;
+      const gone =
+        nsInit === undefined || (await pollUntil(() => processEnded(nsInit), limitMs, 2));
+      return gone && (cgroup === undefined || (await cgroup.killAll(limitMs)));
+    }
+    signalGroup(child, "SIGKILL");
+    const groupKilled = cgroup?.killAll(limitMs);
     await sandbox.exited;
-    if (child.pid !== undefined) await groupGone(child.pid, killGraceMs + GROUP_EXIT_WAIT_MS);
+    if (groupKilled !== undefined) return groupKilled;
+    const uid = sandbox.slot?.uid;
+    const match: ProcessMatch =
+      uid !== undefined ? { uids: new Set([uid]) } : { pgid: child.pid ?? 0 };
+    return child.pid === undefined || killMatching(match, limitMs);
   }
 
   return {
     name: "local",
     isolation,
+    sandbox: report,
+    stateDir,
+    ready,
 
     async start(spec) {
       if (sandboxes.has(spec.sandboxId)) {
@@ -351,23 +706,43 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
       return running;
     },
 
-    destroy(sandboxId) {
-      const sandbox = sandboxes.get(sandboxId);
-      if (sandbox === undefined) return Promise.resolve();
-      sandbox.destroying ??= (async () => {
-        await sandbox.startup;
-        try {
-          await terminate(sandbox);
-          if (sandbox.root !== undefined) await removeTree(sandbox.root);
-        } finally {
-          sandboxes.delete(sandboxId);
-          destroyed++;
-        }
-      })();
-      return sandbox.destroying;
-    },
+    destroy,
 
     liveSandboxes: () => sandboxes.size,
     stats: () => ({ live: sandboxes.size, started, destroyed }),
+
+    async close() {
+      if (closed) return;
+      closed = true;
+      await ready;
+      await Promise.allSettled([...sandboxes.keys()].map(destroy));
+      unregisterExit();
+      removeEverything(false);
+    },
   };
+
+  function destroy(sandboxId: string): Promise<void> {
+    const sandbox = sandboxes.get(sandboxId);
+    if (sandbox === undefined) return Promise.resolve();
+    sandbox.destroying ??= (async () => {
+      await sandbox.startup;
+      let gone = true;
+      try {
+        gone = await terminate(sandbox);
+        if (sandbox.root !== undefined) await removeTree(sandbox.root);
+      } finally {
+        // A slot whose processes could not all be stopped is never handed out again.
+        if (sandbox.slot !== undefined && gone) pool.release(sandbox.slot);
+        sandboxes.delete(sandboxId);
+        destroyed++;
+      }
+      if (!gone) {
+        throw new BackendError(
+          "sandbox_error",
+          `Processes of sandbox ${sandboxId} were still running ${killGraceMs + EXIT_WAIT_MS} ms after SIGKILL; its uid and cgroup are not reused.`,
+        );
+      }
+    })();
+    return sandbox.destroying;
+  }
 }
