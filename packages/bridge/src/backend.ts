@@ -4,6 +4,8 @@
  * The bridge core owns deadlines, output caps, cancellation and the destroy-on-every-path rule.
  */
 
+import type { SandboxReport } from "@remote-task/protocol";
+
 /** What the bridge asks a backend to run. */
 export interface ExecSpec {
   /** Valid per the protocol's `sandboxIdSchema`; the bridge refuses a second concurrent call for it. */
@@ -43,6 +45,8 @@ export interface SandboxBackend {
   readonly name: string;
   /** Isolation actually in force, reported by `/health`: `container`, `bwrap` or `none`. */
   readonly isolation: string;
+  /** How each sandbox is confined (user, limits, teardown), reported by `/health` as `sandbox`. */
+  readonly sandbox?: SandboxReport;
   /** Creates a fresh sandbox for `spec.sandboxId` and starts the command in it. */
   start(spec: ExecSpec): Promise<RunningCommand>;
   /** Stops everything in the sandbox and removes it. Idempotent; safe for a never-started id. */

@@ -176,6 +176,7 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
       backend: state.backend.name,
       isolation: state.backend.isolation,
       limits: state.limits,
+      ...(state.backend.sandbox === undefined ? {} : { sandbox: state.backend.sandbox }),
       version,
     };
     return jsonResponse(body);

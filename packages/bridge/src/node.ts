@@ -6,7 +6,7 @@ import { getRequestListener } from "@hono/node-server";
 import type { Limits } from "@remote-task/protocol";
 import type { SandboxBackend } from "./backend.js";
 import { createBridge } from "./bridge.js";
-import { createLocalBackend } from "./local/index.js";
+import { createLocalBackend, type LocalBackendOptions } from "./local/index.js";
 import type { BridgeLogger } from "./logger.js";
 import { errorBody, errorResponse } from "./responses.js";
 
@@ -17,8 +17,13 @@ export interface LocalBridgeOptions<B extends SandboxBackend = SandboxBackend> {
   host?: string;
   /** Bearer token (default: 32 random bytes, base64url). */
   token?: string;
-  /** Backend (default: `createLocalBackend({ isolation: "auto" })`). */
+  /** Backend (default: `createLocalBackend({ isolation: "auto", ...local })`). */
   backend?: B;
+  /**
+   * Options of the default local backend (isolation, per-sandbox limits, uids...); ignored when
+   * `backend` is given. That backend is closed with the bridge.
+   */
+  local?: LocalBackendOptions;
   /** Serve without a token; `token` is then ignored. */
   allowUnauthenticated?: boolean;
   limits?: Partial<Limits>;
@@ -66,7 +71,11 @@ export async function startLocalBridge<
   const host = options.host ?? "127.0.0.1";
   const unauthenticated = options.allowUnauthenticated === true;
   const token = unauthenticated ? "" : (options.token ?? randomBytes(32).toString("base64url"));
-  const backend = (options.backend ?? createLocalBackend({ isolation: "auto" })) as B;
+  const ownBackend =
+    options.backend === undefined
+      ? createLocalBackend({ isolation: "auto", ...options.local })
+      : undefined;
+  const backend = (options.backend ?? ownBackend) as B;
   const bridge = createBridge({
     backend,
     ...(unauthenticated ? { allowUnauthenticated: true } : { token }),
@@ -93,6 +102,9 @@ export async function startLocalBridge<
       server.off("error", reject);
       resolve();
     });
+  }).catch(async (error: unknown) => {
+    await ownBackend?.close();
+    throw error;
   });
   server.on("clientError", answerClientError);
   const { port } = server.address() as AddressInfo;
@@ -108,6 +120,7 @@ export async function startLocalBridge<
         await bridge.shutdown();
         server.closeAllConnections();
         await closed;
+        await ownBackend?.close();
       })();
       return closing;
     },

@@ -211,8 +211,11 @@ export interface CgroupSlot {
   killNow(): void;
   /** Sends `name` to every process inside but `except`; resolves with how many there were. */
   signal(name: NodeJS.Signals, except?: number): Promise<number>;
-  /** True when no process is inside. */
-  empty(): Promise<boolean>;
+  /**
+   * True when every process that was inside is reaped: an exited process whose parent has not
+   * reaped it yet still counts against `pids.max`, so the slot waits for this before its reuse.
+   */
+  drained(): Promise<boolean>;
   /** Removes the cgroups (they must be empty). */
   remove(): void;
 }
@@ -299,7 +302,12 @@ export function createCgroupSet(instance: string): CgroupSet | undefined {
           }
           for (const pid of words(join(primary, "cgroup.procs"))) signal(Number(pid), "SIGKILL");
         },
-        empty: async () => (await members(primary)).length === 0,
+        async drained() {
+          if ((await members(primary)).length > 0) return false;
+          if (pids === undefined) return true;
+          const current = await readFile(join(dirOf(pids), "pids.current"), "utf8").catch(() => "");
+          return current.trim() === "0";
+        },
         remove() {
           for (const dir of dirs) rmdirSync(dir);
         },

@@ -43,10 +43,12 @@ import { mergeOutput } from "./output.js";
 import { cleanUpAtExit, isInstanceName, newInstanceName, ownerAlive } from "./ownership.js";
 import {
   exitStatus,
+  findProcesses,
   killMatching,
   type ProcessMatch,
   pollUntil,
   processEnded,
+  settleWithin,
   signal,
   signalGroup,
 } from "./processes.js";
@@ -132,6 +134,8 @@ const DEFAULT_KILL_GRACE_MS = 2_000;
 const PIPE_DRAIN_MS = 1_000;
 /** How long after SIGKILL the last process of a sandbox may take to disappear. */
 const EXIT_WAIT_MS = 2_000;
+/** How long a slot may wait for its last processes to be reaped before it is retired. */
+const DRAIN_LIMIT_MS = 60_000;
 /** Longest path and path component Linux accepts. */
 const PATH_MAX = 4_095;
 const NAME_MAX = 255;
@@ -420,6 +424,7 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
   let destroyed = 0;
   let calls = 0;
   let closed = false;
+  const draining = new Set<Promise<boolean>>();
 
   const removeEverything = (killFirst: boolean) => {
     pool.close(killFirst);
@@ -645,6 +650,28 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
   }
 
   /**
+   * Hands the slot out again once its last sandbox's processes are reaped, not only dead: until
+   * then they count against the slot's process limit (cgroup or uid). Orphans are reaped by the
+   * host's init, which may take a moment; meanwhile other slots serve. Under bubblewrap the
+   * namespace's first process reaps all others before it ends, and `terminate` waited for that:
+   * at most that one process is left to reap.
+   */
+  async function releaseWhenDrained(slot: Slot): Promise<void> {
+    const { cgroup, uid } = slot;
+    if (isolation === "bwrap") return pool.release(slot);
+    const drained =
+      cgroup !== undefined
+        ? () => cgroup.drained()
+        : uid !== undefined
+          ? async () => (await findProcesses({ uids: new Set([uid]), zombies: true })).length === 0
+          : async () => true;
+    const done = pollUntil(drained, DRAIN_LIMIT_MS, 20);
+    draining.add(done);
+    if (await done) pool.release(slot);
+    draining.delete(done);
+  }
+
+  /**
    * SIGTERM to the sandbox's processes, SIGKILL to all after the grace period; resolves once none
    * is left (true) or the wait ran out (false).
    */
@@ -654,12 +681,7 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
     if (child.exitCode === null && child.signalCode === null) {
       const deadline = Date.now() + killGraceMs;
       await signalSandbox(sandbox, "SIGTERM", deadline);
-      let timer: ReturnType<typeof setTimeout> | undefined;
-      const graceOver = new Promise<void>((resolve) => {
-        timer = setTimeout(resolve, Math.max(0, deadline - Date.now()));
-      });
-      await Promise.race([sandbox.exited, graceOver]);
-      clearTimeout(timer);
+      await settleWithin(sandbox.exited, Math.max(0, deadline - Date.now()));
     }
     const limitMs = killGraceMs + EXIT_WAIT_MS;
     const cgroup = sandbox.slot?.cgroup;
@@ -716,6 +738,8 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
       closed = true;
       await ready;
       await Promise.allSettled([...sandboxes.keys()].map(destroy));
+      // Give the last slots a moment to drain, so their uids go back free.
+      await settleWithin(Promise.allSettled(draining), killGraceMs + EXIT_WAIT_MS);
       unregisterExit();
       removeEverything(false);
     },
@@ -732,7 +756,7 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
         if (sandbox.root !== undefined) await removeTree(sandbox.root);
       } finally {
         // A slot whose processes could not all be stopped is never handed out again.
-        if (sandbox.slot !== undefined && gone) pool.release(sandbox.slot);
+        if (sandbox.slot !== undefined && gone) void releaseWhenDrained(sandbox.slot);
         sandboxes.delete(sandboxId);
         destroyed++;
       }

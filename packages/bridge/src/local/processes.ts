@@ -26,6 +26,25 @@ export function signalGroup(child: ChildProcess, name: NodeJS.Signals): void {
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
+/** Waits for `promise` to settle, or `limitMs`, whichever comes first (no timer left behind). */
+export async function settleWithin(promise: Promise<unknown>, limitMs: number): Promise<void> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const over = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, limitMs);
+  });
+  try {
+    await Promise.race([
+      promise.then(
+        () => {},
+        () => {},
+      ),
+      over,
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** Polls `done` (first at once, then every `intervalMs`) until it is true or `limitMs` passed. */
 export async function pollUntil(
   done: () => Promise<boolean>,
@@ -60,12 +79,16 @@ export async function processEnded(pid: number): Promise<boolean> {
   }
 }
 
-/** What identifies the processes of one sandbox when no cgroup holds them. */
-export type ProcessMatch = { uids: ReadonlySet<number> } | { pgid: number };
+/**
+ * What identifies the processes of one sandbox when no cgroup holds them. With `zombies`, exited
+ * processes not yet reaped count too (they still count against their uid's process limit).
+ */
+export type ProcessMatch = ({ uids: ReadonlySet<number> } | { pgid: number }) & {
+  zombies?: boolean;
+};
 
 /**
- * Live processes matching `match`, found by reading `/proc/<pid>/status` asynchronously (zombies
- * do not count). The last resort where no cgroup or PID namespace holds a sandbox; without `/proc`
+ * Processes matching `match`, found by reading `/proc/<pid>/status` asynchronously. The last resort where no cgroup or PID namespace holds a sandbox; without `/proc`
  * (macOS) only a process group can be checked, with signal 0.
  */
 export async function findProcesses(match: ProcessMatch): Promise<number[]> {
@@ -93,7 +116,7 @@ export async function findProcesses(match: ProcessMatch): Promise<number[]> {
       continue;
     }
     const state = /^State:\s+(\S)/m.exec(status)?.[1];
-    if (state === "Z" || state === "X") continue;
+    if ((state === "Z" && match.zombies !== true) || state === "X") continue;
     const hit =
       "uids" in match
         ? match.uids.has(Number(/^Uid:\s+(\d+)/m.exec(status)?.[1]))

@@ -22,8 +22,8 @@ export function shellScript(command: string, prelude: ShellPrelude): string {
   const parts: string[] = [];
   // Exit without running anything when the bridge closes the gate instead of opening it.
   if (prelude.gate) parts.push(`read -r _ <&${GATE_FD} || exit 125`, `exec ${GATE_FD}<&-`);
-  if (prelude.ulimits.length > 0)
-    parts.push(`ulimit ${prelude.ulimits.map(([flag, value]) => `${flag} ${value}`).join(" ")}`);
+  // One resource per `ulimit`: dash takes no more.
+  for (const [flag, value] of prelude.ulimits) parts.push(`ulimit ${flag} ${value}`);
   return parts.length === 0 ? command : `${parts.join("; ")}; ${command}`;
 }
 

@@ -79,20 +79,25 @@ export class SlotPool {
   }
 
   release(slot: Slot): void {
-    this.free.push(slot);
+    if (this.all.includes(slot)) this.free.push(slot);
   }
 
-  /** Removes every slot's cgroups and uid claims (their sandboxes must be gone). */
+  /**
+   * Removes the cgroups and uid claims of the free slots. A slot still in use, draining or retired
+   * keeps its claim (its uid may still have processes, zombies included) until this process is gone
+   * and a sweep releases it; with `killFirst` its processes are sent SIGKILL (at process exit).
+   */
   close(killFirst: boolean): void {
     for (const slot of this.all) {
-      if (killFirst) slot.cgroup?.killNow();
+      const free = this.free.includes(slot);
+      if (killFirst && !free) slot.cgroup?.killNow();
       try {
         slot.cgroup?.remove();
       } catch {
         // still busy: the next backend's sweep removes it
         continue;
       }
-      if (slot.uid !== undefined) this.unclaim(slot.uid);
+      if (free && slot.uid !== undefined) this.unclaim(slot.uid);
     }
     this.all.length = 0;
     this.free.length = 0;
