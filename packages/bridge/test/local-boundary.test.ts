@@ -7,10 +7,9 @@ import {
   createLocalBackend,
   DEFAULT_ETC_ENTRIES,
   DEFAULT_SANDBOX_UIDS,
-  type LocalBackend,
   type LocalBackendOptions,
 } from "../src/local/index.js";
-import { type LocalBridge, startLocalBridge } from "../src/node.js";
+import { startLocalBridge } from "../src/node.js";
 import {
   eventually,
   expectError,
