@@ -1,8 +1,8 @@
 import { existsSync } from "node:fs";
-import { readdir, rm } from "node:fs/promises";
+import { readdir, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { type ExecResult, execResultSchema } from "@remote-task/protocol";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { silentLogger } from "../src/index.js";
 import {
   createLocalBackend,
@@ -44,6 +44,61 @@ describe("isolation option", () => {
     ).toBe("none");
     expect(createLocalBackend({ isolation: "none" }).isolation).toBe("none");
   });
+
+  it("auto warns on stderr when it falls back to none", () => {
+    const warn = vi.spyOn(process.stderr, "write").mockImplementation(() => true);
+    try {
+      const backend = createLocalBackend({ isolation: "auto", bwrapPath: "/nonexistent/bwrap" });
+      expect(backend.isolation).toBe("none");
+      const lines = warn.mock.calls.map(([text]) => String(text));
+      expect(lines).toContainEqual(
+        expect.stringMatching(
+          /^remote-task: warning: bubblewrap is not usable here .*isolation "none"/,
+        ),
+      );
+      void backend.close();
+    } finally {
+      warn.mockRestore();
+    }
+  });
+
+  it.skipIf(!bwrap.ok || process.getuid?.() !== 0)(
+    "bwrap refuses to start when bubblewrap works only as root (no unprivileged user namespaces)",
+    async () => {
+      // A bubblewrap that behaves like one on a host without unprivileged user namespaces: it
+      // would run as root (where the command would be host root) but fails as any other uid.
+      const dir = await makeTmpRoot("rt-fake-bwrap-");
+      const fake = join(dir, "bwrap");
+      await writeFile(
+        fake,
+        '#!/bin/sh\n[ "$(id -u)" = 0 ] && exec bwrap "$@"\necho "bwrap: setting up uid map: Permission denied" >&2\nexit 1\n',
+        { mode: 0o755 },
+      );
+      try {
+        let thrown: unknown;
+        try {
+          createLocalBackend({ isolation: "bwrap", bwrapPath: fake });
+        } catch (error) {
+          thrown = error;
+        }
+        expect(IsolationUnavailableError.isInstance(thrown)).toBe(true);
+        expect((thrown as IsolationUnavailableError).reason).toMatch(
+          /failed a trial run as uid \d+ .*uid map: Permission denied/,
+        );
+        const warn = vi.spyOn(process.stderr, "write").mockImplementation(() => true);
+        try {
+          const auto = createLocalBackend({ isolation: "auto", bwrapPath: fake });
+          expect(auto.isolation).toBe("none");
+          expect(auto.sandbox.user).toBe("uid-per-sandbox");
+          await auto.close();
+        } finally {
+          warn.mockRestore();
+        }
+      } finally {
+        await rm(dir, { recursive: true, force: true });
+      }
+    },
+  );
 
   it.skipIf(!bwrap.ok)("auto uses bwrap when it works", () => {
     expect(createLocalBackend({ isolation: "auto" }).isolation).toBe("bwrap");

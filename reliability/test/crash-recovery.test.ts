@@ -1,0 +1,157 @@
+import { randomBytes } from "node:crypto";
+import { existsSync, readFileSync } from "node:fs";
+import { readdir, readlink, rm } from "node:fs/promises";
+import { join } from "node:path";
+import { createLocalBackend } from "@remote-task/bridge/local";
+import { request } from "undici";
+import { describe, expect, it } from "vitest";
+import { waitFor } from "./support/bridge.js";
+import { type BridgeProcess, startBridgeProcess } from "./support/bridge-process.js";
+import { skipBwrap } from "./support/isolation.js";
+import { processList } from "./support/processes.js";
+import { makeTmpRoot } from "./support/tmp-root.js";
+
+/** `sleep` processes whose argument carries `marker`. */
+function sleepers(marker: string): number[] {
+  return processList()
+    .filter((p) => p.comm === "sleep" && p.state !== "Z")
+    .filter((p) => {
+      try {
+        return readFileSync(`/proc/${p.pid}/cmdline`, "latin1").includes(marker);
+      } catch {
+        return false;
+      }
+    })
+    .map((p) => p.pid);
+}
+
+const newMarker = () => `1000.${process.pid}${randomBytes(3).readUIntBE(0, 3)}`;
+
+/** Starts `command` on the bridge without waiting for its answer (the bridge may die first). */
+function fire(bridge: BridgeProcess, command: string): void {
+  void request(`${bridge.url}/exec`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${bridge.token}`, "content-type": "application/json" },
+    body: JSON.stringify({ sandboxId: `crash-${randomBytes(4).toString("hex")}`, command }),
+  })
+    .then((response) => response.body.text())
+    .catch(() => {});
+}
+
+/** The backend directory a bridge made in `tmpRoot` (`remote-task-<instance>`). */
+async function stateDirs(tmpRoot: string): Promise<string[]> {
+  return (await readdir(tmpRoot)).filter((name) => name.startsWith("remote-task-"));
+}
+
+/** The cgroup directories of a backend instance, in the hierarchies this machine has. */
+function cgroupDirs(instance: string): string[] {
+  const own = readFileSync("/proc/self/cgroup", "utf8");
+  return ["pids", "memory"].flatMap((controller) => {
+    const path = new RegExp(`^\\d+:[^:]*\\b${controller}\\b[^:]*:(.*)$`, "m").exec(own)?.[1];
+    return path === undefined
+      ? []
+      : [join("/sys/fs/cgroup", controller, path, "remote-task", instance)];
+  });
+}
+
+/** uid claims held by `instance` (a root bridge records them in /run/remote-task-uids). */
+async function uidClaims(instance: string): Promise<string[]> {
+  const dir = "/run/remote-task-uids";
+  const claims: string[] = [];
+  for (const name of await readdir(dir).catch(() => [] as string[]))
+    if ((await readlink(join(dir, name)).catch(() => "")) === instance) claims.push(name);
+  return claims;
+}
+
+describe("a bridge killed with SIGKILL (issue 12, finding 5)", () => {
+  it("isolation none: the next start kills what it left running (setsid escapes too) and removes its directory, cgroups and uid claims; a live bridge's sandbox is untouched", async () => {
+    const tmpRoot = await makeTmpRoot("rt-crash-");
+    const dead = await startBridgeProcess("none", { tmpRoot });
+    const live = await startBridgeProcess("none", { tmpRoot });
+    try {
+      const [deadDir] = await stateDirs(tmpRoot);
+      const orphans = newMarker();
+      const kept = newMarker();
+      fire(dead, `sleep ${orphans} & setsid sleep ${orphans} & sleep ${orphans}`);
+      await waitFor(
+        () => sleepers(orphans).length === 3,
+        10_000,
+        () => "the sandbox started",
+      );
+      const dirs = await stateDirs(tmpRoot);
+      const deadInstance = dirs
+        .find((name) => name.includes(`remote-task-${dead.pid}.`))
+        ?.slice("remote-task-".length);
+      expect(deadInstance, `${deadDir} ${dirs.join(" ")}`).toBeDefined();
+      const instance = deadInstance as string;
+      const deadCgroups = cgroupDirs(instance).filter((dir) => existsSync(dir));
+      const deadClaims = await uidClaims(instance);
+      fire(live, `sleep ${kept}`);
+      await waitFor(
+        () => sleepers(kept).length === 1,
+        10_000,
+        () => "the live sandbox started",
+      );
+
+      process.kill(dead.pid, "SIGKILL");
+      await waitFor(() => !existsSync(`/proc/${dead.pid}`), 10_000);
+      // Without a PID namespace nothing takes the command down with the bridge.
+      expect(sleepers(orphans)).toHaveLength(3);
+
+      const next = createLocalBackend({ isolation: "none", tmpRoot });
+      await next.ready;
+      expect(sleepers(orphans)).toEqual([]);
+      expect(await stateDirs(tmpRoot)).not.toContain(`remote-task-${instance}`);
+      if (process.getuid?.() === 0) {
+        expect(deadCgroups.length).toBeGreaterThan(0);
+        expect(deadClaims.length).toBeGreaterThan(0);
+      }
+      for (const dir of deadCgroups) expect(existsSync(dir), dir).toBe(false);
+      expect(await uidClaims(instance)).toEqual([]);
+      // The live bridge keeps its sandbox and its directory.
+      expect(sleepers(kept)).toHaveLength(1);
+      expect((await stateDirs(tmpRoot)).length).toBe(2);
+      await next.close();
+    } finally {
+      await dead.close();
+      await live.close();
+      await rm(tmpRoot, { recursive: true, force: true });
+    }
+  }, 60_000);
+
+  it.skipIf(skipBwrap)(
+    "isolation bwrap: the command dies with the bridge, and the next start removes what is left",
+    async () => {
+      const tmpRoot = await makeTmpRoot("rt-crash-");
+      const dead = await startBridgeProcess("bwrap", { tmpRoot });
+      try {
+        const marker = newMarker();
+        fire(dead, `sleep ${marker} & setsid sleep ${marker} & sleep ${marker}`);
+        await waitFor(
+          () => sleepers(marker).length === 3,
+          10_000,
+          () => "the sandbox started",
+        );
+        const [dir = ""] = await stateDirs(tmpRoot);
+        const instance = dir.slice("remote-task-".length);
+        process.kill(dead.pid, "SIGKILL");
+        await waitFor(
+          () => sleepers(marker).length === 0,
+          10_000,
+          () => "the sandbox died",
+        );
+        const next = createLocalBackend({ isolation: "bwrap", tmpRoot });
+        await next.ready;
+        expect(await stateDirs(tmpRoot)).not.toContain(dir);
+        for (const cgroup of cgroupDirs(instance)) expect(existsSync(cgroup), cgroup).toBe(false);
+        expect(await uidClaims(instance)).toEqual([]);
+        await next.close();
+        expect(await readdir(tmpRoot)).toEqual([]);
+      } finally {
+        await dead.close();
+        await rm(tmpRoot, { recursive: true, force: true });
+      }
+    },
+    60_000,
+  );
+});
