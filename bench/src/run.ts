@@ -11,6 +11,7 @@ import { bigOutputClient } from "./items/big-output-client.ts";
 import { coldStart } from "./items/cold-start.ts";
 import { fanout } from "./items/fanout.ts";
 import { overhead } from "./items/overhead.ts";
+import { sandbox } from "./items/sandbox.ts";
 import { truncation } from "./items/truncation.ts";
 import { workerOutput } from "./items/worker.ts";
 import {
@@ -30,6 +31,7 @@ const ITEMS: BenchItem[] = [
   truncation,
   workerOutput,
   coldStart,
+  sandbox,
 ];
 
 const { values } = parseArgs({

@@ -8,20 +8,14 @@ import { describe, expect, it } from "vitest";
 import { waitFor } from "./support/bridge.js";
 import { type BridgeProcess, startBridgeProcess } from "./support/bridge-process.js";
 import { skipBwrap } from "./support/isolation.js";
-import { processList } from "./support/processes.js";
+import { commandLine, descendants, processList } from "./support/processes.js";
 import { makeTmpRoot } from "./support/tmp-root.js";
 
 /** `sleep` processes whose argument carries `marker`. */
 function sleepers(marker: string): number[] {
   return processList()
     .filter((p) => p.comm === "sleep" && p.state !== "Z")
-    .filter((p) => {
-      try {
-        return readFileSync(`/proc/${p.pid}/cmdline`, "latin1").includes(marker);
-      } catch {
-        return false;
-      }
-    })
+    .filter((p) => commandLine(p.pid).includes(marker))
     .map((p) => p.pid);
 }
 
@@ -63,13 +57,54 @@ async function uidClaims(instance: string): Promise<string[]> {
   return claims;
 }
 
+/** The helper that starts a bridge's sandboxes (a `node -e` child of the bridge process). */
+function spawnerOf(bridgePid: number): number {
+  const helper = descendants(bridgePid).find((p) => commandLine(p.pid)[1] === "-e");
+  if (helper === undefined) throw new Error(`bridge ${bridgePid} has no sandbox helper`);
+  return helper.pid;
+}
+
 describe("a bridge killed with SIGKILL (issue 12, finding 5)", () => {
-  it("isolation none: the next start kills what it left running (setsid escapes too) and removes its directory, cgroups and uid claims; a live bridge's sandbox is untouched", async () => {
+  it("isolation none: the command dies with the bridge, setsid escapes included, and the next start removes what is left", async () => {
+    const tmpRoot = await makeTmpRoot("rt-crash-");
+    const dead = await startBridgeProcess("none", { tmpRoot });
+    try {
+      const marker = newMarker();
+      fire(dead, `sleep ${marker} & setsid sleep ${marker} & sleep ${marker}`);
+      await waitFor(
+        () => sleepers(marker).length === 3,
+        10_000,
+        () => "the sandbox started",
+      );
+      const [dir = ""] = await stateDirs(tmpRoot);
+      const instance = dir.slice("remote-task-".length);
+      process.kill(dead.pid, "SIGKILL");
+      // The setsid one leaves the process group; only the cgroup still holds it.
+      const expected = process.getuid?.() === 0 ? 0 : 1;
+      await waitFor(
+        () => sleepers(marker).length === expected,
+        10_000,
+        () => "the sandbox died",
+      );
+      const next = createLocalBackend({ isolation: "none", tmpRoot });
+      await next.ready;
+      expect(sleepers(marker)).toEqual([]);
+      expect(await stateDirs(tmpRoot)).not.toContain(dir);
+      for (const cgroup of cgroupDirs(instance)) expect(existsSync(cgroup), cgroup).toBe(false);
+      expect(await uidClaims(instance)).toEqual([]);
+      await next.close();
+      expect(await readdir(tmpRoot)).toEqual([]);
+    } finally {
+      await dead.close();
+      await rm(tmpRoot, { recursive: true, force: true });
+    }
+  }, 60_000);
+
+  it("isolation none: with its helper killed first, what the bridge left running is killed by the next start, whose sweep leaves a live bridge's sandbox alone", async () => {
     const tmpRoot = await makeTmpRoot("rt-crash-");
     const dead = await startBridgeProcess("none", { tmpRoot });
     const live = await startBridgeProcess("none", { tmpRoot });
     try {
-      const [deadDir] = await stateDirs(tmpRoot);
       const orphans = newMarker();
       const kept = newMarker();
       fire(dead, `sleep ${orphans} & setsid sleep ${orphans} & sleep ${orphans}`);
@@ -79,11 +114,10 @@ describe("a bridge killed with SIGKILL (issue 12, finding 5)", () => {
         () => "the sandbox started",
       );
       const dirs = await stateDirs(tmpRoot);
-      const deadInstance = dirs
+      const instance = dirs
         .find((name) => name.includes(`remote-task-${dead.pid}.`))
-        ?.slice("remote-task-".length);
-      expect(deadInstance, `${deadDir} ${dirs.join(" ")}`).toBeDefined();
-      const instance = deadInstance as string;
+        ?.slice("remote-task-".length) as string;
+      expect(instance, dirs.join(" ")).toBeDefined();
       const deadCgroups = cgroupDirs(instance).filter((dir) => existsSync(dir));
       const deadClaims = await uidClaims(instance);
       fire(live, `sleep ${kept}`);
@@ -93,9 +127,10 @@ describe("a bridge killed with SIGKILL (issue 12, finding 5)", () => {
         () => "the live sandbox started",
       );
 
+      // Nothing is left to take the command down: the helper goes first, then the bridge.
+      process.kill(spawnerOf(dead.pid), "SIGKILL");
       process.kill(dead.pid, "SIGKILL");
       await waitFor(() => !existsSync(`/proc/${dead.pid}`), 10_000);
-      // Without a PID namespace nothing takes the command down with the bridge.
       expect(sleepers(orphans)).toHaveLength(3);
 
       const next = createLocalBackend({ isolation: "none", tmpRoot });

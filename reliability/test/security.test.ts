@@ -14,7 +14,7 @@ import { startBridgeProcess } from "./support/bridge-process.js";
 import { fuzzParameters } from "./support/fuzz.js";
 import { rawExchange } from "./support/http.js";
 import { skipBwrap } from "./support/isolation.js";
-import { processList } from "./support/processes.js";
+import { commandLine, processList } from "./support/processes.js";
 
 const secret = (label: string) => `${label}-${randomBytes(12).toString("hex")}`;
 const TOKEN = secret("tok");
@@ -548,7 +548,7 @@ describe("a root bridge is no way to host root (issue 12, finding 1)", () => {
           let sleeper: number | undefined;
           await waitFor(() => {
             sleeper = processList().find(
-              (p) => p.comm === "sleep" && readArgs(p.pid).includes(marker),
+              (p) => p.comm === "sleep" && commandLine(p.pid).includes(marker),
             )?.pid;
             return sleeper !== undefined;
           }, 10_000);
@@ -575,14 +575,6 @@ describe("a root bridge is no way to host root (issue 12, finding 1)", () => {
     );
   }
 });
-
-function readArgs(pid: number): string {
-  try {
-    return readFileSync(`/proc/${pid}/cmdline`, "latin1").replaceAll("\0", " ");
-  } catch {
-    return "";
-  }
-}
 
 describe("descriptors the bridge inherited never reach a command (issue 12, finding 6)", () => {
   for (const isolation of ["none", "bwrap"] as const) {

@@ -59,35 +59,40 @@ export function isUnderSystemDir(dir: string): boolean {
   return [...SYSTEM_DIRS, "/etc"].some((root) => dir === root || dir.startsWith(`${root}/`));
 }
 
-export interface BwrapSandbox {
-  /** Working directory inside. */
-  cwd: string;
-  /** Directories to create inside (a cwd that does not exist yet). */
-  extraDirs: readonly string[];
+/** What every sandbox of a backend shares. */
+export interface BwrapConfig {
   workspaceBytes: number;
   tmpBytes: number;
   /** Host files mounted as the sandbox's `/etc/passwd` and `/etc/group`. */
   passwdFile: string;
   groupFile: string;
   etcEntries: readonly string[];
+}
+
+/** What differs from call to call. */
+export interface BwrapCall {
+  /** Working directory inside. */
+  cwd: string;
+  /** Directories to create inside (a cwd that does not exist yet). */
+  extraDirs: readonly string[];
   /** Descriptors on which bwrap reports the sandbox's pid and waits before starting the command. */
   infoFd?: number;
   blockFd?: number;
 }
 
 /**
- * bubblewrap arguments for one sandbox: a user namespace (the command is uid 1000 inside and the
- * bridge's unprivileged uid outside, so it holds no privilege on the host and `/proc/sys` is not
- * writable), every other namespace unshared (no network, its own PID namespace: when its first
- * process ends, the kernel kills the rest), no further user namespaces, killed with the bridge,
- * read-only system directories and the listed `/etc` entries, size-limited tmpfs `/workspace` and
- * `/tmp`, fresh `/proc` and `/dev`, and a read-only root.
+ * The bubblewrap arguments every sandbox of a backend shares, computed once: a user namespace
+ * (the command is uid 1000 inside and the bridge's unprivileged uid outside, so it holds no
+ * privilege on the host and `/proc/sys` is not writable), every other namespace unshared (no
+ * network, its own PID namespace: when its first process ends, the kernel kills the rest), no
+ * further user namespaces, killed with the bridge, read-only system directories and the listed
+ * `/etc` entries, size-limited tmpfs `/workspace` and `/tmp`, fresh `/proc` and `/dev`.
  */
 // No --new-session: the host spawns bwrap as a session leader without a terminal (so there is no
 // TTY to inject into), and keeping the command in bwrap's process group lets the host signal every
 // process of the sandbox at once.
-export function bwrapArgs(sandbox: BwrapSandbox): string[] {
-  const args = [
+export function bwrapBaseArgs(config: BwrapConfig): string[] {
+  return [
     "--unshare-all",
     "--unshare-user",
     "--disable-userns",
@@ -99,19 +104,19 @@ export function bwrapArgs(sandbox: BwrapSandbox): string[] {
     "--hostname",
     "sandbox",
     ...SYSTEM_DIRS.flatMap(mirror),
-    ...sandbox.etcEntries.flatMap((name) => mirror(`/etc/${name}`)),
+    ...config.etcEntries.flatMap((name) => mirror(`/etc/${name}`)),
     "--ro-bind",
-    sandbox.passwdFile,
+    config.passwdFile,
     "/etc/passwd",
     "--ro-bind",
-    sandbox.groupFile,
+    config.groupFile,
     "/etc/group",
     "--size",
-    String(sandbox.workspaceBytes),
+    String(config.workspaceBytes),
     "--tmpfs",
     SANDBOX_WORKSPACE,
     "--size",
-    String(sandbox.tmpBytes),
+    String(config.tmpBytes),
     "--tmpfs",
     "/tmp",
     "--proc",
@@ -119,10 +124,15 @@ export function bwrapArgs(sandbox: BwrapSandbox): string[] {
     "--dev",
     "/dev",
   ];
-  for (const dir of sandbox.extraDirs) args.push("--dir", dir);
-  args.push("--remount-ro", "/", "--chdir", sandbox.cwd);
-  if (sandbox.infoFd !== undefined) args.push("--info-fd", String(sandbox.infoFd));
-  if (sandbox.blockFd !== undefined) args.push("--block-fd", String(sandbox.blockFd));
+}
+
+/** The arguments of one sandbox: the shared ones, its directories, a read-only root, its cwd. */
+export function bwrapArgs(base: readonly string[], call: BwrapCall): string[] {
+  const args = [...base];
+  for (const dir of call.extraDirs) args.push("--dir", dir);
+  args.push("--remount-ro", "/", "--chdir", call.cwd);
+  if (call.infoFd !== undefined) args.push("--info-fd", String(call.infoFd));
+  if (call.blockFd !== undefined) args.push("--block-fd", String(call.blockFd));
   return args;
 }
 
@@ -136,8 +146,9 @@ export interface BwrapProbe {
  * Runs `bwrap ... true` with the sandbox's own arguments, as the host uid sandboxes will run as
  * (`uid`, when the bridge drops privileges), and says whether it works here.
  */
-export function probeBwrap(bwrapPath: string, sandbox: BwrapSandbox, uid?: number): BwrapProbe {
-  const run = spawnSync(bwrapPath, [...bwrapArgs(sandbox), "--", "/bin/sh", "-c", "true"], {
+export function probeBwrap(bwrapPath: string, base: readonly string[], uid?: number): BwrapProbe {
+  const args = bwrapArgs(base, { cwd: SANDBOX_WORKSPACE, extraDirs: [] });
+  const run = spawnSync(bwrapPath, [...args, "--", "/bin/sh", "-c", "true"], {
     stdio: ["ignore", "ignore", "pipe"],
     timeout: 10_000,
     env: { PATH: "/usr/bin:/bin" },

@@ -201,8 +201,8 @@ async function killUntilEmpty(dir: string, limitMs: number): Promise<boolean> {
 
 /** One cgroup per used hierarchy, holding the processes of one sandbox at a time. */
 export interface CgroupSlot {
-  /** Puts a process in every hierarchy (before it starts the command). */
-  place(pid: number): void;
+  /** One directory per hierarchy; the first one's `cgroup.procs` lists the sandbox's processes. */
+  readonly dirs: string[];
   /** Counters that grow when a limit is hit; compare before and after a call. */
   counters(): { oomKills: number; pidsMaxHits: number };
   /** SIGKILLs everything inside until empty; false if processes remain after `limitMs`. */
@@ -277,9 +277,7 @@ export function createCgroupSet(instance: string): CgroupSet | undefined {
       }
       const primary = dirs[0] as string;
       return {
-        place(pid) {
-          for (const dir of dirs) writeFileSync(join(dir, "cgroup.procs"), String(pid));
-        },
+        dirs,
         counters() {
           return {
             oomKills:
@@ -340,7 +338,15 @@ export async function sweepCgroups(limitMs: number): Promise<void> {
         if (!slot.isDirectory()) continue;
         const dir = join(instanceDir, slot.name);
         await killUntilEmpty(dir, limitMs);
-        await rmdir(dir).catch(() => {});
+        // Killed processes not yet reaped (by the host's init) keep the cgroup busy a moment.
+        await pollUntil(
+          () =>
+            rmdir(dir).then(
+              () => true,
+              (error: NodeJS.ErrnoException) => error.code === "ENOENT",
+            ),
+          limitMs,
+        );
       }
       await rmdir(instanceDir).catch(() => {});
     }

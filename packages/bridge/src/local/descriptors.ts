@@ -1,4 +1,4 @@
-import type { StdioNull, StdioPipe } from "node:child_process";
+import type { IOType } from "node:child_process";
 import { openSync, readdirSync, readFileSync } from "node:fs";
 
 /** `O_CLOEXEC` as `/proc/<pid>/fdinfo` shows it in `flags` (octal). */
@@ -32,7 +32,7 @@ export function inheritedDescriptors(): number[] {
   return found.sort((a, b) => a - b);
 }
 
-type Stdio = StdioPipe | StdioNull | number;
+type Stdio = IOType | "ipc" | number;
 
 /**
  * The `stdio` option for a sandbox's process: `own` for descriptors 0.., and `/dev/null` in place

@@ -1,17 +1,17 @@
-import { type ChildProcess, spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import {
   chmodSync,
   chownSync,
   closeSync,
   mkdirSync,
   rmSync,
+  statfsSync,
   statSync,
   writeFileSync,
 } from "node:fs";
 import { chmod, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join, posix } from "node:path";
-import type { Readable, Writable } from "node:stream";
 import type { SandboxReport } from "@remote-task/protocol";
 import {
   BackendError,
@@ -21,8 +21,8 @@ import {
   type SandboxBackend,
 } from "../backend.js";
 import {
-  type BwrapSandbox,
   bwrapArgs,
+  bwrapBaseArgs,
   DEFAULT_ETC_ENTRIES,
   isUnderSystemDir,
   probeBwrap,
@@ -43,17 +43,16 @@ import { mergeOutput } from "./output.js";
 import { cleanUpAtExit, isInstanceName, newInstanceName, ownerAlive } from "./ownership.js";
 import {
   exitStatus,
-  findProcesses,
-  killMatching,
-  type ProcessMatch,
+  groupGone,
+  killUid,
   pollUntil,
   processEnded,
   settleWithin,
   signal,
-  signalGroup,
 } from "./processes.js";
 import { GATE_FD, processLimitFlag, shellScript } from "./shell.js";
 import { type Slot, SlotPool, sweepUidClaims, type UidRange, uidClaimsDir } from "./slots.js";
+import { type SandboxProcess, Spawner, type SpawnRequest } from "./spawner.js";
 
 export { DEFAULT_ETC_ENTRIES } from "./bwrap.js";
 export { DEFAULT_SANDBOX_LIMITS, DEFAULT_SANDBOX_UIDS, type SandboxLimits } from "./limits.js";
@@ -68,7 +67,10 @@ export interface LocalBackendOptions {
    * stderr); `bwrap` requires it.
    */
   isolation?: LocalIsolationOption;
-  /** Parent of the directory this backend owns (default: the OS temp directory). */
+  /**
+   * Parent of the directory this backend owns (default: `/dev/shm` when it is a tmpfs with room
+   * for a sandbox's `/workspace` and `/tmp`, else the OS temp directory).
+   */
   tmpRoot?: string;
   /** Time between SIGTERM and SIGKILL when a command is stopped (default 2000 ms). */
   killGraceMs?: number;
@@ -146,11 +148,13 @@ interface Sandbox {
   slot?: Slot;
   /** Host directory of the call (isolation none). */
   root?: string;
-  child?: ChildProcess;
+  proc?: SandboxProcess;
   /** Host pid of the first process inside bubblewrap's PID namespace. */
-  nsInit?: Promise<number | undefined>;
+  nsInit?: number | undefined;
   /** Resolves once the child has exited (immediately when none was spawned). */
   exited: Promise<void>;
+  /** Set when teardown found nothing of the sandbox left, not even a process to reap. */
+  drained?: boolean;
   startup: Promise<unknown>;
   destroying?: Promise<void>;
 }
@@ -241,20 +245,6 @@ function checkTraversable(dir: string): void {
   }
 }
 
-/** Reads a stream to its end as text (bubblewrap's `--info-fd` report). */
-function readAll(stream: Readable | null): Promise<string> {
-  if (stream === null) return Promise.resolve("");
-  return new Promise((resolve) => {
-    let text = "";
-    stream.setEncoding("utf8");
-    stream.on("data", (chunk: string) => {
-      text += chunk;
-    });
-    stream.once("close", () => resolve(text));
-    stream.once("error", () => resolve(text));
-  });
-}
-
 /** Stderr notes for the limits a call ran into, so a killed command is not a mystery. */
 async function* withLimitNotes(
   output: AsyncIterable<OutputChunk>,
@@ -281,6 +271,28 @@ async function* withLimitNotes(
   }
 }
 
+const TMPFS_MAGIC = 0x01021994;
+
+/**
+ * Where the backend keeps its directory unless told: `/dev/shm` when it is a tmpfs with room for
+ * one sandbox's files (directory operations there cost microseconds, on a disk often a
+ * millisecond each; files count as the writer's memory either way under bubblewrap), else the OS
+ * temp directory.
+ */
+function defaultTmpRoot(limits: SandboxLimits): string {
+  try {
+    const fs = statfsSync("/dev/shm");
+    const stat = statSync("/dev/shm");
+    const free = fs.bavail * fs.bsize;
+    const open = (stat.mode & 0o1777) === 0o1777;
+    if (fs.type === TMPFS_MAGIC && open && free >= limits.workspaceBytes + limits.tmpBytes)
+      return "/dev/shm";
+  } catch {
+    // no /dev/shm (macOS)
+  }
+  return tmpdir();
+}
+
 /** Removes the directories of dead predecessors in `tmpRoot` (their processes are gone by now). */
 async function sweepStateDirs(tmpRoot: string): Promise<void> {
   for (const name of await readdir(tmpRoot).catch(() => [] as string[])) {
@@ -298,11 +310,11 @@ async function sweepStateDirs(tmpRoot: string): Promise<void> {
  * `"bwrap"` throws {@link IsolationUnavailableError} when it does not.
  */
 export function createLocalBackend(options: LocalBackendOptions = {}): LocalBackend {
-  const tmpRoot = options.tmpRoot ?? tmpdir();
+  const limits = resolveSandboxLimits(options.limits);
+  const tmpRoot = options.tmpRoot ?? defaultTmpRoot(limits);
   const killGraceMs = options.killGraceMs ?? DEFAULT_KILL_GRACE_MS;
   const bwrapPath = options.bwrapPath ?? "bwrap";
   const requested = options.isolation ?? "auto";
-  const limits = resolveSandboxLimits(options.limits);
   const root = process.getuid?.() === 0;
   if (options.uids !== undefined) {
     checkUidRange(options.uids);
@@ -324,21 +336,18 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
   const groupFile = join(stateDir, "group");
   writeFileSync(passwdFile, SANDBOX_PASSWD, { mode: 0o644 });
   writeFileSync(groupFile, SANDBOX_GROUP, { mode: 0o644 });
-  const etcEntries = options.etc ?? DEFAULT_ETC_ENTRIES;
-  const bwrapSandbox = (cwd: string, extraDirs: string[]): BwrapSandbox => ({
-    cwd,
-    extraDirs,
+  const bwrapBase = bwrapBaseArgs({
     workspaceBytes: limits.workspaceBytes,
     tmpBytes: limits.tmpBytes,
     passwdFile,
     groupFile,
-    etcEntries,
+    etcEntries: options.etc ?? DEFAULT_ETC_ENTRIES,
   });
 
   let isolation: LocalIsolation = "none";
   try {
     if (requested !== "none") {
-      const probe = probeBwrap(bwrapPath, bwrapSandbox(SANDBOX_WORKSPACE, []), uids?.first);
+      const probe = probeBwrap(bwrapPath, bwrapBase, uids?.first);
       if (probe.ok) isolation = "bwrap";
       else if (requested === "bwrap")
         throw new IsolationUnavailableError(probe.reason ?? "unknown");
@@ -403,8 +412,11 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
     teardown,
   };
 
-  const inherited = inheritedDescriptors();
   const devNull = openDevNull();
+  // Every descriptor this process inherited is /dev/null in the helper, hence in every sandbox.
+  const spawner = new Spawner(
+    sandboxStdio(["ignore", "ignore", "inherit", "ipc"], inheritedDescriptors(), devNull),
+  );
   const pool = new SlotPool({
     instance,
     uids,
@@ -427,6 +439,7 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
   const draining = new Set<Promise<boolean>>();
 
   const removeEverything = (killFirst: boolean) => {
+    spawner.close();
     pool.close(killFirst);
     cgroups?.remove();
     rmSync(stateDir, { recursive: true, force: true });
@@ -485,8 +498,6 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
     }
     sandbox.slot = slot;
     const bwrap = isolation === "bwrap";
-    const gate = slot.cgroup !== undefined;
-    const uidOption = slot.uid === undefined ? {} : { uid: slot.uid, gid: slot.uid };
     const dirs = bwrap ? undefined : makeDirectories(sandbox, slot.uid, cwd.workspaceRelative);
     const countersBefore = slot.cgroup?.counters();
     if (spec.signal.aborted)
@@ -499,119 +510,73 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
       TMPDIR: dirs?.tmp ?? "/tmp",
       ...spec.env,
     };
-    let child: ChildProcess;
-    if (bwrap) {
-      const extraDirs =
-        cwd.inside === SANDBOX_WORKSPACE || isUnderSystemDir(cwd.inside) ? [] : [cwd.inside];
-      // The request's env reaches only the sandboxed command: bwrap itself runs on the host with
-      // a bare PATH (a request's LD_PRELOAD must not load into it), and the variables travel
-      // through a pipe (--args 3), not the command line that `ps` shows.
-      child = spawn(
-        bwrapPath,
-        [
-          "--args",
-          "3",
-          ...bwrapArgs({
-            ...bwrapSandbox(cwd.inside, extraDirs),
-            infoFd: 4,
-            ...(gate ? { blockFd: 5 } : {}),
-          }),
-          "--",
-          "/bin/sh",
-          "-c",
-          shellScript(spec.command, { gate: false, ulimits }),
-        ],
-        {
+    const extraDirs =
+      cwd.inside === SANDBOX_WORKSPACE || isUnderSystemDir(cwd.inside) ? [] : [cwd.inside];
+    const settings = ["--clearenv"];
+    for (const [name, value] of Object.entries(env)) settings.push("--setenv", name, value);
+    const request: SpawnRequest = bwrap
+      ? {
+          file: bwrapPath,
+          // The request's env reaches only the sandboxed command: bwrap itself runs on the host
+          // with a bare PATH (a request's LD_PRELOAD must not load into it), and the variables
+          // travel through a pipe (--args 3), not the command line that `ps` shows.
+          args: [
+            "--args",
+            "3",
+            ...bwrapArgs(bwrapBase, { cwd: cwd.inside, extraDirs, infoFd: 4, blockFd: 5 }),
+            "--",
+            "/bin/sh",
+            "-c",
+            shellScript(spec.command, { gate: false, ulimits }),
+          ],
           cwd: stateDir,
           env: { PATH: SANDBOX_PATH },
-          detached: true,
-          stdio: sandboxStdio(
-            ["ignore", "pipe", "pipe", "pipe", "pipe", gate ? "pipe" : "ignore"],
-            inherited,
-            devNull,
-          ),
-          ...uidOption,
-        },
+          extraPipes: 3,
+          input: { fd: 3, data: `${settings.join("\0")}\0` },
+          infoFd: 4,
+          gateFd: 5,
+          cgroups: slot.cgroup?.dirs ?? [],
+        }
+      : {
+          file: "/bin/sh",
+          args: ["-c", shellScript(spec.command, { gate: true, ulimits })],
+          cwd: dirs?.hostCwd ?? stateDir,
+          env,
+          extraPipes: 1,
+          gateFd: GATE_FD,
+          cgroups: slot.cgroup?.dirs ?? [],
+        };
+    if (slot.uid !== undefined) request.uid = slot.uid;
+    let proc: SandboxProcess;
+    try {
+      proc = await spawner.spawn(request);
+    } catch (error) {
+      throw new BackendError(
+        "sandbox_error",
+        `Could not start the command: ${(error as Error).message}`,
       );
-      const settings = ["--clearenv"];
-      for (const [name, value] of Object.entries(env)) settings.push("--setenv", name, value);
-      const channel = child.stdio[3] as Writable | null;
-      channel?.on("error", () => {});
-      channel?.end(`${settings.join("\0")}\0`);
-      sandbox.nsInit = readAll(child.stdio[4] as Readable | null).then((info) => {
-        const pid = /"child-pid":\s*(\d+)/.exec(info)?.[1];
-        return pid === undefined ? undefined : Number(pid);
-      });
-    } else {
-      child = spawn("/bin/sh", ["-c", shellScript(spec.command, { gate, ulimits })], {
-        cwd: dirs?.hostCwd,
-        env,
-        detached: true,
-        stdio: sandboxStdio(
-          ["ignore", "pipe", "pipe", gate ? "pipe" : "ignore"],
-          inherited,
-          devNull,
-        ),
-        ...uidOption,
-      });
     }
-    sandbox.child = child;
-
-    const exit = new Promise<number>((resolve, reject) => {
-      child.once("error", (error) =>
-        reject(new BackendError("sandbox_error", `Could not start the command: ${error.message}`)),
-      );
-      child.once("exit", (code, signalName) => {
-        // Background processes the command left behind must not outlive it (or hold its pipes).
-        signalGroup(child, "SIGKILL");
-        void slot.cgroup?.killAll(0);
-        const drain = setTimeout(() => {
-          child.stdout?.destroy();
-          child.stderr?.destroy();
-        }, PIPE_DRAIN_MS);
-        drain.unref();
-        child.once("close", () => clearTimeout(drain));
-        resolve(exitStatus(code, signalName));
-      });
+    sandbox.proc = proc;
+    if (bwrap) sandbox.nsInit = proc.first;
+    const exit = proc.exit.then(({ code, signal: name }) => {
+      // Background processes the command left behind must not outlive it (or hold its pipes).
+      signal(-proc.pid, "SIGKILL");
+      void slot.cgroup?.killAll(0);
+      setTimeout(() => {
+        proc.stdout.destroy();
+        proc.stderr.destroy();
+      }, PIPE_DRAIN_MS).unref();
+      return exitStatus(code, name);
     });
-    sandbox.exited = exit.then(
-      () => {},
-      () => {},
-    );
+    sandbox.exited = exit.then(() => {});
 
     const stop = () => void terminate(sandbox);
     if (spec.signal.aborted) stop();
     else spec.signal.addEventListener("abort", stop, { once: true });
 
-    if (gate && child.pid !== undefined) {
-      // The command waits (bubblewrap's --block-fd, or `read` on the shell's descriptor 3) until
-      // its first process is in the sandbox's cgroups.
-      const first = bwrap ? await sandbox.nsInit : child.pid;
-      const stdio: ReadonlyArray<unknown> = child.stdio;
-      const opener = stdio[bwrap ? 5 : GATE_FD] as Writable | null;
-      opener?.on("error", () => {});
-      if (first !== undefined) {
-        try {
-          slot.cgroup?.place(first);
-        } catch (error) {
-          signalGroup(child, "SIGKILL");
-          if (first !== child.pid) signal(first, "SIGKILL");
-          opener?.destroy();
-          throw new BackendError(
-            "sandbox_error",
-            `Could not put the command in its cgroup: ${(error as Error).message}`,
-          );
-        }
-      }
-      opener?.end("\n");
-    }
-
-    if (child.stdout === null || child.stderr === null) {
-      throw new BackendError("sandbox_error", "The command's output pipes could not be opened.");
-    }
     return {
       output: withLimitNotes(
-        mergeOutput(child.stdout, child.stderr),
+        mergeOutput(proc.stdout, proc.stderr),
         exit,
         slot.cgroup,
         countersBefore,
@@ -631,19 +596,18 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
     name: NodeJS.Signals,
     deadline: number,
   ): Promise<void> {
-    const child = sandbox.child;
+    const proc = sandbox.proc;
     const cgroup = sandbox.slot?.cgroup;
-    if (child === undefined) return;
-    if (cgroup === undefined) return signalGroup(child, name);
+    if (proc === undefined) return;
+    if (cgroup === undefined) return signal(-proc.pid, name);
     if (isolation === "none") {
-      signalGroup(child, name);
+      signal(-proc.pid, name);
       await cgroup.signal(name);
       return;
     }
-    const nsInit = await sandbox.nsInit;
-    const running = () => child.exitCode === null && child.signalCode === null;
+    const nsInit = sandbox.nsInit;
     await pollUntil(
-      async () => (await cgroup.signal(name, nsInit)) > 0 || !running(),
+      async () => (await cgroup.signal(name, nsInit)) > 0 || proc.exited,
       deadline - Date.now(),
       5,
     );
@@ -656,16 +620,19 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
    * namespace's first process reaps all others before it ends, and `terminate` waited for that:
    * at most that one process is left to reap.
    */
-  async function releaseWhenDrained(slot: Slot): Promise<void> {
+  async function releaseWhenDrained(slot: Slot, nsInit: number | undefined): Promise<void> {
     const { cgroup, uid } = slot;
-    if (isolation === "bwrap") return pool.release(slot);
     const drained =
-      cgroup !== undefined
-        ? () => cgroup.drained()
-        : uid !== undefined
-          ? async () => (await findProcesses({ uids: new Set([uid]), zombies: true })).length === 0
-          : async () => true;
-    const done = pollUntil(drained, DRAIN_LIMIT_MS, 20);
+      isolation === "bwrap"
+        ? async () => nsInit === undefined || processEnded(nsInit)
+        : cgroup !== undefined
+          ? () => cgroup.drained()
+          : uid !== undefined
+            ? () => killUid(uid, processFlag)
+            : async () => true;
+    // Each check of a uid starts a program: look less often.
+    const interval = isolation === "bwrap" ? 2 : cgroup === undefined ? 100 : 20;
+    const done = pollUntil(drained, DRAIN_LIMIT_MS, interval);
     draining.add(done);
     if (await done) pool.release(slot);
     draining.delete(done);
@@ -676,9 +643,9 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
    * is left (true) or the wait ran out (false).
    */
   async function terminate(sandbox: Sandbox): Promise<boolean> {
-    const child = sandbox.child;
-    if (child === undefined) return true;
-    if (child.exitCode === null && child.signalCode === null) {
+    const proc = sandbox.proc;
+    if (proc === undefined) return true;
+    if (!proc.exited) {
       const deadline = Date.now() + killGraceMs;
       await signalSandbox(sandbox, "SIGTERM", deadline);
       await settleWithin(sandbox.exited, Math.max(0, deadline - Date.now()));
@@ -686,24 +653,24 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
     const limitMs = killGraceMs + EXIT_WAIT_MS;
     const cgroup = sandbox.slot?.cgroup;
     if (isolation === "bwrap") {
-      // Killing the namespace's first process makes the kernel kill the rest; that process ends
-      // (becomes a zombie) only once they are all gone. bwrap itself may exit before.
-      const nsInit = await sandbox.nsInit;
-      if (nsInit === undefined) signalGroup(child, "SIGKILL");
-      else signal(nsInit, "SIGKILL");
+      // Killing the namespace's first process makes the kernel kill every other one: none can run
+      // again. The slot waits until the kernel is done (see releaseWhenDrained).
+      const nsInit = sandbox.nsInit;
+      signal(nsInit ?? -proc.pid, "SIGKILL");
       await sandbox.exited;
-      const gone =
-        nsInit === undefined || (await pollUntil(() => processEnded(nsInit), limitMs, 2));
-      return gone && (cgroup === undefined || (await cgroup.killAll(limitMs)));
+      return true;
     }
-    signalGroup(child, "SIGKILL");
+    signal(-proc.pid, "SIGKILL");
     const groupKilled = cgroup?.killAll(limitMs);
     await sandbox.exited;
     if (groupKilled !== undefined) return groupKilled;
     const uid = sandbox.slot?.uid;
-    const match: ProcessMatch =
-      uid !== undefined ? { uids: new Set([uid]) } : { pgid: child.pid ?? 0 };
-    return child.pid === undefined || killMatching(match, limitMs);
+    if (uid !== undefined) {
+      // Escapes from the process group are still processes of the sandbox's uid.
+      sandbox.drained = await killUid(uid, processFlag);
+      return true;
+    }
+    return pollUntil(async () => groupGone(proc.pid), limitMs);
   }
 
   return {
@@ -756,7 +723,10 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
         if (sandbox.root !== undefined) await removeTree(sandbox.root);
       } finally {
         // A slot whose processes could not all be stopped is never handed out again.
-        if (sandbox.slot !== undefined && gone) void releaseWhenDrained(sandbox.slot);
+        if (sandbox.slot !== undefined && gone) {
+          if (sandbox.drained === true) pool.release(sandbox.slot);
+          else void releaseWhenDrained(sandbox.slot, sandbox.nsInit);
+        }
         sandboxes.delete(sandboxId);
         destroyed++;
       }

@@ -43,6 +43,9 @@ export async function* mergeOutput(
     readable.once("end", onClose);
     readable.once("close", onClose);
     readable.once("error", onClose);
+    // A pipe may have ended before anyone listened (a command without output that is already
+    // done): its "end" and "close" are gone.
+    if (readable.readableEnded || readable.destroyed) onClose();
     cleanups.push(() => {
       readable.off("data", onData);
       readable.off("end", onClose);

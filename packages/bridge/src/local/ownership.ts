@@ -8,7 +8,10 @@ import { readFileSync } from "node:fs";
  * touches what a live one owns.
  */
 
-/** Start time of a process in clock ticks since boot (`/proc/<pid>/stat` field 22). */
+/**
+ * Start time of a running process in clock ticks since boot (`/proc/<pid>/stat` field 22);
+ * undefined when it is gone or a zombie (dead, only not reaped yet).
+ */
 function startTime(pid: number): string | undefined {
   let stat: string;
   try {
@@ -17,7 +20,8 @@ function startTime(pid: number): string | undefined {
     return undefined;
   }
   // "pid (comm) state ppid ..."; comm may contain spaces and parentheses.
-  return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19];
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return fields[0] === "Z" || fields[0] === "X" ? undefined : fields[19];
 }
 
 const INSTANCE_PATTERN = /^(\d+)\.(\d+|x)\.(\d+)$/;

@@ -1,5 +1,5 @@
-import type { ChildProcess } from "node:child_process";
-import { readdir, readFile } from "node:fs/promises";
+import { spawn } from "node:child_process";
+import { readFile } from "node:fs/promises";
 import { constants } from "node:os";
 
 /** The `/bin/sh` exit status: the code, or 128 + signal number when killed by a signal. */
@@ -17,11 +17,6 @@ export function signal(target: number, name: NodeJS.Signals): void {
   } catch {
     // already gone
   }
-}
-
-/** Sends `name` to the process group the child leads (it was spawned detached). */
-export function signalGroup(child: ChildProcess, name: NodeJS.Signals): void {
-  if (child.pid !== undefined) signal(-child.pid, name);
 }
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
@@ -79,58 +74,35 @@ export async function processEnded(pid: number): Promise<boolean> {
   }
 }
 
-/**
- * What identifies the processes of one sandbox when no cgroup holds them. With `zombies`, exited
- * processes not yet reaped count too (they still count against their uid's process limit).
- */
-export type ProcessMatch = ({ uids: ReadonlySet<number> } | { pgid: number }) & {
-  zombies?: boolean;
-};
-
-/**
- * Processes matching `match`, found by reading `/proc/<pid>/status` asynchronously. The last resort where no cgroup or PID namespace holds a sandbox; without `/proc`
- * (macOS) only a process group can be checked, with signal 0.
- */
-export async function findProcesses(match: ProcessMatch): Promise<number[]> {
-  let entries: string[];
+/** True once no process of group `pgid` is left (zombies not yet reaped still count). */
+export function groupGone(pgid: number): boolean {
   try {
-    entries = await readdir("/proc");
+    process.kill(-pgid, 0);
+    return false;
   } catch {
-    if ("pgid" in match) {
-      try {
-        process.kill(-match.pgid, 0);
-        return [-match.pgid];
-      } catch {
-        return [];
-      }
-    }
-    return [];
+    return true;
   }
-  const found: number[] = [];
-  for (const entry of entries) {
-    if (!/^\d+$/.test(entry)) continue;
-    let status: string;
-    try {
-      status = await readFile(`/proc/${entry}/status`, "latin1");
-    } catch {
-      continue;
-    }
-    const state = /^State:\s+(\S)/m.exec(status)?.[1];
-    if ((state === "Z" && match.zombies !== true) || state === "X") continue;
-    const hit =
-      "uids" in match
-        ? match.uids.has(Number(/^Uid:\s+(\d+)/m.exec(status)?.[1]))
-        : Number(/^NSpgid:\s+(\d+)/m.exec(status)?.[1]) === match.pgid;
-    if (hit) found.push(Number(entry));
-  }
-  return found;
 }
 
-/** SIGKILLs every process matching `match` until none is left, within `limitMs`. */
-export async function killMatching(match: ProcessMatch, limitMs: number): Promise<boolean> {
-  return pollUntil(async () => {
-    const pids = await findProcesses(match);
-    for (const pid of pids) signal(pid, "SIGKILL");
-    return pids.length === 0;
-  }, limitMs);
+/**
+ * Kills every process of `uid` but the caller (`kill -KILL -1` run as that uid) and tells whether
+ * none is left, zombies included: the caller then checks that it may fork with a process limit of
+ * 2 for its uid (itself and the child). Reaches a sandbox's processes where no cgroup holds them,
+ * without reading `/proc`, at the price of a program start, made only in that fallback.
+ * `processFlag` is the shell's `ulimit` flag for the process count; without one the answer is
+ * only that the processes were sent SIGKILL.
+ */
+export function killUid(uid: number, processFlag: string | undefined): Promise<boolean> {
+  const check = processFlag === undefined ? "" : `; ulimit ${processFlag} 2; (:)`;
+  return new Promise((resolve) => {
+    const child = spawn("/bin/sh", ["-c", `kill -KILL -1 2>/dev/null${check}`], {
+      uid,
+      gid: uid,
+      cwd: "/",
+      env: {},
+      stdio: "ignore",
+    });
+    child.once("error", () => resolve(false));
+    child.once("exit", (code) => resolve(code === 0));
+  });
 }

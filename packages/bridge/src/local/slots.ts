@@ -4,7 +4,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { CgroupSet, CgroupSlot } from "./cgroups.js";
 import { ownerAlive } from "./ownership.js";
-import { killMatching } from "./processes.js";
+import { killUid, pollUntil } from "./processes.js";
+import { processLimitFlag } from "./shell.js";
 
 /** Host uids handed to sandboxes: `first` to `first + count - 1`, one per running sandbox. */
 export interface UidRange {
@@ -136,8 +137,8 @@ export class SlotPool {
 }
 
 /**
- * Releases the uid claims of dead backends, after killing every process still running under
- * those uids (what a cgroup did not hold, e.g. a predecessor without cgroups).
+ * Releases the uid claims of dead backends, once no process runs under those uids any more (it
+ * kills what a cgroup did not hold, e.g. of a predecessor without cgroups).
  */
 export async function sweepUidClaims(claimsDir: string, limitMs: number): Promise<void> {
   const dead: string[] = [];
@@ -147,6 +148,9 @@ export async function sweepUidClaims(claimsDir: string, limitMs: number): Promis
     if (holder !== undefined && !ownerAlive(holder)) dead.push(name);
   }
   if (dead.length === 0) return;
-  await killMatching({ uids: new Set(dead.map(Number)) }, limitMs);
-  for (const name of dead) await unlink(join(claimsDir, name)).catch(() => {});
+  const flag = processLimitFlag();
+  for (const name of dead) {
+    if (await pollUntil(() => killUid(Number(name), flag), limitMs, 50))
+      await unlink(join(claimsDir, name)).catch(() => {});
+  }
 }

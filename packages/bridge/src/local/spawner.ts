@@ -1,0 +1,291 @@
+import { type ChildProcess, type StdioOptions, spawn } from "node:child_process";
+import type { Socket } from "node:net";
+import type { Readable } from "node:stream";
+
+/**
+ * Sandboxes are started by a small helper process, not by the bridge itself. Node starts a
+ * process with fork(), whose cost grows with the memory of the process that forks: about 1 ms
+ * from a fresh Node process, 4 to 16 ms (with the event loop blocked) from a bridge that grew to
+ * 130 MB. The helper stays small. For each command it spawns the process (stopped at its gate),
+ * hands its stdout and stderr to the bridge (descriptor passing over the IPC channel), puts its
+ * first process in the sandbox's cgroups, opens the gate and reports the exit. When the bridge
+ * goes away, even by SIGKILL, the helper kills every sandbox it started and exits, so a command
+ * does not outlive its bridge.
+ */
+
+/** One command to start; every extra descriptor (3 and up) is a pipe. */
+export interface SpawnRequest {
+  file: string;
+  args: string[];
+  cwd: string;
+  env: Record<string, string>;
+  uid?: number;
+  /** How many pipes after stdout and stderr (descriptors 3, 4, ...). */
+  extraPipes: number;
+  /** Written to a pipe right after the start, then closed (bubblewrap's `--args`). */
+  input?: { fd: number; data: string };
+  /**
+   * A pipe on which the process reports the pid of the sandbox's first process as JSON
+   * `"child-pid": N` (bubblewrap's `--info-fd`); without it the spawned process is the first.
+   */
+  infoFd?: number;
+  /** The pipe the command waits on before it runs; a line is written to it once it may. */
+  gateFd: number;
+  /** The sandbox's cgroup directories; the first process joins them before the gate opens. */
+  cgroups: string[];
+}
+
+type Exit = { code: number | null; signal: NodeJS.Signals | null };
+
+export interface SandboxProcess {
+  /** The spawned process (it leads the sandbox's process group). */
+  readonly pid: number;
+  /** The sandbox's first process: `pid`, or the PID namespace's first process under bubblewrap. */
+  readonly first: number | undefined;
+  readonly stdout: Readable;
+  readonly stderr: Readable;
+  /** Settles when the spawned process has exited (its code, or the signal that ended it). */
+  readonly exit: Promise<Exit>;
+  /** True once the exit is known. */
+  readonly exited: boolean;
+}
+
+type HelperMessage =
+  | { t: "fd"; id: number; fd: 1 | 2 }
+  | { t: "ready"; id: number; pid: number; first: number | null }
+  | { t: "error"; id: number; message: string }
+  | { t: "exit"; id: number; code: number | null; signal: NodeJS.Signals | null };
+
+/**
+ * The helper's program, run with `node -e`: self-contained, builtin modules only (this
+ * function's source text is what runs).
+ */
+function helperMain(): void {
+  // `node -e` code has a global `require`; the bundler must not see (and rewrite) a call to it.
+  const load = (process.getBuiltinModule ??
+    (globalThis as unknown as { require: NodeJS.Require }).require) as (id: string) => unknown;
+  const { spawn: start } = load("node:child_process") as typeof import("node:child_process");
+  const { readFileSync, writeFileSync } = load("node:fs") as typeof import("node:fs");
+  const send = (message: unknown, handle?: unknown) =>
+    (process.send as (m: unknown, h?: unknown) => boolean)(message, handle);
+  const kill = (pid: number) => {
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {}
+  };
+  const running = new Map<number, { pid: number; cgroup: string | undefined }>();
+  process.on("disconnect", () => {
+    for (const { pid, cgroup } of running.values()) {
+      kill(-pid);
+      if (cgroup === undefined) continue;
+      try {
+        writeFileSync(`${cgroup}/cgroup.kill`, "1");
+        continue;
+      } catch {}
+      try {
+        for (const member of readFileSync(`${cgroup}/cgroup.procs`, "utf8").split("\n"))
+          if (member !== "") kill(Number(member));
+      } catch {}
+    }
+    process.exit(0);
+  });
+  process.on("message", (request: SpawnRequest & { id: number }) => {
+    const { id } = request;
+    const stdio: ("ignore" | "pipe")[] = ["ignore", "pipe", "pipe"];
+    for (let i = 0; i < request.extraPipes; i++) stdio.push("pipe");
+    let child: ReturnType<typeof start>;
+    try {
+      child = start(request.file, request.args, {
+        cwd: request.cwd,
+        env: request.env,
+        detached: true,
+        stdio,
+        ...(request.uid === undefined ? {} : { uid: request.uid, gid: request.uid }),
+      });
+    } catch (error) {
+      send({ t: "error", id, message: (error as Error).message });
+      return;
+    }
+    type Pipe = {
+      _handle?: { readStop(): void };
+      on(event: string, listener: (chunk: string) => void): void;
+      end(data?: string): void;
+      setEncoding(encoding: string): void;
+    };
+    const pipes = child.stdio as unknown as (Pipe | null)[];
+    // Not one byte of the output may be read here: it belongs to the bridge, which gets the pipes.
+    pipes[1]?._handle?.readStop();
+    pipes[2]?._handle?.readStop();
+    child.once("error", (error) => send({ t: "error", id, message: error.message }));
+    const pid = child.pid;
+    if (pid === undefined) return;
+    running.set(id, { pid, cgroup: request.cgroups[0] });
+    child.once("exit", (code, signal) => {
+      running.delete(id);
+      send({ t: "exit", id, code, signal });
+    });
+    for (const pipe of pipes.slice(3)) pipe?.on("error", () => {});
+    if (request.input !== undefined) pipes[request.input.fd]?.end(request.input.data);
+    // The bridge's copies: output written from now on waits in the pipes for the bridge.
+    send({ t: "fd", id, fd: 1 }, child.stdout);
+    send({ t: "fd", id, fd: 2 }, child.stderr);
+    const open = (first: number | undefined) => {
+      if (first !== undefined) {
+        try {
+          for (const dir of request.cgroups) writeFileSync(`${dir}/cgroup.procs`, String(first));
+        } catch (error) {
+          kill(-pid);
+          kill(first);
+          send({ t: "error", id, message: `cannot join its cgroup: ${(error as Error).message}` });
+          return;
+        }
+      }
+      pipes[request.gateFd]?.end("\n");
+      send({ t: "ready", id, pid, first: first ?? null });
+    };
+    const info = request.infoFd === undefined ? undefined : pipes[request.infoFd];
+    if (info == null) {
+      open(pid);
+      return;
+    }
+    let text = "";
+    info.setEncoding("utf8");
+    info.on("data", (chunk) => {
+      text += chunk;
+    });
+    info.on("close", () => {
+      const first = /"child-pid":\s*(\d+)/.exec(text)?.[1];
+      open(first === undefined ? undefined : Number(first));
+    });
+  });
+}
+
+function deferred<T>(): { promise: Promise<T>; resolve(value: T): void } {
+  let resolve!: (value: T) => void;
+  const promise = new Promise<T>((r) => {
+    resolve = r;
+  });
+  return { promise, resolve };
+}
+
+/** A command between the spawn request and its exit. */
+interface Call {
+  resolve(process: SandboxProcess): void;
+  reject(error: Error): void;
+  stdout?: Readable | undefined;
+  stderr?: Readable | undefined;
+  started: boolean;
+  exit: ReturnType<typeof deferred<Exit>>;
+  exited: boolean;
+}
+
+export class Spawner {
+  private helper: ChildProcess | undefined;
+  private readonly calls = new Map<number, Call>();
+  private nextId = 1;
+
+  /** `stdio` of the helper itself: what the bridge inherited is /dev/null in it (see descriptors.ts). */
+  constructor(private readonly helperStdio: StdioOptions) {}
+
+  /** Starts a command; resolves once it runs inside its cgroups, its output handed over. */
+  spawn(request: SpawnRequest): Promise<SandboxProcess> {
+    const helper = this.running();
+    const id = this.nextId++;
+    return new Promise<SandboxProcess>((resolve, reject) => {
+      const call: Call = { resolve, reject, started: false, exit: deferred<Exit>(), exited: false };
+      this.calls.set(id, call);
+      this.ref();
+      helper.send({ id, ...request });
+    });
+  }
+
+  /** Stops the helper (it kills what it still runs). */
+  close(): void {
+    if (this.helper?.connected) this.helper.disconnect();
+    this.helper = undefined;
+  }
+
+  private running(): ChildProcess {
+    if (this.helper?.connected) return this.helper;
+    const helper = spawn(process.execPath, ["-e", `(${helperMain.toString()})()`], {
+      stdio: this.helperStdio,
+      env: {},
+    });
+    helper.on("message", (message: HelperMessage, handle?: Socket) =>
+      this.onMessage(message, handle),
+    );
+    helper.once("exit", () => this.onHelperExit(helper));
+    helper.on("error", () => this.onHelperExit(helper));
+    this.helper = helper;
+    this.unref();
+    return helper;
+  }
+
+  private onMessage(message: HelperMessage, handle?: Socket): void {
+    const { id } = message;
+    const call = this.calls.get(id);
+    if (call === undefined) return;
+    switch (message.t) {
+      case "fd":
+        if (message.fd === 1) call.stdout = handle;
+        else call.stderr = handle;
+        return;
+      case "ready": {
+        const { stdout, stderr } = call;
+        if (stdout === undefined || stderr === undefined) return;
+        call.started = true;
+        if (call.exited) this.finish(id);
+        call.resolve({
+          pid: message.pid,
+          first: message.first ?? undefined,
+          stdout,
+          stderr,
+          exit: call.exit.promise,
+          get exited() {
+            return call.exited;
+          },
+        });
+        return;
+      }
+      case "error":
+        this.finish(id);
+        call.stdout?.destroy();
+        call.stderr?.destroy();
+        if (!call.started) call.reject(new Error(message.message));
+        call.exit.resolve({ code: 127, signal: null });
+        return;
+      case "exit":
+        // A command may end before it was reported ready (bubblewrap refusing its arguments);
+        // the "ready" or "error" that follows settles the start.
+        call.exited = true;
+        if (call.started) this.finish(id);
+        call.exit.resolve({ code: message.code, signal: message.signal });
+        return;
+    }
+  }
+
+  private finish(id: number): void {
+    this.calls.delete(id);
+    if (this.calls.size === 0) this.unref();
+  }
+
+  private onHelperExit(helper: ChildProcess): void {
+    if (this.helper === helper) this.helper = undefined;
+    for (const [id, call] of this.calls) {
+      this.calls.delete(id);
+      if (!call.started) call.reject(new Error("the process that starts sandboxes exited"));
+      call.exit.resolve({ code: null, signal: "SIGKILL" });
+    }
+  }
+
+  /** The helper keeps the bridge's event loop alive only while a sandbox runs. */
+  private ref(): void {
+    this.helper?.ref();
+    (this.helper?.channel as { ref?: () => void } | undefined)?.ref?.();
+  }
+
+  private unref(): void {
+    this.helper?.unref();
+    (this.helper?.channel as { unref?: () => void } | undefined)?.unref?.();
+  }
+}
