@@ -1,5 +1,5 @@
 import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
-import { readdir, readFile, rmdir, writeFile } from "node:fs/promises";
+import { readdir, rmdir } from "node:fs/promises";
 import { join } from "node:path";
 import { isInstanceName, ownerAlive } from "./ownership.js";
 import { pollUntil, signal } from "./processes.js";
@@ -169,32 +169,30 @@ function discover(): Hierarchy[] {
   return hierarchies;
 }
 
+// cgroup files live in memory: reading and writing them synchronously costs microseconds, less
+// than a round trip through the thread pool.
+
 /** Kills every process in the cgroup `dir` (v2 `cgroup.kill`, else SIGKILL each member). */
-async function killAll(dir: string): Promise<void> {
+function killAll(dir: string): void {
   if (existsSync(join(dir, "cgroup.kill"))) {
-    await writeFile(join(dir, "cgroup.kill"), "1").catch(() => {});
+    tryWrite(join(dir, "cgroup.kill"), "1");
     return;
   }
-  for (const pid of await members(dir)) signal(pid, "SIGKILL");
+  for (const pid of members(dir)) signal(pid, "SIGKILL");
 }
 
-async function members(dir: string): Promise<number[]> {
-  try {
-    const text = await readFile(join(dir, "cgroup.procs"), "utf8");
-    return text.split("\n").filter(Boolean).map(Number);
-  } catch {
-    return [];
-  }
+function members(dir: string): number[] {
+  return words(join(dir, "cgroup.procs")).map(Number);
 }
 
 /**
  * Kills everything in `dir` until it is empty (a process that forked while being killed is
  * caught on the next round), within `limitMs`.
  */
-async function killUntilEmpty(dir: string, limitMs: number): Promise<boolean> {
+function killUntilEmpty(dir: string, limitMs: number): Promise<boolean> {
   return pollUntil(async () => {
-    if ((await members(dir)).length === 0) return true;
-    await killAll(dir);
+    if (members(dir).length === 0) return true;
+    killAll(dir);
     return false;
   }, limitMs);
 }
@@ -209,13 +207,13 @@ export interface CgroupSlot {
   killAll(limitMs: number): Promise<boolean>;
   /** SIGKILLs everything inside once, synchronously (at process exit). */
   killNow(): void;
-  /** Sends `name` to every process inside but `except`; resolves with how many there were. */
-  signal(name: NodeJS.Signals, except?: number): Promise<number>;
+  /** Sends `name` to every process inside but `except`; returns how many there were. */
+  signal(name: NodeJS.Signals, except?: number): number;
   /**
    * True when every process that was inside is reaped: an exited process whose parent has not
    * reaped it yet still counts against `pids.max`, so the slot waits for this before its reuse.
    */
-  drained(): Promise<boolean>;
+  drained(): boolean;
   /** Removes the cgroups (they must be empty). */
   remove(): void;
 }
@@ -288,23 +286,15 @@ export function createCgroupSet(instance: string): CgroupSet | undefined {
           };
         },
         killAll: (limitMs) => killUntilEmpty(primary, limitMs),
-        async signal(name, except) {
-          const targets = (await members(primary)).filter((pid) => pid !== except);
+        signal(name, except) {
+          const targets = members(primary).filter((pid) => pid !== except);
           for (const pid of targets) signal(pid, name);
           return targets.length;
         },
-        killNow() {
-          if (existsSync(join(primary, "cgroup.kill"))) {
-            tryWrite(join(primary, "cgroup.kill"), "1");
-            return;
-          }
-          for (const pid of words(join(primary, "cgroup.procs"))) signal(Number(pid), "SIGKILL");
-        },
-        async drained() {
-          if ((await members(primary)).length > 0) return false;
-          if (pids === undefined) return true;
-          const current = await readFile(join(dirOf(pids), "pids.current"), "utf8").catch(() => "");
-          return current.trim() === "0";
+        killNow: () => killAll(primary),
+        drained() {
+          if (members(primary).length > 0) return false;
+          return pids === undefined || words(join(dirOf(pids), "pids.current"))[0] === "0";
         },
         remove() {
           for (const dir of dirs) rmdirSync(dir);

@@ -4,13 +4,14 @@ import {
   chownSync,
   closeSync,
   mkdirSync,
+  rmdirSync,
   rmSync,
   statfsSync,
   statSync,
   writeFileSync,
 } from "node:fs";
 import { chmod, readdir, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { availableParallelism, tmpdir } from "node:os";
 import { dirname, join, posix } from "node:path";
 import type { SandboxReport } from "@remote-task/protocol";
 import {
@@ -140,6 +141,8 @@ const EXIT_WAIT_MS = 2_000;
 const DRAIN_LIMIT_MS = 60_000;
 /** Longest path and path component Linux accepts. */
 const PATH_MAX = 4_095;
+/** Most helper processes starting sandboxes side by side (see spawner.ts). */
+const HELPERS = 4;
 const NAME_MAX = 255;
 const STATE_DIR_PREFIX = "remote-task-";
 const MiB = 1024 * 1024;
@@ -172,6 +175,24 @@ async function removeTree(dir: string): Promise<void> {
     await unlock(dir);
     await rm(dir, { recursive: true, force: true });
   }
+}
+
+/**
+ * Removes a call's directory: synchronously when the command left it empty and it is on a tmpfs
+ * (three rmdir calls of a few microseconds), else the whole tree off the event loop.
+ */
+async function removeCallDir(root: string, onTmpfs: boolean): Promise<void> {
+  if (onTmpfs) {
+    try {
+      rmdirSync(join(root, "workspace"));
+      rmdirSync(join(root, "tmp"));
+      rmdirSync(root);
+      return;
+    } catch {
+      // not empty
+    }
+  }
+  await removeTree(root);
 }
 
 function invalidCwd(message: string): BackendError {
@@ -282,15 +303,25 @@ const TMPFS_MAGIC = 0x01021994;
 function defaultTmpRoot(limits: SandboxLimits): string {
   try {
     const fs = statfsSync("/dev/shm");
-    const stat = statSync("/dev/shm");
-    const free = fs.bavail * fs.bsize;
-    const open = (stat.mode & 0o1777) === 0o1777;
-    if (fs.type === TMPFS_MAGIC && open && free >= limits.workspaceBytes + limits.tmpBytes)
+    const open = (statSync("/dev/shm").mode & 0o1777) === 0o1777;
+    if (
+      isTmpfs("/dev/shm") &&
+      open &&
+      fs.bavail * fs.bsize >= limits.workspaceBytes + limits.tmpBytes
+    )
       return "/dev/shm";
   } catch {
     // no /dev/shm (macOS)
   }
   return tmpdir();
+}
+
+function isTmpfs(path: string): boolean {
+  try {
+    return statfsSync(path).type === TMPFS_MAGIC;
+  } catch {
+    return false;
+  }
 }
 
 /** Removes the directories of dead predecessors in `tmpRoot` (their processes are gone by now). */
@@ -312,6 +343,7 @@ async function sweepStateDirs(tmpRoot: string): Promise<void> {
 export function createLocalBackend(options: LocalBackendOptions = {}): LocalBackend {
   const limits = resolveSandboxLimits(options.limits);
   const tmpRoot = options.tmpRoot ?? defaultTmpRoot(limits);
+  const onTmpfs = isTmpfs(tmpRoot);
   const killGraceMs = options.killGraceMs ?? DEFAULT_KILL_GRACE_MS;
   const bwrapPath = options.bwrapPath ?? "bwrap";
   const requested = options.isolation ?? "auto";
@@ -416,6 +448,7 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
   // Every descriptor this process inherited is /dev/null in the helper, hence in every sandbox.
   const spawner = new Spawner(
     sandboxStdio(["ignore", "ignore", "inherit", "ipc"], inheritedDescriptors(), devNull),
+    Math.min(HELPERS, availableParallelism()),
   );
   const pool = new SlotPool({
     instance,
@@ -561,7 +594,7 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
     const exit = proc.exit.then(({ code, signal: name }) => {
       // Background processes the command left behind must not outlive it (or hold its pipes).
       signal(-proc.pid, "SIGKILL");
-      void slot.cgroup?.killAll(0);
+      slot.cgroup?.killNow();
       setTimeout(() => {
         proc.stdout.destroy();
         proc.stderr.destroy();
@@ -602,12 +635,12 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
     if (cgroup === undefined) return signal(-proc.pid, name);
     if (isolation === "none") {
       signal(-proc.pid, name);
-      await cgroup.signal(name);
+      cgroup.signal(name);
       return;
     }
     const nsInit = sandbox.nsInit;
     await pollUntil(
-      async () => (await cgroup.signal(name, nsInit)) > 0 || proc.exited,
+      async () => cgroup.signal(name, nsInit) > 0 || proc.exited,
       deadline - Date.now(),
       5,
     );
@@ -622,11 +655,13 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
    */
   async function releaseWhenDrained(slot: Slot, nsInit: number | undefined): Promise<void> {
     const { cgroup, uid } = slot;
+    if (isolation === "none" && (cgroup === undefined ? uid === undefined : cgroup.drained()))
+      return pool.release(slot);
     const drained =
       isolation === "bwrap"
         ? async () => nsInit === undefined || processEnded(nsInit)
         : cgroup !== undefined
-          ? () => cgroup.drained()
+          ? async () => cgroup.drained()
           : uid !== undefined
             ? () => killUid(uid, processFlag)
             : async () => true;

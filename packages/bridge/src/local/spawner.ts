@@ -66,6 +66,7 @@ function helperMain(): void {
     (globalThis as unknown as { require: NodeJS.Require }).require) as (id: string) => unknown;
   const { spawn: start } = load("node:child_process") as typeof import("node:child_process");
   const { readFileSync, writeFileSync } = load("node:fs") as typeof import("node:fs");
+  const { writeFile } = load("node:fs/promises") as typeof import("node:fs/promises");
   const send = (message: unknown, handle?: unknown) =>
     (process.send as (m: unknown, h?: unknown) => boolean)(message, handle);
   const kill = (pid: number) => {
@@ -129,10 +130,13 @@ function helperMain(): void {
     // The bridge's copies: output written from now on waits in the pipes for the bridge.
     send({ t: "fd", id, fd: 1 }, child.stdout);
     send({ t: "fd", id, fd: 2 }, child.stderr);
-    const open = (first: number | undefined) => {
+    // A cgroup migration waits for an RCU grace period: off this loop, so that other spawns go on.
+    const open = async (first: number | undefined) => {
       if (first !== undefined) {
         try {
-          for (const dir of request.cgroups) writeFileSync(`${dir}/cgroup.procs`, String(first));
+          await Promise.all(
+            request.cgroups.map((dir) => writeFile(`${dir}/cgroup.procs`, String(first))),
+          );
         } catch (error) {
           kill(-pid);
           kill(first);
@@ -145,7 +149,7 @@ function helperMain(): void {
     };
     const info = request.infoFd === undefined ? undefined : pipes[request.infoFd];
     if (info == null) {
-      open(pid);
+      void open(pid);
       return;
     }
     let text = "";
@@ -155,7 +159,7 @@ function helperMain(): void {
     });
     info.on("close", () => {
       const first = /"child-pid":\s*(\d+)/.exec(text)?.[1];
-      open(first === undefined ? undefined : Number(first));
+      void open(first === undefined ? undefined : Number(first));
     });
   });
 }
@@ -179,46 +183,45 @@ interface Call {
   exited: boolean;
 }
 
-export class Spawner {
-  private helper: ChildProcess | undefined;
+/** One helper process and the commands it has in flight. */
+class Helper {
   private readonly calls = new Map<number, Call>();
   private nextId = 1;
+  readonly process: ChildProcess;
 
-  /** `stdio` of the helper itself: what the bridge inherited is /dev/null in it (see descriptors.ts). */
-  constructor(private readonly helperStdio: StdioOptions) {}
+  constructor(stdio: StdioOptions) {
+    this.process = spawn(process.execPath, ["-e", `(${helperMain.toString()})()`], {
+      stdio,
+      env: {},
+    });
+    this.process.on("message", (message: HelperMessage, handle?: Socket) =>
+      this.onMessage(message, handle),
+    );
+    this.process.once("exit", () => this.failAll());
+    this.process.on("error", () => this.failAll());
+    this.setRef(false);
+  }
 
-  /** Starts a command; resolves once it runs inside its cgroups, its output handed over. */
+  get load(): number {
+    return this.calls.size;
+  }
+
+  get usable(): boolean {
+    return this.process.connected;
+  }
+
   spawn(request: SpawnRequest): Promise<SandboxProcess> {
-    const helper = this.running();
     const id = this.nextId++;
     return new Promise<SandboxProcess>((resolve, reject) => {
       const call: Call = { resolve, reject, started: false, exit: deferred<Exit>(), exited: false };
       this.calls.set(id, call);
-      this.ref();
-      helper.send({ id, ...request });
+      this.setRef(true);
+      this.process.send({ id, ...request });
     });
   }
 
-  /** Stops the helper (it kills what it still runs). */
   close(): void {
-    if (this.helper?.connected) this.helper.disconnect();
-    this.helper = undefined;
-  }
-
-  private running(): ChildProcess {
-    if (this.helper?.connected) return this.helper;
-    const helper = spawn(process.execPath, ["-e", `(${helperMain.toString()})()`], {
-      stdio: this.helperStdio,
-      env: {},
-    });
-    helper.on("message", (message: HelperMessage, handle?: Socket) =>
-      this.onMessage(message, handle),
-    );
-    helper.once("exit", () => this.onHelperExit(helper));
-    helper.on("error", () => this.onHelperExit(helper));
-    this.helper = helper;
-    this.unref();
-    return helper;
+    if (this.process.connected) this.process.disconnect();
   }
 
   private onMessage(message: HelperMessage, handle?: Socket): void {
@@ -266,11 +269,10 @@ export class Spawner {
 
   private finish(id: number): void {
     this.calls.delete(id);
-    if (this.calls.size === 0) this.unref();
+    if (this.calls.size === 0) this.setRef(false);
   }
 
-  private onHelperExit(helper: ChildProcess): void {
-    if (this.helper === helper) this.helper = undefined;
+  private failAll(): void {
     for (const [id, call] of this.calls) {
       this.calls.delete(id);
       if (!call.started) call.reject(new Error("the process that starts sandboxes exited"));
@@ -278,14 +280,49 @@ export class Spawner {
     }
   }
 
-  /** The helper keeps the bridge's event loop alive only while a sandbox runs. */
-  private ref(): void {
-    this.helper?.ref();
-    (this.helper?.channel as { ref?: () => void } | undefined)?.ref?.();
+  /** A helper keeps the bridge's event loop alive only while one of its sandboxes runs. */
+  private setRef(on: boolean): void {
+    const channel = this.process.channel as { ref?: () => void; unref?: () => void } | undefined;
+    if (on) {
+      this.process.ref();
+      channel?.ref?.();
+    } else {
+      this.process.unref();
+      channel?.unref?.();
+    }
+  }
+}
+
+/**
+ * Up to `size` helpers, started on demand: a spawn blocks its helper for about a millisecond, so
+ * with several cores several helpers start sandboxes side by side.
+ */
+export class Spawner {
+  private helpers: Helper[] = [];
+
+  /** `stdio` of each helper: what the bridge inherited is /dev/null in it (see descriptors.ts). */
+  constructor(
+    private readonly helperStdio: StdioOptions,
+    private readonly size: number,
+  ) {}
+
+  /** Starts a command; resolves once it runs inside its cgroups, its output handed over. */
+  spawn(request: SpawnRequest): Promise<SandboxProcess> {
+    this.helpers = this.helpers.filter((helper) => helper.usable);
+    let helper = this.helpers.reduce<Helper | undefined>(
+      (best, next) => (best === undefined || next.load < best.load ? next : best),
+      undefined,
+    );
+    if (helper === undefined || (helper.load > 0 && this.helpers.length < this.size)) {
+      helper = new Helper(this.helperStdio);
+      this.helpers.push(helper);
+    }
+    return helper.spawn(request);
   }
 
-  private unref(): void {
-    this.helper?.unref();
-    (this.helper?.channel as { unref?: () => void } | undefined)?.unref?.();
+  /** Stops the helpers (each kills what it still runs). */
+  close(): void {
+    for (const helper of this.helpers) helper.close();
+    this.helpers = [];
   }
 }
