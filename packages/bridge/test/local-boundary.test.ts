@@ -1,5 +1,6 @@
 import { existsSync, readFileSync } from "node:fs";
-import { readdir, rm } from "node:fs/promises";
+import { chmod, mkdtemp, readdir, rm } from "node:fs/promises";
+import { join } from "node:path";
 import { type ExecResult, execResultSchema, healthResponseSchema } from "@remote-task/protocol";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { silentLogger } from "../src/index.js";
@@ -307,6 +308,40 @@ describe.each(isolationModes)("per-sandbox limits, $title", ({ mode, skip }) => 
     },
   );
 });
+
+describe.skipIf(!existsSync("/dev/shm"))(
+  "on a tmpfs tmpRoot (the default where /dev/shm is one)",
+  () => {
+    it("removes an empty call directory at once and a full one too", async () => {
+      const tmpRoot = await mkdtemp(join("/dev/shm", "rt-tmpfs-test-"));
+      await chmod(tmpRoot, 0o711);
+      const backend = createLocalBackend({ isolation: "none", tmpRoot });
+      const bridge = await startLocalBridge({ backend, logger: silentLogger });
+      try {
+        for (const command of [
+          "true",
+          "echo x > f; mkdir -p a/b; chmod 000 a; echo y > $TMPDIR/t",
+        ]) {
+          const response = await fetch(`${bridge.url}/exec`, {
+            method: "POST",
+            headers: {
+              authorization: `Bearer ${bridge.token}`,
+              "content-type": "application/json",
+            },
+            body: JSON.stringify({ sandboxId: freshId(), command }),
+          });
+          expect(execResultSchema.parse(await response.json()).code).toBe(0);
+          expect(await leftoverCallDirs(backend)).toEqual([]);
+        }
+      } finally {
+        await bridge.close();
+        await backend.close();
+        expect(await readdir(tmpRoot)).toEqual([]);
+        await rm(tmpRoot, { recursive: true, force: true });
+      }
+    });
+  },
+);
 
 describe("without cgroups (cgroups: false): the documented fallback", () => {
   let host: Awaited<ReturnType<typeof localBridge>>;

@@ -755,7 +755,7 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
       let gone = true;
       try {
         gone = await terminate(sandbox);
-        if (sandbox.root !== undefined) await removeTree(sandbox.root);
+        if (sandbox.root !== undefined) await removeCallDir(sandbox.root, onTmpfs);
       } finally {
         // A slot whose processes could not all be stopped is never handed out again.
         if (sandbox.slot !== undefined && gone) {
