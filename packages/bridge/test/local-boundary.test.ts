@@ -1,4 +1,4 @@
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, readFileSync, rmdirSync } from "node:fs";
 import { chmod, mkdtemp, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { type ExecResult, execResultSchema, healthResponseSchema } from "@remote-task/protocol";
@@ -307,6 +307,46 @@ describe.each(isolationModes)("per-sandbox limits, $title", ({ mode, skip }) => 
       expect(Number(workspace.stdout.split("\n")[1])).toBeLessThanOrEqual(4 * MiB);
     },
   );
+});
+
+// Isolation none only: its slot is free again as soon as the first call ends, so the second call
+// surely gets the slot whose cgroups are gone (bubblewrap's slot waits a moment for the kernel).
+// The helper's placement and gate are the same for both isolations.
+describe.skipIf(!root)("a sandbox that cannot be confined never runs its command", () => {
+  it("isolation none: the call fails as sandbox_error and the command did not run", async () => {
+    const host = await localBridge({ isolation: "none" });
+    try {
+      expect((await host.run("true")).code).toBe(0);
+      // Take the slot's cgroups away: the next call gets that slot and cannot join them.
+      const instance = host.backend.stateDir.split("remote-task-")[1] as string;
+      const own = readFileSync("/proc/self/cgroup", "utf8");
+      const removed: string[] = [];
+      for (const controller of ["pids", "memory"]) {
+        const path = new RegExp(`^\\d+:[^:]*\\b${controller}\\b[^:]*:(.*)$`, "m").exec(own)?.[1];
+        const dir = join("/sys/fs/cgroup", controller, path ?? "/", "remote-task", instance, "0");
+        if (!existsSync(dir)) continue;
+        await eventually(() => {
+          try {
+            rmdirSync(dir);
+            return true;
+          } catch {
+            return false;
+          }
+        }, "slot cgroup removed");
+        removed.push(dir);
+      }
+      expect(removed.length).toBeGreaterThan(0);
+      const marker = `/dev/shm/rt-unconfined-${process.pid}`;
+      const body = await expectError(
+        await host.post({ command: `touch ${marker}` }),
+        "sandbox_error",
+      );
+      expect(body.error).toMatch(/Could not confine the command: cannot join its cgroup/);
+      expect(existsSync(marker)).toBe(false);
+    } finally {
+      await host.close();
+    }
+  });
 });
 
 describe.skipIf(!existsSync("/dev/shm"))(

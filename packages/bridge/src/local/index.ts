@@ -591,7 +591,9 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
     }
     sandbox.proc = proc;
     if (bwrap) sandbox.nsInit = proc.first;
-    const exit = proc.exit.then(({ code, signal: name }) => {
+    const exit = proc.exit.then(({ code, signal: name, error }) => {
+      if (error !== undefined)
+        throw new BackendError("sandbox_error", `Could not confine the command: ${error}`);
       // Background processes the command left behind must not outlive it (or hold its pipes).
       signal(-proc.pid, "SIGKILL");
       slot.cgroup?.killNow();
@@ -601,7 +603,10 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
       }, PIPE_DRAIN_MS).unref();
       return exitStatus(code, name);
     });
-    sandbox.exited = exit.then(() => {});
+    sandbox.exited = exit.then(
+      () => {},
+      () => {},
+    );
 
     const stop = () => void terminate(sandbox);
     if (spec.signal.aborted) stop();

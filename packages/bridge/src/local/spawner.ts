@@ -35,7 +35,8 @@ export interface SpawnRequest {
   cgroups: string[];
 }
 
-type Exit = { code: number | null; signal: NodeJS.Signals | null };
+/** How the spawned process ended, or why it could not be run after all. */
+type Exit = { code: number | null; signal: NodeJS.Signals | null; error?: string };
 
 export interface SandboxProcess {
   /** The spawned process (it leads the sandbox's process group). */
@@ -44,15 +45,18 @@ export interface SandboxProcess {
   readonly first: number | undefined;
   readonly stdout: Readable;
   readonly stderr: Readable;
-  /** Settles when the spawned process has exited (its code, or the signal that ended it). */
+  /**
+   * Settles when the spawned process has exited: its code, or the signal that ended it, or
+   * `error` when it was killed because it could not be confined (it never ran the command).
+   */
   readonly exit: Promise<Exit>;
   /** True once the exit is known. */
   readonly exited: boolean;
 }
 
 type HelperMessage =
-  | { t: "fd"; id: number; fd: 1 | 2 }
-  | { t: "ready"; id: number; pid: number; first: number | null }
+  | { t: "fd"; id: number; fd: 1; pid: number; first: number | null }
+  | { t: "fd"; id: number; fd: 2 }
   | { t: "error"; id: number; message: string }
   | { t: "exit"; id: number; code: number | null; signal: NodeJS.Signals | null };
 
@@ -127,11 +131,13 @@ function helperMain(): void {
     });
     for (const pipe of pipes.slice(3)) pipe?.on("error", () => {});
     if (request.input !== undefined) pipes[request.input.fd]?.end(request.input.data);
-    // The bridge's copies: output written from now on waits in the pipes for the bridge.
-    send({ t: "fd", id, fd: 1 }, child.stdout);
-    send({ t: "fd", id, fd: 2 }, child.stderr);
-    // A cgroup migration waits for an RCU grace period: off this loop, so that other spawns go on.
+    // The output pipes go to the bridge at once; what the command writes before the bridge reads
+    // waits in them (unread here). Meanwhile the first process joins the cgroups (a migration
+    // waits for an RCU grace period: off this loop, so that other spawns go on) and only then
+    // does the gate open.
     const open = async (first: number | undefined) => {
+      send({ t: "fd", id, fd: 1, pid, first: first ?? null }, child.stdout);
+      send({ t: "fd", id, fd: 2 }, child.stderr);
       if (first !== undefined) {
         try {
           await Promise.all(
@@ -145,7 +151,6 @@ function helperMain(): void {
         }
       }
       pipes[request.gateFd]?.end("\n");
-      send({ t: "ready", id, pid, first: first ?? null });
     };
     const info = request.infoFd === undefined ? undefined : pipes[request.infoFd];
     if (info == null) {
@@ -177,7 +182,8 @@ interface Call {
   resolve(process: SandboxProcess): void;
   reject(error: Error): void;
   stdout?: Readable | undefined;
-  stderr?: Readable | undefined;
+  pid?: number;
+  first?: number | undefined;
   started: boolean;
   exit: ReturnType<typeof deferred<Exit>>;
   exited: boolean;
@@ -229,20 +235,22 @@ class Helper {
     const call = this.calls.get(id);
     if (call === undefined) return;
     switch (message.t) {
-      case "fd":
-        if (message.fd === 1) call.stdout = handle;
-        else call.stderr = handle;
-        return;
-      case "ready": {
-        const { stdout, stderr } = call;
-        if (stdout === undefined || stderr === undefined) return;
+      case "fd": {
+        if (message.fd === 1) {
+          call.stdout = handle;
+          call.pid = message.pid;
+          call.first = message.first ?? undefined;
+          return;
+        }
+        const { stdout, pid, first } = call;
+        if (stdout === undefined || handle === undefined || pid === undefined) return;
         call.started = true;
         if (call.exited) this.finish(id);
         call.resolve({
-          pid: message.pid,
-          first: message.first ?? undefined,
+          pid,
+          first,
           stdout,
-          stderr,
+          stderr: handle,
           exit: call.exit.promise,
           get exited() {
             return call.exited;
@@ -252,14 +260,17 @@ class Helper {
       }
       case "error":
         this.finish(id);
+        if (call.started) {
+          call.exit.resolve({ code: null, signal: null, error: message.message });
+          return;
+        }
         call.stdout?.destroy();
-        call.stderr?.destroy();
-        if (!call.started) call.reject(new Error(message.message));
-        call.exit.resolve({ code: 127, signal: null });
+        handle?.destroy();
+        call.reject(new Error(message.message));
         return;
       case "exit":
-        // A command may end before it was reported ready (bubblewrap refusing its arguments);
-        // the "ready" or "error" that follows settles the start.
+        // A command may end before its output was handed over (bubblewrap refusing its
+        // arguments); the handover or "error" that follows settles the start.
         call.exited = true;
         if (call.started) this.finish(id);
         call.exit.resolve({ code: message.code, signal: message.signal });
@@ -306,7 +317,7 @@ export class Spawner {
     private readonly size: number,
   ) {}
 
-  /** Starts a command; resolves once it runs inside its cgroups, its output handed over. */
+  /** Starts a command; resolves once its output is handed over (it runs once inside its cgroups). */
   spawn(request: SpawnRequest): Promise<SandboxProcess> {
     this.helpers = this.helpers.filter((helper) => helper.usable);
     let helper = this.helpers.reduce<Helper | undefined>(
