@@ -455,7 +455,12 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
     uids,
     claimsDir,
     cgroups,
-    limits: { processes: limits.processes, memoryBytes: limits.memoryBytes },
+    // Under bubblewrap its own two processes (the monitor and the namespace's first) are in the
+    // cgroup too; the limit is the command's.
+    limits: {
+      processes: limits.processes + (isolation === "bwrap" ? 2 : 0),
+      memoryBytes: limits.memoryBytes,
+    },
   });
   const ready = (async () => {
     const limitMs = killGraceMs + EXIT_WAIT_MS;
@@ -556,7 +561,7 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
           args: [
             "--args",
             "3",
-            ...bwrapArgs(bwrapBase, { cwd: cwd.inside, extraDirs, infoFd: 4, blockFd: 5 }),
+            ...bwrapArgs(bwrapBase, { cwd: cwd.inside, extraDirs, infoFd: 4 }),
             "--",
             "/bin/sh",
             "-c",
@@ -564,10 +569,10 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
           ],
           cwd: stateDir,
           env: { PATH: SANDBOX_PATH },
-          extraPipes: 3,
-          input: { fd: 3, data: `${settings.join("\0")}\0` },
+          extraPipes: 2,
+          // bwrap reads its --args before it starts anything: that pipe is the gate.
+          gate: { fd: 3, data: `${settings.join("\0")}\0` },
           infoFd: 4,
-          gateFd: 5,
           cgroups: slot.cgroup?.dirs ?? [],
         }
       : {
@@ -576,7 +581,7 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
           cwd: dirs?.hostCwd ?? stateDir,
           env,
           extraPipes: 1,
-          gateFd: GATE_FD,
+          gate: { fd: GATE_FD, data: "\n" },
           cgroups: slot.cgroup?.dirs ?? [],
         };
     if (slot.uid !== undefined) request.uid = slot.uid;

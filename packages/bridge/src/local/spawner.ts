@@ -7,8 +7,8 @@ import type { Readable } from "node:stream";
  * process with fork(), whose cost grows with the memory of the process that forks: about 1 ms
  * from a fresh Node process, 4 to 16 ms (with the event loop blocked) from a bridge that grew to
  * 130 MB. The helper stays small. For each command it spawns the process (stopped at its gate),
- * hands its stdout and stderr to the bridge (descriptor passing over the IPC channel), puts its
- * first process in the sandbox's cgroups, opens the gate and reports the exit. When the bridge
+ * puts it in the sandbox's cgroups, opens the gate, hands its stdout and stderr to the bridge
+ * (descriptor passing over the IPC channel) and reports the exit. When the bridge
  * goes away, even by SIGKILL, the helper kills every sandbox it started and exits, so a command
  * does not outlive its bridge.
  */
@@ -22,16 +22,18 @@ export interface SpawnRequest {
   uid?: number;
   /** How many pipes after stdout and stderr (descriptors 3, 4, ...). */
   extraPipes: number;
-  /** Written to a pipe right after the start, then closed (bubblewrap's `--args`). */
-  input?: { fd: number; data: string };
+  /**
+   * The gate: the process waits reading this pipe before it starts anything (the sandbox shell's
+   * `read`, or bubblewrap reading its `--args`). `data` is written and the pipe closed once the
+   * spawned process is in the sandbox's cgroups, so everything it starts is born inside them.
+   */
+  gate: { fd: number; data: string };
   /**
    * A pipe on which the process reports the pid of the sandbox's first process as JSON
    * `"child-pid": N` (bubblewrap's `--info-fd`); without it the spawned process is the first.
    */
   infoFd?: number;
-  /** The pipe the command waits on before it runs; a line is written to it once it may. */
-  gateFd: number;
-  /** The sandbox's cgroup directories; the first process joins them before the gate opens. */
+  /** The sandbox's cgroup directories (none: the gate opens at once). */
   cgroups: string[];
 }
 
@@ -130,31 +132,23 @@ function helperMain(): void {
       send({ t: "exit", id, code, signal });
     });
     for (const pipe of pipes.slice(3)) pipe?.on("error", () => {});
-    if (request.input !== undefined) pipes[request.input.fd]?.end(request.input.data);
-    // The output pipes go to the bridge at once; what the command writes before the bridge reads
-    // waits in them (unread here). Meanwhile the first process joins the cgroups (a migration
-    // waits for an RCU grace period: off this loop, so that other spawns go on) and only then
-    // does the gate open.
-    const open = async (first: number | undefined) => {
+    // The spawned process joins the cgroups (a migration waits for an RCU grace period: off this
+    // loop, so that other spawns go on), then the gate opens.
+    void Promise.all(request.cgroups.map((dir) => writeFile(`${dir}/cgroup.procs`, String(pid))))
+      .then(() => pipes[request.gate.fd]?.end(request.gate.data))
+      .catch((error: Error) => {
+        kill(-pid);
+        send({ t: "error", id, message: `cannot join its cgroup: ${error.message}` });
+      });
+    // The output pipes go to the bridge meanwhile; what the command writes before the bridge
+    // reads waits in them (unread here).
+    const handOver = (first: number | undefined) => {
       send({ t: "fd", id, fd: 1, pid, first: first ?? null }, child.stdout);
       send({ t: "fd", id, fd: 2 }, child.stderr);
-      if (first !== undefined) {
-        try {
-          await Promise.all(
-            request.cgroups.map((dir) => writeFile(`${dir}/cgroup.procs`, String(first))),
-          );
-        } catch (error) {
-          kill(-pid);
-          kill(first);
-          send({ t: "error", id, message: `cannot join its cgroup: ${(error as Error).message}` });
-          return;
-        }
-      }
-      pipes[request.gateFd]?.end("\n");
     };
     const info = request.infoFd === undefined ? undefined : pipes[request.infoFd];
     if (info == null) {
-      void open(pid);
+      handOver(pid);
       return;
     }
     let text = "";
@@ -164,7 +158,7 @@ function helperMain(): void {
     });
     info.on("close", () => {
       const first = /"child-pid":\s*(\d+)/.exec(text)?.[1];
-      void open(first === undefined ? undefined : Number(first));
+      handOver(first === undefined ? undefined : Number(first));
     });
   });
 }
