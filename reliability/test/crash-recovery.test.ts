@@ -32,6 +32,21 @@ function fire(bridge: BridgeProcess, command: string): void {
     .catch(() => {});
 }
 
+/**
+ * Runs `sleep & setsid sleep & sleep` (one of them out of the process group) on the bridge and
+ * waits until all three run; returns their marker.
+ */
+async function startSleepers(bridge: BridgeProcess): Promise<string> {
+  const marker = newMarker();
+  fire(bridge, `sleep ${marker} & setsid sleep ${marker} & sleep ${marker}`);
+  await waitFor(
+    () => sleepers(marker).length === 3,
+    10_000,
+    () => "the sandbox started",
+  );
+  return marker;
+}
+
 /** The backend directory a bridge made in `tmpRoot` (`remote-task-<instance>`). */
 async function stateDirs(tmpRoot: string): Promise<string[]> {
   return (await readdir(tmpRoot)).filter((name) => name.startsWith("remote-task-"));
@@ -57,6 +72,24 @@ async function uidClaims(instance: string): Promise<string[]> {
   return claims;
 }
 
+/**
+ * Starts a backend in `tmpRoot` and checks that its sweep removed everything of the dead
+ * `instance` (directory, cgroups, uid claims); closed, it leaves `tmpRoot` empty.
+ */
+async function expectSweptBy(
+  isolation: "none" | "bwrap",
+  tmpRoot: string,
+  instance: string,
+): Promise<void> {
+  const next = createLocalBackend({ isolation, tmpRoot });
+  await next.ready;
+  expect(await stateDirs(tmpRoot)).not.toContain(`remote-task-${instance}`);
+  for (const cgroup of cgroupDirs(instance)) expect(existsSync(cgroup), cgroup).toBe(false);
+  expect(await uidClaims(instance)).toEqual([]);
+  await next.close();
+  expect(await readdir(tmpRoot)).toEqual([]);
+}
+
 /** The helper that starts a bridge's sandboxes (a `node -e` child of the bridge process). */
 function spawnerOf(bridgePid: number): number {
   const helper = descendants(bridgePid).find((p) => commandLine(p.pid)[1] === "-e");
@@ -69,13 +102,7 @@ describe("a bridge killed with SIGKILL (issue 12, finding 5)", () => {
     const tmpRoot = await makeTmpRoot("rt-crash-");
     const dead = await startBridgeProcess("none", { tmpRoot });
     try {
-      const marker = newMarker();
-      fire(dead, `sleep ${marker} & setsid sleep ${marker} & sleep ${marker}`);
-      await waitFor(
-        () => sleepers(marker).length === 3,
-        10_000,
-        () => "the sandbox started",
-      );
+      const marker = await startSleepers(dead);
       const [dir = ""] = await stateDirs(tmpRoot);
       const instance = dir.slice("remote-task-".length);
       process.kill(dead.pid, "SIGKILL");
@@ -86,14 +113,8 @@ describe("a bridge killed with SIGKILL (issue 12, finding 5)", () => {
         10_000,
         () => "the sandbox died",
       );
-      const next = createLocalBackend({ isolation: "none", tmpRoot });
-      await next.ready;
+      await expectSweptBy("none", tmpRoot, instance);
       expect(sleepers(marker)).toEqual([]);
-      expect(await stateDirs(tmpRoot)).not.toContain(dir);
-      for (const cgroup of cgroupDirs(instance)) expect(existsSync(cgroup), cgroup).toBe(false);
-      expect(await uidClaims(instance)).toEqual([]);
-      await next.close();
-      expect(await readdir(tmpRoot)).toEqual([]);
     } finally {
       await dead.close();
       await rm(tmpRoot, { recursive: true, force: true });
@@ -105,14 +126,8 @@ describe("a bridge killed with SIGKILL (issue 12, finding 5)", () => {
     const dead = await startBridgeProcess("none", { tmpRoot });
     const live = await startBridgeProcess("none", { tmpRoot });
     try {
-      const orphans = newMarker();
+      const orphans = await startSleepers(dead);
       const kept = newMarker();
-      fire(dead, `sleep ${orphans} & setsid sleep ${orphans} & sleep ${orphans}`);
-      await waitFor(
-        () => sleepers(orphans).length === 3,
-        10_000,
-        () => "the sandbox started",
-      );
       const dirs = await stateDirs(tmpRoot);
       const instance = dirs
         .find((name) => name.includes(`remote-task-${dead.pid}.`))
@@ -160,13 +175,7 @@ describe("a bridge killed with SIGKILL (issue 12, finding 5)", () => {
       const tmpRoot = await makeTmpRoot("rt-crash-");
       const dead = await startBridgeProcess("bwrap", { tmpRoot });
       try {
-        const marker = newMarker();
-        fire(dead, `sleep ${marker} & setsid sleep ${marker} & sleep ${marker}`);
-        await waitFor(
-          () => sleepers(marker).length === 3,
-          10_000,
-          () => "the sandbox started",
-        );
+        const marker = await startSleepers(dead);
         const [dir = ""] = await stateDirs(tmpRoot);
         const instance = dir.slice("remote-task-".length);
         process.kill(dead.pid, "SIGKILL");
@@ -175,13 +184,7 @@ describe("a bridge killed with SIGKILL (issue 12, finding 5)", () => {
           10_000,
           () => "the sandbox died",
         );
-        const next = createLocalBackend({ isolation: "bwrap", tmpRoot });
-        await next.ready;
-        expect(await stateDirs(tmpRoot)).not.toContain(dir);
-        for (const cgroup of cgroupDirs(instance)) expect(existsSync(cgroup), cgroup).toBe(false);
-        expect(await uidClaims(instance)).toEqual([]);
-        await next.close();
-        expect(await readdir(tmpRoot)).toEqual([]);
+        await expectSweptBy("bwrap", tmpRoot, instance);
       } finally {
         await dead.close();
         await rm(tmpRoot, { recursive: true, force: true });

@@ -4,7 +4,7 @@
 import { createClient } from "@remote-task/client";
 import { startBridgeProcess } from "../lib/bridges.ts";
 import { ChildRpc, cpuTimeMs } from "../lib/proc.ts";
-import type { BenchItem, BenchOptions, ItemResult, Table } from "../lib/report.ts";
+import type { BenchItem, BenchOptions, Cell, ItemResult, Table } from "../lib/report.ts";
 import { round, type Summary, summarize } from "../lib/stats.ts";
 
 const COMMAND = "echo hi";
@@ -153,48 +153,35 @@ async function run(options: BenchOptions): Promise<ItemResult> {
   const latency: Table = {
     caption: "One call at a time (ms)",
     columns: ["isolation", "series", "calls", "p50", "p99", "mean", "p50 / bare", "p50 target"],
-    rows: results.flatMap((m) => [
-      [
+    rows: results.flatMap((m) => {
+      const row = (series: string, s: Summary, ratio: Cell, target: Cell): Cell[] => [
         m.isolation,
-        "client.run through the bridge",
-        m.bridge.runs,
-        ms(m.bridge.p50),
-        ms(m.bridge.p99),
-        ms(m.bridge.mean),
-        round(m.bridge.p50 / m.bare.p50, 2),
-        `<= ${P50_TARGET[m.isolation]}`,
-      ],
-      [
-        m.isolation,
-        `bare spawn (${m.isolation === "bwrap" ? "bwrap, same flags" : "sh -c"})`,
-        m.bare.runs,
-        ms(m.bare.p50),
-        ms(m.bare.p99),
-        ms(m.bare.mean),
-        1,
-        "",
-      ],
-      [
-        m.isolation,
-        "the backend alone (start, read, exit, destroy)",
-        m.direct.runs,
-        ms(m.direct.p50),
-        ms(m.direct.p99),
-        ms(m.direct.mean),
-        round(m.direct.p50 / m.bare.p50, 2),
-        "",
-      ],
-      [
-        m.isolation,
-        "client.run, fake backend (request path only)",
-        m.requestPath.runs,
-        ms(m.requestPath.p50),
-        ms(m.requestPath.p99),
-        ms(m.requestPath.mean),
-        "",
-        "",
-      ],
-    ]),
+        series,
+        s.runs,
+        ms(s.p50),
+        ms(s.p99),
+        ms(s.mean),
+        ratio,
+        target,
+      ];
+      const vsBare = (s: Summary) => round(s.p50 / m.bare.p50, 2);
+      return [
+        row(
+          "client.run through the bridge",
+          m.bridge,
+          vsBare(m.bridge),
+          `<= ${P50_TARGET[m.isolation]}`,
+        ),
+        row(
+          `bare spawn (${m.isolation === "bwrap" ? "bwrap, same flags" : "sh -c"})`,
+          m.bare,
+          1,
+          "",
+        ),
+        row("the backend alone (start, read, exit, destroy)", m.direct, vsBare(m.direct), ""),
+        row("client.run, fake backend (request path only)", m.requestPath, "", ""),
+      ];
+    }),
   };
   const throughput: Table = {
     caption: `${CONCURRENCY} calls at a time`,

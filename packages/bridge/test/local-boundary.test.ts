@@ -73,6 +73,22 @@ function hostUids(marker: string): { pid: number; uids: number[] }[] {
     });
 }
 
+/**
+ * Starts 100 background sleeps in one call: forks beyond the process limit fail, and the call
+ * still ends with nothing left running. Returns its result.
+ */
+async function forkBomb(host: Awaited<ReturnType<typeof localBridge>>): Promise<ExecResult> {
+  const { command, marker } = markedSleep();
+  const result = await host.run(
+    `i=0; while [ $i -lt 100 ]; do ${command} & i=$((i+1)); done; wait`,
+    { timeoutSeconds: 20 },
+  );
+  expect(result.code).not.toBe(0);
+  expect(result.stderr).toMatch(/Cannot fork|Resource temporarily unavailable/);
+  expect(processesWith(marker)).toEqual([]);
+  return result;
+}
+
 describe.each(isolationModes)("sandbox boundary, $title", ({ mode, skip }) => {
   let host: Awaited<ReturnType<typeof localBridge>>;
   beforeAll(async () => {
@@ -275,17 +291,8 @@ describe.each(isolationModes)("per-sandbox limits, $title", ({ mode, skip }) => 
   it.skipIf(skip || !root)(
     "a fork bomb stops at the process limit, and the result says so",
     async () => {
-      const { command, marker } = markedSleep();
-      const result = await host.run(
-        `i=0; while [ $i -lt 100 ]; do ${command} & i=$((i+1)); done; wait`,
-        {
-          timeoutSeconds: 20,
-        },
-      );
-      expect(result.code).not.toBe(0);
-      expect(result.stderr).toMatch(/Cannot fork|Resource temporarily unavailable/);
+      const result = await forkBomb(host);
       expect(result.stderr).toContain("remote-task: the sandbox reached its process limit (32");
-      expect(processesWith(marker)).toEqual([]);
     },
   );
 
@@ -413,16 +420,7 @@ describe("without cgroups (cgroups: false): the documented fallback", () => {
   });
 
   it.skipIf(!root)("limits the processes of the sandbox's uid", async () => {
-    const { command, marker } = markedSleep();
-    const result = await host.run(
-      `i=0; while [ $i -lt 100 ]; do ${command} & i=$((i+1)); done; wait`,
-      {
-        timeoutSeconds: 20,
-      },
-    );
-    expect(result.code).not.toBe(0);
-    expect(result.stderr).toMatch(/Cannot fork|Resource temporarily unavailable/);
-    expect(processesWith(marker)).toEqual([]);
+    await forkBomb(host);
   });
 
   it.skipIf(!root)(

@@ -1,3 +1,4 @@
+import type { ChildProcess } from "node:child_process";
 import { once } from "node:events";
 import { createServer } from "node:net";
 import type { LocalBackend } from "@remote-task/bridge/local";
@@ -213,22 +214,28 @@ describe("run-many", () => {
   });
 });
 
+/** What `serve` printed up to its `export ...` line, and that line. */
+async function exportLineOf(server: ChildProcess): Promise<{ out: string; exportLine: string }> {
+  let out = "";
+  server.stdout?.setEncoding("utf8");
+  const exportLine = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no export line: ${out}`)), 20_000);
+    server.stdout?.on("data", (chunk: string) => {
+      out += chunk;
+      const line = out.split("\n").find((l) => l.startsWith("export "));
+      if (line) {
+        clearTimeout(timer);
+        resolve(line);
+      }
+    });
+  });
+  return { out, exportLine };
+}
+
 describe("serve and health", () => {
   it("serves a working bridge and stops on SIGINT", async () => {
     const server = startCli(["serve", "--local", "--isolation", "none"]);
-    let out = "";
-    server.stdout?.setEncoding("utf8");
-    const exportLine = await new Promise<string>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`no export line: ${out}`)), 20_000);
-      server.stdout?.on("data", (chunk: string) => {
-        out += chunk;
-        const line = out.split("\n").find((l) => l.startsWith("export "));
-        if (line) {
-          clearTimeout(timer);
-          resolve(line);
-        }
-      });
-    });
+    const { out, exportLine } = await exportLineOf(server);
     const url = /CLOUDFLARE_SANDBOX_URL=(\S+)/.exec(exportLine)?.[1];
     const token = /CLOUDFLARE_SANDBOX_TOKEN=(\S+)/.exec(exportLine)?.[1];
     expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
@@ -261,19 +268,7 @@ describe("serve and health", () => {
       "--workspace-mib",
       "20",
     ]);
-    let out = "";
-    server.stdout?.setEncoding("utf8");
-    const exportLine = await new Promise<string>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`no export line: ${out}`)), 20_000);
-      server.stdout?.on("data", (chunk: string) => {
-        out += chunk;
-        const line = out.split("\n").find((l) => l.startsWith("export "));
-        if (line) {
-          clearTimeout(timer);
-          resolve(line);
-        }
-      });
-    });
+    const { out, exportLine } = await exportLineOf(server);
     try {
       expect(out).toMatch(
         /^sandbox: .*memory MiB 300 \(.+\).*\/workspace MiB 20 \(rlimit-fsize\)/m,
