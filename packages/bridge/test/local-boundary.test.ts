@@ -2,7 +2,7 @@ import { existsSync, readFileSync, rmdirSync } from "node:fs";
 import { chmod, mkdtemp, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { type ExecResult, execResultSchema, healthResponseSchema } from "@remote-task/protocol";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { silentLogger } from "../src/index.js";
 import {
   createLocalBackend,
@@ -354,6 +354,20 @@ describe.skipIf(!root)("a sandbox that cannot be confined never runs its command
       await host.close();
     }
   });
+});
+
+it("two copies of the local backend module in one process (ESM and CommonJS, say) each make their own", async () => {
+  vi.resetModules();
+  const other = await import("../src/local/index.js");
+  const first = createLocalBackend({ isolation: "none" });
+  const second = other.createLocalBackend({ isolation: "none" });
+  try {
+    expect(other.createLocalBackend).not.toBe(createLocalBackend);
+    expect(second.stateDir).not.toBe(first.stateDir);
+  } finally {
+    await first.close();
+    await second.close();
+  }
 });
 
 describe.skipIf(!existsSync("/dev/shm"))(

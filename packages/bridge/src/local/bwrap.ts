@@ -75,8 +75,9 @@ export interface BwrapCall {
   cwd: string;
   /** Directories to create inside (a cwd that does not exist yet). */
   extraDirs: readonly string[];
-  /** Descriptor on which bwrap reports the host pid of the sandbox's first process. */
+  /** Descriptors on which bwrap reports the sandbox's first pid, and then waits to start it. */
   infoFd?: number;
+  blockFd?: number;
 }
 
 /**
@@ -131,6 +132,7 @@ export function bwrapArgs(base: readonly string[], call: BwrapCall): string[] {
   for (const dir of call.extraDirs) args.push("--dir", dir);
   args.push("--remount-ro", "/", "--chdir", call.cwd);
   if (call.infoFd !== undefined) args.push("--info-fd", String(call.infoFd));
+  if (call.blockFd !== undefined) args.push("--block-fd", String(call.blockFd));
   return args;
 }
 

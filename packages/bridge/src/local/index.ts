@@ -455,10 +455,10 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
     uids,
     claimsDir,
     cgroups,
-    // Under bubblewrap its own two processes (the monitor and the namespace's first) are in the
-    // cgroup too; the limit is the command's.
+    // Under bubblewrap the namespace's first process is in the cgroup too; the limit is the
+    // command's.
     limits: {
-      processes: limits.processes + (isolation === "bwrap" ? 2 : 0),
+      processes: limits.processes + (isolation === "bwrap" ? 1 : 0),
       memoryBytes: limits.memoryBytes,
     },
   });
@@ -561,7 +561,7 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
           args: [
             "--args",
             "3",
-            ...bwrapArgs(bwrapBase, { cwd: cwd.inside, extraDirs, infoFd: 4 }),
+            ...bwrapArgs(bwrapBase, { cwd: cwd.inside, extraDirs, infoFd: 4, blockFd: 5 }),
             "--",
             "/bin/sh",
             "-c",
@@ -569,10 +569,10 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
           ],
           cwd: stateDir,
           env: { PATH: SANDBOX_PATH },
-          extraPipes: 2,
-          // bwrap reads its --args before it starts anything: that pipe is the gate.
-          gate: { fd: 3, data: `${settings.join("\0")}\0` },
+          extraPipes: 3,
+          input: { fd: 3, data: `${settings.join("\0")}\0` },
           infoFd: 4,
+          gate: { fd: 5, data: "x" },
           cgroups: slot.cgroup?.dirs ?? [],
         }
       : {

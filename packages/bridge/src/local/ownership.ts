@@ -1,10 +1,11 @@
+import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 
 /**
  * Who owns what a bridge leaves on the machine. Every directory, cgroup and uid claim a backend
- * creates carries its instance name, `<pid>.<start time>.<n>`: the process that created it and when
- * that process started (so a reused pid does not pass for the owner), plus a counter for several
- * backends in one process. A backend that starts sweeps what belongs to dead owners and never
+ * creates carries its instance name, `<pid>.<start time>.<random>`: the process that created it
+ * and when that process started (so a reused pid does not pass for the owner), plus random hex
+ * for several backends in one process (even from two copies of this module). A backend that starts sweeps what belongs to dead owners and never
  * touches what a live one owns.
  */
 
@@ -24,14 +25,12 @@ function startTime(pid: number): string | undefined {
   return fields[0] === "Z" || fields[0] === "X" ? undefined : fields[19];
 }
 
-const INSTANCE_PATTERN = /^(\d+)\.(\d+|x)\.(\d+)$/;
+const INSTANCE_PATTERN = /^(\d+)\.(\d+|x)\.([0-9a-f]+)$/;
 const ownStart = startTime(process.pid) ?? "x";
-let instances = 0;
 
 /** A fresh instance name for a backend of this process. */
 export function newInstanceName(): string {
-  instances++;
-  return `${process.pid}.${ownStart}.${instances}`;
+  return `${process.pid}.${ownStart}.${randomBytes(4).toString("hex")}`;
 }
 
 /** True for names made by {@link newInstanceName} (anywhere on this machine). */

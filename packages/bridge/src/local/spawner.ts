@@ -6,9 +6,10 @@ import type { Readable } from "node:stream";
  * Sandboxes are started by a small helper process, not by the bridge itself. Node starts a
  * process with fork(), whose cost grows with the memory of the process that forks: about 1 ms
  * from a fresh Node process, 4 to 16 ms (with the event loop blocked) from a bridge that grew to
- * 130 MB. The helper stays small. For each command it spawns the process (stopped at its gate),
- * puts it in the sandbox's cgroups, opens the gate, hands its stdout and stderr to the bridge
- * (descriptor passing over the IPC channel) and reports the exit. When the bridge
+ * 130 MB. The helper stays small. For each command it spawns the process (the sandbox's first
+ * process stops at its gate), hands its stdout and stderr to the bridge (descriptor passing over
+ * the IPC channel), puts the first process in the sandbox's cgroups, opens the gate and reports
+ * the exit. When the bridge
  * goes away, even by SIGKILL, the helper kills every sandbox it started and exits, so a command
  * does not outlive its bridge.
  */
@@ -22,17 +23,18 @@ export interface SpawnRequest {
   uid?: number;
   /** How many pipes after stdout and stderr (descriptors 3, 4, ...). */
   extraPipes: number;
-  /**
-   * The gate: the process waits reading this pipe before it starts anything (the sandbox shell's
-   * `read`, or bubblewrap reading its `--args`). `data` is written and the pipe closed once the
-   * spawned process is in the sandbox's cgroups, so everything it starts is born inside them.
-   */
-  gate: { fd: number; data: string };
+  /** Written to a pipe right after the start, then closed (bubblewrap's `--args`). */
+  input?: { fd: number; data: string };
   /**
    * A pipe on which the process reports the pid of the sandbox's first process as JSON
    * `"child-pid": N` (bubblewrap's `--info-fd`); without it the spawned process is the first.
    */
   infoFd?: number;
+  /**
+   * The gate: the sandbox's first process waits reading this pipe (bubblewrap's `--block-fd`, or
+   * the sandbox shell's `read`) until it is in the sandbox's cgroups; then `data` is written.
+   */
+  gate: { fd: number; data: string };
   /** The sandbox's cgroup directories (none: the gate opens at once). */
   cgroups: string[];
 }
@@ -132,23 +134,26 @@ function helperMain(): void {
       send({ t: "exit", id, code, signal });
     });
     for (const pipe of pipes.slice(3)) pipe?.on("error", () => {});
-    // The spawned process joins the cgroups (a migration waits for an RCU grace period: off this
-    // loop, so that other spawns go on), then the gate opens.
-    void Promise.all(request.cgroups.map((dir) => writeFile(`${dir}/cgroup.procs`, String(pid))))
-      .then(() => pipes[request.gate.fd]?.end(request.gate.data))
-      .catch((error: Error) => {
-        kill(-pid);
-        send({ t: "error", id, message: `cannot join its cgroup: ${error.message}` });
-      });
-    // The output pipes go to the bridge meanwhile; what the command writes before the bridge
-    // reads waits in them (unread here).
-    const handOver = (first: number | undefined) => {
+    if (request.input !== undefined) pipes[request.input.fd]?.end(request.input.data);
+    // Once the sandbox's first process is known: the output pipes go to the bridge (what the
+    // command writes before the bridge reads waits in them, unread here), and meanwhile the first
+    // process joins the cgroups (a migration waits for an RCU grace period: off this loop, so that
+    // other spawns go on; under bubblewrap it overlaps the sandbox's setup), then the gate opens.
+    const started = (first: number | undefined) => {
       send({ t: "fd", id, fd: 1, pid, first: first ?? null }, child.stdout);
       send({ t: "fd", id, fd: 2 }, child.stderr);
+      const member = String(first ?? pid);
+      void Promise.all(request.cgroups.map((dir) => writeFile(`${dir}/cgroup.procs`, member)))
+        .then(() => pipes[request.gate.fd]?.end(request.gate.data))
+        .catch((error: Error) => {
+          kill(-pid);
+          if (first !== undefined) kill(first);
+          send({ t: "error", id, message: `cannot join its cgroup: ${error.message}` });
+        });
     };
     const info = request.infoFd === undefined ? undefined : pipes[request.infoFd];
     if (info == null) {
-      handOver(pid);
+      started(pid);
       return;
     }
     let text = "";
@@ -158,7 +163,7 @@ function helperMain(): void {
     });
     info.on("close", () => {
       const first = /"child-pid":\s*(\d+)/.exec(text)?.[1];
-      handOver(first === undefined ? undefined : Number(first));
+      started(first === undefined ? undefined : Number(first));
     });
   });
 }
