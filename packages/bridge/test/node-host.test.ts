@@ -88,6 +88,29 @@ describe("startLocalBridge", () => {
     },
   );
 
+  it("configures its default backend with `local`, reports it on /health and closes it", async () => {
+    const tmpRoot = await makeTmpRoot("rt-node-local-");
+    const bridge = await startLocalBridge({
+      logger: memoryLogger(),
+      local: { isolation: "none", tmpRoot, limits: { memoryBytes: 256 * 1024 * 1024 } },
+    });
+    const health = healthResponseSchema.parse(
+      await (
+        await fetch(`${bridge.url}/health`, {
+          headers: { authorization: `Bearer ${bridge.token}` },
+        })
+      ).json(),
+    );
+    expect(health).toMatchObject({
+      isolation: "none",
+      sandbox: { memoryBytes: { max: 256 * 1024 * 1024 } },
+    });
+    expect(await readdir(tmpRoot)).toHaveLength(1);
+    await bridge.close();
+    expect(await readdir(tmpRoot)).toEqual([]);
+    await rm(tmpRoot, { recursive: true, force: true });
+  });
+
   it("answers the reference request with the reference shape without isolation", async () => {
     const bridge = await start({ backend: createLocalBackend({ isolation: "none" }) });
     const result = execResultSchema.parse(
