@@ -366,8 +366,13 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
   chmodSync(stateDir, 0o711);
   const passwdFile = join(stateDir, "passwd");
   const groupFile = join(stateDir, "group");
-  writeFileSync(passwdFile, SANDBOX_PASSWD, { mode: 0o644 });
-  writeFileSync(groupFile, SANDBOX_GROUP, { mode: 0o644 });
+  for (const [file, text] of [
+    [passwdFile, SANDBOX_PASSWD],
+    [groupFile, SANDBOX_GROUP],
+  ] as const) {
+    writeFileSync(file, text);
+    chmodSync(file, 0o644); // readable by the sandboxes' uids whatever the umask
+  }
   const bwrapBase = bwrapBaseArgs({
     workspaceBytes: limits.workspaceBytes,
     tmpBytes: limits.tmpBytes,
@@ -677,7 +682,7 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
             : async () => true;
     // Each check of a uid starts a program: look less often.
     const interval = isolation === "bwrap" ? 2 : cgroup === undefined ? 100 : 20;
-    const done = pollUntil(drained, DRAIN_LIMIT_MS, interval);
+    const done = pollUntil(drained, DRAIN_LIMIT_MS, interval, true);
     draining.add(done);
     if (await done) pool.release(slot);
     draining.delete(done);

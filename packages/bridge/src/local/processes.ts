@@ -19,7 +19,13 @@ export function signal(target: number, name: NodeJS.Signals): void {
   }
 }
 
-export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+/** A pause; `background` ones do not keep the process alive. */
+function sleep(ms: number, background: boolean): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    if (background) timer.unref();
+  });
+}
 
 /** Waits for `promise` to settle, or `limitMs`, whichever comes first (no timer left behind). */
 export async function settleWithin(promise: Promise<unknown>, limitMs: number): Promise<void> {
@@ -40,17 +46,21 @@ export async function settleWithin(promise: Promise<unknown>, limitMs: number): 
   }
 }
 
-/** Polls `done` (first at once, then every `intervalMs`) until it is true or `limitMs` passed. */
+/**
+ * Polls `done` (first at once, then every `intervalMs`) until it is true or `limitMs` passed. A
+ * `background` poll does not keep the process alive (nobody waits for its answer to exit).
+ */
 export async function pollUntil(
   done: () => Promise<boolean>,
   limitMs: number,
   intervalMs = 10,
+  background = false,
 ): Promise<boolean> {
   const deadline = Date.now() + limitMs;
   for (;;) {
     if (await done()) return true;
     if (Date.now() >= deadline) return false;
-    await sleep(intervalMs);
+    await sleep(intervalMs, background);
   }
 }
 
