@@ -356,6 +356,38 @@ describe.skipIf(!root)("a sandbox that cannot be confined never runs its command
   });
 });
 
+describe.skipIf(!root)("a configured uid range", () => {
+  it("runs each sandbox as a uid of the range; when all are busy the call is refused as capacity_exceeded", async () => {
+    const first = 1_900_500_000 + (process.pid % 1000) * 10;
+    const host = await localBridge({ isolation: "none", uids: { first, count: 1 } });
+    try {
+      expect((await host.health()).sandbox?.uids).toEqual({ first, count: 1 });
+      expect((await host.run("id -u")).stdout).toBe(`${first}\n`);
+      const { command, marker } = markedSleep();
+      const controller = new AbortController();
+      const busy = host.post({ command }, controller.signal).catch(() => {});
+      await eventually(() => processesWith(marker).length > 0, "the one uid in use");
+      const refused = await host.post({ command: "true" });
+      expect(refused.headers.get("retry-after")).toBe("1");
+      const body = await expectError(refused, "capacity_exceeded");
+      expect(body.error).toMatch(/sandbox uids are in use/);
+      controller.abort();
+      await busy;
+    } finally {
+      await host.close();
+    }
+  });
+
+  it("refuses a range that includes privileged or reserved uids", () => {
+    for (const uids of [
+      { first: 0, count: 10 },
+      { first: 65_000, count: 1000 },
+      { first: 4_294_967_290, count: 10 },
+    ])
+      expect(() => createLocalBackend({ isolation: "none", uids })).toThrow(TypeError);
+  });
+});
+
 it("two copies of the local backend module in one process (ESM and CommonJS, say) each make their own", async () => {
   vi.resetModules();
   const other = await import("../src/local/index.js");
