@@ -153,7 +153,7 @@ interface Sandbox {
   root?: string;
   proc?: SandboxProcess;
   /** Host pid of the first process inside bubblewrap's PID namespace. */
-  nsInit?: number | undefined;
+  nsInit?: Promise<number | undefined>;
   /** Resolves once the child has exited (immediately when none was spawned). */
   exited: Promise<void>;
   /** Set when teardown found nothing of the sandbox left, not even a process to reap. */
@@ -653,7 +653,7 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
       cgroup.signal(name);
       return;
     }
-    const nsInit = sandbox.nsInit;
+    const nsInit = await sandbox.nsInit;
     await pollUntil(
       async () => cgroup.signal(name, nsInit) > 0 || proc.exited,
       deadline - Date.now(),
@@ -705,7 +705,7 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
     if (isolation === "bwrap") {
       // Killing the namespace's first process makes the kernel kill every other one: none can run
       // again. The slot waits until the kernel is done (see releaseWhenDrained).
-      const nsInit = sandbox.nsInit;
+      const nsInit = await sandbox.nsInit;
       signal(nsInit ?? -proc.pid, "SIGKILL");
       await sandbox.exited;
       return true;
@@ -775,7 +775,7 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
         // A slot whose processes could not all be stopped is never handed out again.
         if (sandbox.slot !== undefined && gone) {
           if (sandbox.drained === true) pool.release(sandbox.slot);
-          else void releaseWhenDrained(sandbox.slot, sandbox.nsInit);
+          else void releaseWhenDrained(sandbox.slot, await sandbox.nsInit);
         }
         sandboxes.delete(sandboxId);
         destroyed++;

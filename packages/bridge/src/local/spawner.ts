@@ -8,8 +8,8 @@ import type { Readable } from "node:stream";
  * from a fresh Node process, 4 to 16 ms (with the event loop blocked) from a bridge that grew to
  * 130 MB. The helper stays small. For each command it spawns the process (the sandbox's first
  * process stops at its gate), hands its stdout and stderr to the bridge (descriptor passing over
- * the IPC channel), puts the first process in the sandbox's cgroups, opens the gate and reports
- * the exit. When the bridge
+ * the IPC channel), reports the first process, puts it in the sandbox's cgroups, opens the gate
+ * and reports the exit. When the bridge
  * goes away, even by SIGKILL, the helper kills every sandbox it started and exits, so a command
  * does not outlive its bridge.
  */
@@ -45,8 +45,11 @@ type Exit = { code: number | null; signal: NodeJS.Signals | null; error?: string
 export interface SandboxProcess {
   /** The spawned process (it leads the sandbox's process group). */
   readonly pid: number;
-  /** The sandbox's first process: `pid`, or the PID namespace's first process under bubblewrap. */
-  readonly first: number | undefined;
+  /**
+   * The sandbox's first process: `pid`, or the PID namespace's first process under bubblewrap
+   * (undefined if bubblewrap failed before it had one).
+   */
+  readonly first: Promise<number | undefined>;
   readonly stdout: Readable;
   readonly stderr: Readable;
   /**
@@ -59,8 +62,9 @@ export interface SandboxProcess {
 }
 
 type HelperMessage =
-  | { t: "fd"; id: number; fd: 1; pid: number; first: number | null }
+  | { t: "fd"; id: number; fd: 1; pid: number }
   | { t: "fd"; id: number; fd: 2 }
+  | { t: "first"; id: number; first: number | null }
   | { t: "error"; id: number; message: string }
   | { t: "exit"; id: number; code: number | null; signal: NodeJS.Signals | null };
 
@@ -135,13 +139,14 @@ function helperMain(): void {
     });
     for (const pipe of pipes.slice(3)) pipe?.on("error", () => {});
     if (request.input !== undefined) pipes[request.input.fd]?.end(request.input.data);
-    // Once the sandbox's first process is known: the output pipes go to the bridge (what the
-    // command writes before the bridge reads waits in them, unread here), and meanwhile the first
-    // process joins the cgroups (a migration waits for an RCU grace period: off this loop, so that
-    // other spawns go on; under bubblewrap it overlaps the sandbox's setup), then the gate opens.
-    const started = (first: number | undefined) => {
-      send({ t: "fd", id, fd: 1, pid, first: first ?? null }, child.stdout);
-      send({ t: "fd", id, fd: 2 }, child.stderr);
+    // The output pipes go to the bridge at once (what the command writes before the bridge
+    // reads waits in them, unread here). Once the sandbox's first process is known it joins the
+    // cgroups (a migration waits for an RCU grace period: off this loop, so that other spawns go
+    // on; under bubblewrap it overlaps the sandbox's setup), then the gate opens.
+    send({ t: "fd", id, fd: 1, pid }, child.stdout);
+    send({ t: "fd", id, fd: 2 }, child.stderr);
+    const known = (first: number | undefined) => {
+      send({ t: "first", id, first: first ?? null });
       const member = String(first ?? pid);
       void Promise.all(request.cgroups.map((dir) => writeFile(`${dir}/cgroup.procs`, member)))
         .then(() => pipes[request.gate.fd]?.end(request.gate.data))
@@ -153,7 +158,7 @@ function helperMain(): void {
     };
     const info = request.infoFd === undefined ? undefined : pipes[request.infoFd];
     if (info == null) {
-      started(pid);
+      known(pid);
       return;
     }
     let text = "";
@@ -163,7 +168,7 @@ function helperMain(): void {
     });
     info.on("close", () => {
       const first = /"child-pid":\s*(\d+)/.exec(text)?.[1];
-      started(first === undefined ? undefined : Number(first));
+      known(first === undefined ? undefined : Number(first));
     });
   });
 }
@@ -182,7 +187,7 @@ interface Call {
   reject(error: Error): void;
   stdout?: Readable | undefined;
   pid?: number;
-  first?: number | undefined;
+  first: ReturnType<typeof deferred<number | undefined>>;
   started: boolean;
   exit: ReturnType<typeof deferred<Exit>>;
   exited: boolean;
@@ -218,7 +223,14 @@ class Helper {
   spawn(request: SpawnRequest): Promise<SandboxProcess> {
     const id = this.nextId++;
     return new Promise<SandboxProcess>((resolve, reject) => {
-      const call: Call = { resolve, reject, started: false, exit: deferred<Exit>(), exited: false };
+      const call: Call = {
+        resolve,
+        reject,
+        first: deferred<number | undefined>(),
+        started: false,
+        exit: deferred<Exit>(),
+        exited: false,
+      };
       this.calls.set(id, call);
       this.setRef(true);
       this.process.send({ id, ...request });
@@ -238,16 +250,15 @@ class Helper {
         if (message.fd === 1) {
           call.stdout = handle;
           call.pid = message.pid;
-          call.first = message.first ?? undefined;
           return;
         }
-        const { stdout, pid, first } = call;
+        const { stdout, pid } = call;
         if (stdout === undefined || handle === undefined || pid === undefined) return;
         call.started = true;
         if (call.exited) this.finish(id);
         call.resolve({
           pid,
-          first,
+          first: call.first.promise,
           stdout,
           stderr: handle,
           exit: call.exit.promise,
@@ -257,8 +268,12 @@ class Helper {
         });
         return;
       }
+      case "first":
+        call.first.resolve(message.first ?? undefined);
+        return;
       case "error":
         this.finish(id);
+        call.first.resolve(undefined);
         if (call.started) {
           call.exit.resolve({ code: null, signal: null, error: message.message });
           return;
@@ -271,6 +286,7 @@ class Helper {
         // A command may end before its output was handed over (bubblewrap refusing its
         // arguments); the handover or "error" that follows settles the start.
         call.exited = true;
+        call.first.resolve(undefined);
         if (call.started) this.finish(id);
         call.exit.resolve({ code: message.code, signal: message.signal });
         return;
@@ -286,6 +302,7 @@ class Helper {
     for (const [id, call] of this.calls) {
       this.calls.delete(id);
       if (!call.started) call.reject(new Error("the process that starts sandboxes exited"));
+      call.first.resolve(undefined);
       call.exit.resolve({ code: null, signal: "SIGKILL" });
     }
   }
