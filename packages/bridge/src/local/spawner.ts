@@ -79,8 +79,9 @@ function helperMain(): void {
   const { spawn: start } = load("node:child_process") as typeof import("node:child_process");
   const { readFileSync, writeFileSync } = load("node:fs") as typeof import("node:fs");
   const { writeFile } = load("node:fs/promises") as typeof import("node:fs/promises");
-  const send = (message: unknown, handle?: unknown) =>
-    (process.send as (m: unknown, h?: unknown) => boolean)(message, handle);
+  const send = (message: unknown, handle?: unknown) => {
+    if (process.connected) (process.send as (m: unknown, h?: unknown) => boolean)(message, handle);
+  };
   const kill = (pid: number) => {
     try {
       process.kill(pid, "SIGKILL");
@@ -147,12 +148,16 @@ function helperMain(): void {
     send({ t: "fd", id, fd: 2 }, child.stderr);
     const known = (first: number | undefined) => {
       send({ t: "first", id, first: first ?? null });
-      const member = String(first ?? pid);
-      void Promise.all(request.cgroups.map((dir) => writeFile(`${dir}/cgroup.procs`, member)))
+      // No first process: bubblewrap failed before it made the sandbox; its exit and its message
+      // on stderr say why.
+      if (first === undefined) return;
+      void Promise.all(
+        request.cgroups.map((dir) => writeFile(`${dir}/cgroup.procs`, String(first))),
+      )
         .then(() => pipes[request.gate.fd]?.end(request.gate.data))
         .catch((error: Error) => {
           kill(-pid);
-          if (first !== undefined) kill(first);
+          kill(first);
           send({ t: "error", id, message: `cannot join its cgroup: ${error.message}` });
         });
     };
