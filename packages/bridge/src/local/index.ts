@@ -266,30 +266,33 @@ function checkTraversable(dir: string): void {
   }
 }
 
-/** Stderr notes for the limits a call ran into, so a killed command is not a mystery. */
-async function* withLimitNotes(
-  output: AsyncIterable<OutputChunk>,
+/**
+ * Stderr notes for the limits a call ran into (once the command has exited and its cgroup's
+ * counters are final), so a killed command is not a mystery.
+ */
+async function limitNotes(
   exit: Promise<unknown>,
   cgroup: CgroupSlot | undefined,
   before: ReturnType<CgroupSlot["counters"]> | undefined,
   limits: SandboxLimits,
-): AsyncGenerator<OutputChunk> {
-  yield* output;
-  if (cgroup === undefined || before === undefined) return;
+): Promise<OutputChunk[]> {
+  if (cgroup === undefined || before === undefined) return [];
   await exit.catch(() => {});
   const after = cgroup.counters();
+  const notes: OutputChunk[] = [];
   if (after.oomKills > before.oomKills) {
-    yield {
+    notes.push({
       stream: "stderr",
       data: `remote-task: the sandbox reached its memory limit (${Math.round(limits.memoryBytes / MiB)} MiB) and the kernel killed a process of the command (exit status 137 is SIGKILL).\n`,
-    };
+    });
   }
   if (after.pidsMaxHits > before.pidsMaxHits) {
-    yield {
+    notes.push({
       stream: "stderr",
       data: `remote-task: the sandbox reached its process limit (${limits.processes} processes and threads); a process could not be started.\n`,
-    };
+    });
   }
+  return notes;
 }
 
 const TMPFS_MAGIC = 0x01021994;
@@ -623,12 +626,8 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
     else spec.signal.addEventListener("abort", stop, { once: true });
 
     return {
-      output: withLimitNotes(
-        mergeOutput(proc.stdout, proc.stderr),
-        exit,
-        slot.cgroup,
-        countersBefore,
-        limits,
+      output: mergeOutput(proc.stdout, proc.stderr, () =>
+        limitNotes(exit, slot.cgroup, countersBefore, limits),
       ),
       exit,
     };
