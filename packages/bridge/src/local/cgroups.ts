@@ -7,8 +7,9 @@ import { pollUntil, signal } from "./processes.js";
 /**
  * Per-sandbox cgroups. Each controller the bridge needs (`pids`, `memory`) is used from the
  * hierarchy that has it: the unified (v2) hierarchy when it offers the controller and the bridge
- * may hand it to children (it runs in the root cgroup, or its cgroup is a delegated subtree with no
- * process of its own), otherwise the v1 hierarchy of that controller. Hybrid machines (v1
+ * may hand it to children (v2 lets only the root cgroup do that while it holds processes, and the
+ * bridge's own cgroup holds the bridge: so it must run in the root cgroup), otherwise the v1
+ * hierarchy of that controller. Hybrid machines (v1
  * controllers beside a v2 mount without them) take the v1 path.
  *
  * Layout, in each hierarchy used: `<the bridge's own cgroup>/remote-task/<instance>/<slot>`. A slot
