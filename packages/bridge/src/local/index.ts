@@ -1,23 +1,11 @@
 import { spawnSync } from "node:child_process";
-import {
-  chmodSync,
-  chownSync,
-  closeSync,
-  mkdirSync,
-  rmdirSync,
-  rmSync,
-  statfsSync,
-  statSync,
-  writeFileSync,
-} from "node:fs";
-import { chmod, readdir, rm } from "node:fs/promises";
-import { availableParallelism, tmpdir } from "node:os";
-import { dirname, join, posix } from "node:path";
+import { chmodSync, closeSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { availableParallelism } from "node:os";
+import { join } from "node:path";
 import type { SandboxReport } from "@remote-task/protocol";
 import {
   BackendError,
   type ExecSpec,
-  type OutputChunk,
   type RunningCommand,
   type SandboxBackend,
 } from "../backend.js";
@@ -31,7 +19,8 @@ import {
   SANDBOX_PASSWD,
   SANDBOX_WORKSPACE,
 } from "./bwrap.js";
-import { type CgroupSlot, createCgroupSet, sweepCgroups } from "./cgroups.js";
+import { createCgroupSet, sweepCgroups } from "./cgroups.js";
+import { refuseNul, resolveCwd } from "./cwd.js";
 import { inheritedDescriptors, openDevNull, sandboxStdio } from "./descriptors.js";
 import {
   checkUidRange,
@@ -40,8 +29,9 @@ import {
   resolveSandboxLimits,
   type SandboxLimits,
 } from "./limits.js";
+import { limitNotes } from "./notes.js";
 import { mergeOutput } from "./output.js";
-import { cleanUpAtExit, isInstanceName, newInstanceName, ownerAlive } from "./ownership.js";
+import { cleanUpAtExit, newInstanceName } from "./ownership.js";
 import {
   exitStatus,
   groupGone,
@@ -54,6 +44,15 @@ import {
 import { GATE_FD, processLimitFlag, shellScript } from "./shell.js";
 import { type Slot, SlotPool, sweepUidClaims, type UidRange, uidClaimsDir } from "./slots.js";
 import { type SandboxProcess, Spawner, type SpawnRequest } from "./spawner.js";
+import {
+  checkTraversable,
+  defaultTmpRoot,
+  isTmpfs,
+  makeCallDirectories,
+  removeCallDir,
+  STATE_DIR_PREFIX,
+  sweepStateDirs,
+} from "./state-dir.js";
 
 export { DEFAULT_ETC_ENTRIES } from "./bwrap.js";
 export { DEFAULT_SANDBOX_LIMITS, DEFAULT_SANDBOX_UIDS, type SandboxLimits } from "./limits.js";
@@ -139,13 +138,8 @@ const PIPE_DRAIN_MS = 1_000;
 const EXIT_WAIT_MS = 2_000;
 /** How long a slot may wait for its last processes to be reaped before it is retired. */
 const DRAIN_LIMIT_MS = 60_000;
-/** Longest path and path component Linux accepts. */
-const PATH_MAX = 4_095;
 /** Most helper processes starting sandboxes side by side (see spawner.ts). */
 const HELPERS = 4;
-const NAME_MAX = 255;
-const STATE_DIR_PREFIX = "remote-task-";
-const MiB = 1024 * 1024;
 
 interface Sandbox {
   slot?: Slot;
@@ -160,181 +154,6 @@ interface Sandbox {
   drained?: boolean;
   startup: Promise<unknown>;
   destroying?: Promise<void>;
-}
-
-/** Removes a directory tree, first making it writable if the command locked parts of it. */
-async function removeTree(dir: string): Promise<void> {
-  try {
-    await rm(dir, { recursive: true, force: true });
-  } catch {
-    const unlock = async (path: string): Promise<void> => {
-      await chmod(path, 0o700).catch(() => {});
-      const entries = await readdir(path, { withFileTypes: true }).catch(() => []);
-      for (const entry of entries) if (entry.isDirectory()) await unlock(join(path, entry.name));
-    };
-    await unlock(dir);
-    await rm(dir, { recursive: true, force: true });
-  }
-}
-
-/**
- * Removes a call's directory: synchronously when the command left it empty and it is on a tmpfs
- * (three rmdir calls of a few microseconds), else the whole tree off the event loop.
- */
-async function removeCallDir(root: string, onTmpfs: boolean): Promise<void> {
-  if (onTmpfs) {
-    try {
-      rmdirSync(join(root, "workspace"));
-      rmdirSync(join(root, "tmp"));
-      rmdirSync(root);
-      return;
-    } catch {
-      // not empty
-    }
-  }
-  await removeTree(root);
-}
-
-function invalidCwd(message: string): BackendError {
-  return new BackendError("invalid_request", message, { path: ["cwd"] });
-}
-
-/** Refuses a path the kernel would refuse (too long, or a component too long). */
-function checkPathLength(path: string, what: string): void {
-  if (Buffer.byteLength(path) > PATH_MAX)
-    throw invalidCwd(`${what} is longer than ${PATH_MAX} bytes; use a shorter cwd.`);
-  for (const part of path.split("/")) {
-    if (Buffer.byteLength(part) > NAME_MAX) {
-      throw invalidCwd(
-        `cwd has a path component longer than ${NAME_MAX} bytes ("${part.slice(0, 32)}..."); use shorter directory names.`,
-      );
-    }
-  }
-}
-
-/**
- * Maps a request cwd into the sandbox: `/workspace` and below map into the call's workspace;
- * with bubblewrap any other absolute path is real inside the sandbox.
- */
-function resolveCwd(
-  cwd: string,
-  isolation: LocalIsolation,
-): { inside: string; workspaceRelative?: string } {
-  const normal = posix.normalize(cwd).replace(/(.)\/+$/, "$1");
-  checkPathLength(normal, "cwd");
-  if (normal === SANDBOX_WORKSPACE || normal.startsWith(`${SANDBOX_WORKSPACE}/`)) {
-    return { inside: normal, workspaceRelative: normal.slice(SANDBOX_WORKSPACE.length + 1) };
-  }
-  if (isolation === "bwrap") return { inside: normal };
-  throw invalidCwd(
-    `cwd must be ${SANDBOX_WORKSPACE} or a path under it: this bridge runs commands without bubblewrap isolation, where other directories are not part of the sandbox.`,
-  );
-}
-
-/**
- * A process receives its command, directory and environment as C strings, where NUL cannot
- * pass; refuse such a request as the caller's mistake before spawn throws a message that quotes
- * the value (an env value may be a secret).
- */
-function refuseNul(spec: ExecSpec): void {
-  const fields: [ReadonlyArray<string>, string][] = [
-    [["command"], spec.command],
-    [["cwd"], spec.cwd],
-    ...Object.entries(spec.env).map(([name, value]): [string[], string] => [["env", name], value]),
-  ];
-  for (const [path, value] of fields) {
-    if (value.includes("\0")) {
-      throw new BackendError(
-        "invalid_request",
-        `${path.join(".")} contains a NUL character, which a process cannot receive; remove it.`,
-        { path },
-      );
-    }
-  }
-}
-
-/** Every directory from `/` to `dir` must let other users through, or a sandbox uid cannot reach it. */
-function checkTraversable(dir: string): void {
-  for (let path = dir; ; path = dirname(path)) {
-    const mode = statSync(path).mode;
-    if ((mode & 0o001) === 0) {
-      throw new TypeError(
-        `The sandboxes' uids cannot reach ${dir}: ${path} has mode ${(mode & 0o777).toString(8)}. Use a tmpRoot that every user may traverse (mode 0711 or 0755 on each directory of its path).`,
-      );
-    }
-    if (path === dirname(path)) return;
-  }
-}
-
-/**
- * Stderr notes for the limits a call ran into (once the command has exited and its cgroup's
- * counters are final), so a killed command is not a mystery.
- */
-async function limitNotes(
-  exit: Promise<unknown>,
-  cgroup: CgroupSlot | undefined,
-  before: ReturnType<CgroupSlot["counters"]> | undefined,
-  limits: SandboxLimits,
-): Promise<OutputChunk[]> {
-  if (cgroup === undefined || before === undefined) return [];
-  await exit.catch(() => {});
-  const after = cgroup.counters();
-  const notes: OutputChunk[] = [];
-  if (after.oomKills > before.oomKills) {
-    notes.push({
-      stream: "stderr",
-      data: `remote-task: the sandbox reached its memory limit (${Math.round(limits.memoryBytes / MiB)} MiB) and the kernel killed a process of the command (exit status 137 is SIGKILL).\n`,
-    });
-  }
-  if (after.pidsMaxHits > before.pidsMaxHits) {
-    notes.push({
-      stream: "stderr",
-      data: `remote-task: the sandbox reached its process limit (${limits.processes} processes and threads); a process could not be started.\n`,
-    });
-  }
-  return notes;
-}
-
-const TMPFS_MAGIC = 0x01021994;
-
-/**
- * Where the backend keeps its directory unless told: `/dev/shm` when it is a tmpfs with room for
- * one sandbox's files (directory operations there cost microseconds, on a disk often a
- * millisecond each; files count as the writer's memory either way under bubblewrap), else the OS
- * temp directory.
- */
-function defaultTmpRoot(limits: SandboxLimits): string {
-  try {
-    const fs = statfsSync("/dev/shm");
-    const open = (statSync("/dev/shm").mode & 0o1777) === 0o1777;
-    if (
-      isTmpfs("/dev/shm") &&
-      open &&
-      fs.bavail * fs.bsize >= limits.workspaceBytes + limits.tmpBytes
-    )
-      return "/dev/shm";
-  } catch {
-    // no /dev/shm (macOS)
-  }
-  return tmpdir();
-}
-
-function isTmpfs(path: string): boolean {
-  try {
-    return statfsSync(path).type === TMPFS_MAGIC;
-  } catch {
-    return false;
-  }
-}
-
-/** Removes the directories of dead predecessors in `tmpRoot` (their processes are gone by now). */
-async function sweepStateDirs(tmpRoot: string): Promise<void> {
-  for (const name of await readdir(tmpRoot).catch(() => [] as string[])) {
-    if (!name.startsWith(STATE_DIR_PREFIX)) continue;
-    const instance = name.slice(STATE_DIR_PREFIX.length);
-    if (!isInstanceName(instance) || ownerAlive(instance)) continue;
-    await removeTree(join(tmpRoot, name)).catch(() => {});
-  }
 }
 
 /**
@@ -497,41 +316,9 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
   };
   const unregisterExit = cleanUpAtExit(() => removeEverything(true));
 
-  /** The call's host directories (isolation none): workspace, tmp and cwd, owned by its uid. */
-  function makeDirectories(
-    sandbox: Sandbox,
-    uid: number | undefined,
-    relative: string | undefined,
-  ) {
-    const dir = join(stateDir, String(++calls));
-    const workspace = join(dir, "workspace");
-    const tmp = join(dir, "tmp");
-    const hostCwd = relative ? join(workspace, relative) : workspace;
-    checkPathLength(hostCwd, "cwd on this host");
-    sandbox.root = dir;
-    const own = (path: string) => {
-      if (uid !== undefined) chownSync(path, uid, uid);
-    };
-    mkdirSync(dir, { mode: 0o700 });
-    own(dir);
-    for (const path of [workspace, tmp]) {
-      mkdirSync(path, { mode: 0o700 });
-      own(path);
-    }
-    if (relative) {
-      let path = workspace;
-      for (const part of relative.split("/")) {
-        path = join(path, part);
-        mkdirSync(path, { mode: 0o755 });
-        own(path);
-      }
-    }
-    return { workspace, tmp, hostCwd };
-  }
-
   async function prepare(spec: ExecSpec, sandbox: Sandbox): Promise<RunningCommand> {
     refuseNul(spec);
-    const cwd = resolveCwd(spec.cwd, isolation);
+    const cwd = resolveCwd(spec.cwd, isolation === "bwrap");
     await ready;
     if (closed) throw new BackendError("sandbox_error", "The local backend is closed.");
     const slot = pool.acquire();
@@ -544,7 +331,10 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
     }
     sandbox.slot = slot;
     const bwrap = isolation === "bwrap";
-    const dirs = bwrap ? undefined : makeDirectories(sandbox, slot.uid, cwd.workspaceRelative);
+    const dirs = bwrap
+      ? undefined
+      : makeCallDirectories(stateDir, String(++calls), slot.uid, cwd.workspaceRelative);
+    if (dirs !== undefined) sandbox.root = dirs.root;
     const countersBefore = slot.cgroup?.counters();
     if (spec.signal.aborted)
       throw new BackendError("sandbox_error", "The call ended before the command started.");
