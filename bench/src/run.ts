@@ -12,6 +12,7 @@ import { coldStart } from "./items/cold-start.ts";
 import { fanout } from "./items/fanout.ts";
 import { overhead } from "./items/overhead.ts";
 import { requestPath } from "./items/request-path.ts";
+import { sandbox } from "./items/sandbox.ts";
 import { truncation } from "./items/truncation.ts";
 import { warmPool } from "./items/warm-pool.ts";
 import { workerOutput } from "./items/worker.ts";
@@ -36,6 +37,7 @@ const ITEMS: BenchItem[] = [
   coldStart,
   workerLatency,
   warmPool,
+  sandbox,
 ];
 
 const { values } = parseArgs({

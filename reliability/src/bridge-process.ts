@@ -28,7 +28,10 @@ process.on("message", (message: BridgeProcessRequest) => {
   if (message.type === "stats") {
     send({ type: "stats", stats: backend.stats(), ...memory() });
   } else if (message.type === "close") {
-    void bridge.close().then(() => process.exit(0));
+    void bridge
+      .close()
+      .then(() => backend.close())
+      .then(() => process.exit(0));
   }
 });
 

@@ -1,9 +1,8 @@
-import { mkdtemp, readdir, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { readdir, rm } from "node:fs/promises";
 import { createLocalBackend } from "@remote-task/bridge/local";
 import { describe, expect, it } from "vitest";
 import { skipBwrap } from "./support/isolation.js";
+import { leftoverDirs, makeTmpRoot } from "./support/tmp-root.js";
 
 const CALLS = 5;
 
@@ -22,7 +21,7 @@ describe("local backend destroy latency", () => {
     it.skipIf(isolation === "bwrap" && skipBwrap)(
       `isolation ${isolation}, command ${ending === "exit" ? "exits by itself" : "is stopped"}: ${CALLS} sequential calls`,
       async () => {
-        const tmpRoot = await mkdtemp(join(tmpdir(), "rt-destroy-"));
+        const tmpRoot = await makeTmpRoot("rt-destroy-");
         const backend = createLocalBackend({ isolation, tmpRoot });
         const destroyMs: number[] = [];
         try {
@@ -49,6 +48,8 @@ describe("local backend destroy latency", () => {
             destroyMs.push(performance.now() - started);
           }
           expect(backend.stats()).toEqual({ live: 0, started: CALLS, destroyed: CALLS });
+          expect(await leftoverDirs(tmpRoot)).toEqual([]);
+          await backend.close();
           expect(await readdir(tmpRoot)).toEqual([]);
         } finally {
           await rm(tmpRoot, { recursive: true, force: true });

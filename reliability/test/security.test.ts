@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { posix } from "node:path";
 import { createBridge } from "@remote-task/bridge";
 import { createFakeBackend } from "@remote-task/bridge/testing";
@@ -9,10 +9,12 @@ import fc from "fast-check";
 import { request } from "undici";
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { secretMatcher, sha256 } from "../../packages/bridge/src/auth.js";
-import { startTestBridge, type TestBridge } from "./support/bridge.js";
+import { startTestBridge, type TestBridge, waitFor } from "./support/bridge.js";
+import { startBridgeProcess } from "./support/bridge-process.js";
 import { fuzzParameters } from "./support/fuzz.js";
 import { rawExchange } from "./support/http.js";
 import { skipBwrap } from "./support/isolation.js";
+import { commandLine, processList } from "./support/processes.js";
 
 const secret = (label: string) => `${label}-${randomBytes(12).toString("hex")}`;
 const TOKEN = secret("tok");
@@ -24,7 +26,7 @@ interface Answer {
 }
 
 async function call(
-  host: TestBridge,
+  host: { bridge: { url: string; token: string } },
   path: string,
   init: {
     method?: string;
@@ -530,6 +532,100 @@ describe("the host environment is never visible inside a task", () => {
         } finally {
           delete process.env[canaryName];
           await host.close();
+        }
+      },
+    );
+  }
+});
+
+describe("a root bridge is no way to host root (issue 12, finding 1)", () => {
+  const root = process.getuid?.() === 0;
+
+  for (const isolation of ["none", "bwrap"] as const) {
+    it.skipIf(isolation === "bwrap" && skipBwrap)(
+      `isolation ${isolation}: the probes that reached host root get nowhere, and the command's host uid is not 0`,
+      async () => {
+        const host = await startTestBridge({ isolation });
+        const marker = `1000.${process.pid}${randomBytes(3).readUIntBE(0, 3)}`;
+        const corePattern = readFileSync("/proc/sys/kernel/core_pattern", "utf8");
+        try {
+          const probe = [
+            // The exploit of the finding: a core_pattern pipe runs as root in the host's namespaces.
+            `(echo '|/bin/sh -c "touch /tmp/rt-pwned-${marker}"' > /proc/sys/kernel/core_pattern) 2>/dev/null && echo core_pattern-written`,
+            "cat /etc/shadow 2>/dev/null && echo shadow-read",
+            ...["pids", "memory", "unified"].map(
+              (h) =>
+                `mkdir /sys/fs/cgroup/${h}/rt-pwned-${marker} 2>/dev/null && echo cgroup-${h}-made`,
+            ),
+            `sleep ${marker} & echo probed`,
+          ].join("; ");
+          const background = call(host, "/exec", {
+            body: {
+              sandboxId: `root-probe-${isolation}`,
+              command: `${probe}; wait`,
+              timeoutSeconds: 30,
+            },
+          });
+          let sleeper: number | undefined;
+          await waitFor(() => {
+            sleeper = processList().find(
+              (p) => p.comm === "sleep" && commandLine(p.pid).includes(marker),
+            )?.pid;
+            return sleeper !== undefined;
+          }, 10_000);
+          const uids = (
+            /^Uid:\s+(.*)$/m.exec(readFileSync(`/proc/${sleeper}/status`, "utf8"))?.[1] ?? ""
+          )
+            .split(/\s+/)
+            .map(Number);
+          expect(uids).toHaveLength(4);
+          for (const uid of uids) expect(uid).not.toBe(0);
+          if (root) expect(uids[0]).not.toBe(process.getuid?.());
+          await call(host, "/cancel", { body: { sandboxId: `root-probe-${isolation}` } });
+          const answer = await background;
+          const result = execResultSchema.parse(JSON.parse(answer.text));
+          expect(result.stdout).toBe("probed\n");
+          expect(readFileSync("/proc/sys/kernel/core_pattern", "utf8")).toBe(corePattern);
+          for (const h of ["pids", "memory", "unified"])
+            expect(existsSync(`/sys/fs/cgroup/${h}/rt-pwned-${marker}`)).toBe(false);
+          expect(existsSync(`/tmp/rt-pwned-${marker}`)).toBe(false);
+        } finally {
+          await host.close();
+        }
+      },
+    );
+  }
+});
+
+describe("descriptors the bridge inherited never reach a command (issue 12, finding 6)", () => {
+  for (const isolation of ["none", "bwrap"] as const) {
+    it.skipIf(isolation === "bwrap" && skipBwrap)(
+      `isolation ${isolation}: fds 9 and 251 of the bridge are /dev/null in the command, and nothing written there arrives`,
+      async () => {
+        const bridge = await startBridgeProcess(isolation, { inheritedDescriptors: [9, 251] });
+        const received: string[] = [];
+        for (const end of bridge.inherited.values())
+          end.on("data", (d: Buffer) => received.push(d.toString()));
+        try {
+          const answer = await call({ bridge }, "/exec", {
+            body: {
+              sandboxId: `fd-probe-${isolation}`,
+              // `ls` lists the shell's descriptors while the shell holds nothing else open.
+              command: "echo leaked >&9; ls -l /proc/$$/fd",
+            },
+          });
+          const result = execResultSchema.parse(JSON.parse(answer.text));
+          const fds = new Map(
+            [...result.stdout.matchAll(/ (\d+) -> (.*)$/gm)].map(([, fd, target]) => [fd, target]),
+          );
+          expect([...fds.keys()]).toEqual(expect.arrayContaining(["0", "1", "2"]));
+          for (const [fd, target] of fds)
+            if (Number(fd) > 2) expect(target, `fd ${fd}`).toBe("/dev/null");
+          expect(fds.get("251")).toBe("/dev/null");
+          await new Promise((resolve) => setTimeout(resolve, 100));
+          expect(received).toEqual([]);
+        } finally {
+          await bridge.close();
         }
       },
     );

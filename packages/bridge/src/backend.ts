@@ -47,7 +47,7 @@ export interface RunningCommand {
 }
 
 /** What a backend may add to `GET /health`: the fields the bridge does not fill itself. */
-export type BackendHealth = Pick<HealthResponse, "warmPool">;
+export type BackendHealth = Pick<HealthResponse, "warmPool" | "sandbox">;
 
 /** A sandbox technology as the bridge uses it (see the top of this file). */
 export interface SandboxBackend {

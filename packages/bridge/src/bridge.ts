@@ -184,8 +184,12 @@ async function backendHealth(
 ): Promise<BackendHealth> {
   if (backend.health === undefined) return {};
   try {
-    const { warmPool } = await backend.health();
-    return warmPool === undefined ? {} : { warmPool };
+    // Only the fields a backend may add: it cannot override what the bridge reports itself.
+    const { warmPool, sandbox } = await backend.health();
+    return {
+      ...(sandbox === undefined ? {} : { sandbox }),
+      ...(warmPool === undefined ? {} : { warmPool }),
+    };
   } catch (error) {
     const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
     logger({ event: "internal_error", level: "error", detail: logDetail(`health(): ${text}`, []) });

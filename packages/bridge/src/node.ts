@@ -8,7 +8,7 @@ import type { Limits } from "@remote-task/protocol";
 import type { SandboxBackend } from "./backend.js";
 import { createBridge } from "./bridge.js";
 import type { AdmissionOptions } from "./limits.js";
-import { createLocalBackend } from "./local/index.js";
+import { createLocalBackend, type LocalBackendOptions } from "./local/index.js";
 import { type BridgeLogger, stderrLogger } from "./logger.js";
 import { errorBody, errorResponse } from "./responses.js";
 
@@ -19,8 +19,13 @@ export interface LocalBridgeOptions<B extends SandboxBackend = SandboxBackend> {
   host?: string | undefined;
   /** Bearer token (default: 32 random bytes, base64url). */
   token?: string | undefined;
-  /** Backend (default: `createLocalBackend({ isolation: "auto" })`). */
+  /** Backend (default: `createLocalBackend({ isolation: "auto", ...local })`). */
   backend?: B | undefined;
+  /**
+   * Options of the default local backend (isolation, per-sandbox limits, uids...); ignored when
+   * `backend` is given. That backend is closed with the bridge.
+   */
+  local?: LocalBackendOptions | undefined;
   /** Serve without a token; `token` is then ignored. */
   allowUnauthenticated?: boolean | undefined;
   limits?: Partial<Limits> | undefined;
@@ -73,7 +78,11 @@ export async function startLocalBridge<
   const host = options.host ?? "127.0.0.1";
   const unauthenticated = options.allowUnauthenticated === true;
   const token = unauthenticated ? "" : (options.token ?? randomBytes(32).toString("base64url"));
-  const backend = (options.backend ?? createLocalBackend({ isolation: "auto" })) as B;
+  const ownBackend =
+    options.backend === undefined
+      ? createLocalBackend({ isolation: "auto", ...options.local })
+      : undefined;
+  const backend = (options.backend ?? ownBackend) as B;
   const bridge = createBridge({
     backend,
     ...(unauthenticated ? { allowUnauthenticated: true } : { token }),
@@ -100,6 +109,9 @@ export async function startLocalBridge<
       server.off("error", reject);
       resolve();
     });
+  }).catch(async (error: unknown) => {
+    await ownBackend?.close();
+    throw error;
   });
   server.on("clientError", answerClientError);
   const { port } = server.address() as AddressInfo;
@@ -115,6 +127,7 @@ export async function startLocalBridge<
         await bridge.shutdown();
         server.closeAllConnections();
         await closed;
+        await ownBackend?.close();
       })();
       return closing;
     },

@@ -1,4 +1,7 @@
 import { execFileSync } from "node:child_process";
+import { chmod, mkdtemp, readdir } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import {
   ERROR_STATUS,
   type ErrorBody,
@@ -130,4 +133,20 @@ export function processesWith(marker: string): string[] {
 export function markedSleep(): { command: string; marker: string } {
   const marker = `1000.${process.pid}${Math.floor(Math.random() * 1e6)}`;
   return { command: `sleep ${marker}`, marker };
+}
+
+/**
+ * A fresh directory for a local backend's `tmpRoot`, traversable by other users (a root bridge
+ * runs each sandbox as an unprivileged uid, which must reach its directory).
+ */
+export async function makeTmpRoot(prefix: string): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), prefix));
+  await chmod(dir, 0o711);
+  return dir;
+}
+
+/** Per-call directories a local backend has not removed (its state directory minus its own files). */
+export async function leftoverCallDirs(backend: { stateDir: string }): Promise<string[]> {
+  const entries = await readdir(backend.stateDir);
+  return entries.filter((name) => name !== "passwd" && name !== "group");
 }

@@ -1,9 +1,8 @@
 import { existsSync } from "node:fs";
-import { mkdtemp, readdir, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { readdir, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { type ExecResult, execResultSchema } from "@remote-task/protocol";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { silentLogger } from "../src/index.js";
 import {
   createLocalBackend,
@@ -11,7 +10,15 @@ import {
   type LocalBackend,
 } from "../src/local/index.js";
 import { type LocalBridge, startLocalBridge } from "../src/node.js";
-import { eventually, expectError, freshId, markedSleep, processesWith } from "./helpers.js";
+import {
+  eventually,
+  expectError,
+  freshId,
+  leftoverCallDirs,
+  makeTmpRoot,
+  markedSleep,
+  processesWith,
+} from "./helpers.js";
 import { bwrap, bwrapRequired, isolationModes } from "./isolation.js";
 
 it("bubblewrap works here whenever REMOTE_TASK_REQUIRE_BWRAP=1", () => {
@@ -38,6 +45,61 @@ describe("isolation option", () => {
     expect(createLocalBackend({ isolation: "none" }).isolation).toBe("none");
   });
 
+  it("auto warns on stderr when it falls back to none", () => {
+    const warn = vi.spyOn(process.stderr, "write").mockImplementation(() => true);
+    try {
+      const backend = createLocalBackend({ isolation: "auto", bwrapPath: "/nonexistent/bwrap" });
+      expect(backend.isolation).toBe("none");
+      const lines = warn.mock.calls.map(([text]) => String(text));
+      expect(lines).toContainEqual(
+        expect.stringMatching(
+          /^remote-task: warning: bubblewrap is not usable here .*isolation "none"/,
+        ),
+      );
+      void backend.close();
+    } finally {
+      warn.mockRestore();
+    }
+  });
+
+  it.skipIf(!bwrap.ok || process.getuid?.() !== 0)(
+    "bwrap refuses to start when bubblewrap works only as root (no unprivileged user namespaces)",
+    async () => {
+      // A bubblewrap that behaves like one on a host without unprivileged user namespaces: it
+      // would run as root (where the command would be host root) but fails as any other uid.
+      const dir = await makeTmpRoot("rt-fake-bwrap-");
+      const fake = join(dir, "bwrap");
+      await writeFile(
+        fake,
+        '#!/bin/sh\n[ "$(id -u)" = 0 ] && exec bwrap "$@"\necho "bwrap: setting up uid map: Permission denied" >&2\nexit 1\n',
+        { mode: 0o755 },
+      );
+      try {
+        let thrown: unknown;
+        try {
+          createLocalBackend({ isolation: "bwrap", bwrapPath: fake });
+        } catch (error) {
+          thrown = error;
+        }
+        expect(IsolationUnavailableError.isInstance(thrown)).toBe(true);
+        expect((thrown as IsolationUnavailableError).reason).toMatch(
+          /failed a trial run as uid \d+ .*uid map: Permission denied/,
+        );
+        const warn = vi.spyOn(process.stderr, "write").mockImplementation(() => true);
+        try {
+          const auto = createLocalBackend({ isolation: "auto", bwrapPath: fake });
+          expect(auto.isolation).toBe("none");
+          expect(auto.sandbox.user).toBe("uid-per-sandbox");
+          await auto.close();
+        } finally {
+          warn.mockRestore();
+        }
+      } finally {
+        await rm(dir, { recursive: true, force: true });
+      }
+    },
+  );
+
   it.skipIf(!bwrap.ok)("auto uses bwrap when it works", () => {
     expect(createLocalBackend({ isolation: "auto" }).isolation).toBe("bwrap");
   });
@@ -52,7 +114,7 @@ describe.each(isolationModes)("local backend, $title", ({ mode, skip }) => {
   beforeAll(async () => {
     if (skip) return;
     process.env.REMOTE_TASK_TEST_HOST_SECRET = secret;
-    tmpRoot = await mkdtemp(join(tmpdir(), "rt-local-test-"));
+    tmpRoot = await makeTmpRoot("rt-local-test-");
     backend = createLocalBackend({ isolation: mode, tmpRoot, killGraceMs: 300 });
     bridge = await startLocalBridge({ backend, logger: silentLogger });
   });
@@ -60,12 +122,15 @@ describe.each(isolationModes)("local backend, $title", ({ mode, skip }) => {
     if (skip) return;
     delete process.env.REMOTE_TASK_TEST_HOST_SECRET;
     await bridge.close();
+    await backend.close();
+    // Closed, the backend leaves nothing behind in its tmpRoot.
+    expect(await readdir(tmpRoot)).toEqual([]);
     await rm(tmpRoot, { recursive: true, force: true });
   });
   afterEach(async () => {
     if (skip) return;
     expect(backend.liveSandboxes()).toBe(0);
-    expect(await readdir(tmpRoot)).toEqual([]);
+    expect(await leftoverCallDirs(backend)).toEqual([]);
   });
 
   const post = (body: Record<string, unknown>, signal?: AbortSignal) =>

@@ -1,7 +1,5 @@
-import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { readdir, rm } from "node:fs/promises";
 import { connect } from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { execResultSchema, healthResponseSchema } from "@remote-task/protocol";
 import { referenceExecRequest, referenceExecResponse } from "@remote-task/protocol/fixtures";
 import { afterEach, describe, expect, it } from "vitest";
@@ -14,6 +12,8 @@ import {
   eventually,
   expectError,
   freshId,
+  leftoverCallDirs,
+  makeTmpRoot,
   markedSleep,
   memoryLogger,
   processesWith,
@@ -87,6 +87,29 @@ describe("startLocalBridge", () => {
       expect(execResultSchema.parse(body).outcome).toBe("exited");
     },
   );
+
+  it("configures its default backend with `local`, reports it on /health and closes it", async () => {
+    const tmpRoot = await makeTmpRoot("rt-node-local-");
+    const bridge = await startLocalBridge({
+      logger: memoryLogger(),
+      local: { isolation: "none", tmpRoot, limits: { memoryBytes: 256 * 1024 * 1024 } },
+    });
+    const health = healthResponseSchema.parse(
+      await (
+        await fetch(`${bridge.url}/health`, {
+          headers: { authorization: `Bearer ${bridge.token}` },
+        })
+      ).json(),
+    );
+    expect(health).toMatchObject({
+      isolation: "none",
+      sandbox: { memoryBytes: { max: 256 * 1024 * 1024 } },
+    });
+    expect(await readdir(tmpRoot)).toHaveLength(1);
+    await bridge.close();
+    expect(await readdir(tmpRoot)).toEqual([]);
+    await rm(tmpRoot, { recursive: true, force: true });
+  });
 
   it("answers the reference request with the reference shape without isolation", async () => {
     const bridge = await start({ backend: createLocalBackend({ isolation: "none" }) });
@@ -212,7 +235,7 @@ describe("bounded output over HTTP", () => {
 
 describe("nothing left behind", () => {
   it("after a mixed batch: zero live sandboxes, no temp dirs, no processes", async () => {
-    const tmpRoot = await mkdtemp(join(tmpdir(), "rt-leak-test-"));
+    const tmpRoot = await makeTmpRoot("rt-leak-test-");
     const local = createLocalBackend({ isolation: "auto", tmpRoot, killGraceMs: 200 });
     // A backend that fails after starting the real process, to cover the backend-error path.
     const failing: SandboxBackend = {
@@ -269,8 +292,10 @@ describe("nothing left behind", () => {
 
     await eventually(() => local.liveSandboxes() === 0, "zero live sandboxes");
     expect(local.stats()).toMatchObject({ started: 6, destroyed: 6, live: 0 });
-    await eventually(async () => (await readdir(tmpRoot)).length === 0, "temp dirs removed");
+    await eventually(async () => (await leftoverCallDirs(local)).length === 0, "temp dirs removed");
     await eventually(() => processesWith(marker).length === 0, "no processes left");
+    await local.close();
+    expect(await readdir(tmpRoot)).toEqual([]);
     await rm(tmpRoot, { recursive: true, force: true });
   }, 60_000);
 });

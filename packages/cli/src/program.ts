@@ -45,6 +45,12 @@ function port(value: string): number {
   return n;
 }
 
+function uidRange(value: string): { first: number; count: number } {
+  const match = /^(\d+):(\d+)$/.exec(value);
+  if (match === null) throw new InvalidArgumentError("expected FIRST:COUNT, e.g. 1900000000:1024.");
+  return { first: Number(match[1]), count: Number(match[2]) };
+}
+
 const isolationOption = (description: string) =>
   new Option("--isolation <mode>", description).choices(["auto", "bwrap", "none"]).default("auto");
 
@@ -163,10 +169,30 @@ Examples:
     .option("--host <host>", "address to listen on", "127.0.0.1")
     .option("--token <token>", "bearer token to require (default: a random one)")
     .addOption(isolationOption("isolation of the bridge's sandboxes"))
+    .option(
+      "--processes <n>",
+      "most processes and threads per sandbox (default 256)",
+      positiveInteger,
+    )
+    .option("--memory-mib <n>", "memory per sandbox in MiB (default 2048)", positiveInteger)
+    .option(
+      "--workspace-mib <n>",
+      "size of /workspace per sandbox in MiB (default 1024)",
+      positiveInteger,
+    )
+    .option("--tmp-mib <n>", "size of /tmp per sandbox in MiB (default 256)", positiveInteger)
+    .option(
+      "--uids <first:count>",
+      "host uids for sandboxes when run as root (default 1900000000:1024)",
+      uidRange,
+    )
     .addHelpText(
       "after",
       `
 It serves until Ctrl-C.
+
+Example, with tighter per-sandbox limits than the defaults:
+  $ remote-task serve --local --processes 64 --memory-mib 512
 
 Example, in two terminals: start it in one, paste the export line it prints into the other,
 then run commands there:

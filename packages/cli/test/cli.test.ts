@@ -1,4 +1,4 @@
-import { spawn } from "node:child_process";
+import { type ChildProcess, spawn } from "node:child_process";
 import { once } from "node:events";
 import { mkdtemp, writeFile } from "node:fs/promises";
 import { createServer as createHttpServer, type Server } from "node:http";
@@ -351,22 +351,28 @@ describe("run-many", () => {
   });
 });
 
+/** What `serve` printed up to its `export ...` line, and that line. */
+async function exportLineOf(server: ChildProcess): Promise<{ out: string; exportLine: string }> {
+  let out = "";
+  server.stdout?.setEncoding("utf8");
+  const exportLine = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no export line: ${out}`)), 20_000);
+    server.stdout?.on("data", (chunk: string) => {
+      out += chunk;
+      const line = out.split("\n").find((l) => l.startsWith("export "));
+      if (line) {
+        clearTimeout(timer);
+        resolve(line);
+      }
+    });
+  });
+  return { out, exportLine };
+}
+
 describe("serve and health", () => {
   it("serves a working bridge and stops on SIGINT", async () => {
     const server = startCli(["serve", "--local", "--isolation", "none"]);
-    let out = "";
-    server.stdout?.setEncoding("utf8");
-    const exportLine = await new Promise<string>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`no export line: ${out}`)), 20_000);
-      server.stdout?.on("data", (chunk: string) => {
-        out += chunk;
-        const line = out.split("\n").find((l) => l.startsWith("export "));
-        if (line) {
-          clearTimeout(timer);
-          resolve(line);
-        }
-      });
-    });
+    const { out, exportLine } = await exportLineOf(server);
     const url = /CLOUDFLARE_SANDBOX_URL=(\S+)/.exec(exportLine)?.[1];
     const token = /CLOUDFLARE_SANDBOX_TOKEN=(\S+)/.exec(exportLine)?.[1];
     expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
@@ -418,6 +424,47 @@ describe("serve and health", () => {
     const [code] = await once(child, "exit");
     expect(out).toMatch(/^Linux /);
     expect(code).toBe(0);
+  });
+
+  it("serve --local takes per-sandbox limits, prints them, and /health reports them", async () => {
+    const server = startCli([
+      "serve",
+      "--local",
+      "--isolation",
+      "none",
+      "--processes",
+      "48",
+      "--memory-mib",
+      "300",
+      "--workspace-mib",
+      "20",
+    ]);
+    const { out, exportLine } = await exportLineOf(server);
+    try {
+      expect(out).toMatch(
+        /^sandbox: .*memory MiB 300 \(.+\).*\/workspace MiB 20 \(rlimit-fsize\)/m,
+      );
+      const url = /CLOUDFLARE_SANDBOX_URL=(\S+)/.exec(exportLine)?.[1] as string;
+      const token = /CLOUDFLARE_SANDBOX_TOKEN=(\S+)/.exec(exportLine)?.[1] as string;
+      const health = await runCli(["health", "--json"], {
+        env: cleanEnv({ CLOUDFLARE_SANDBOX_URL: url, CLOUDFLARE_SANDBOX_TOKEN: token }),
+      });
+      const { sandbox } = JSON.parse(health.stdout) as {
+        sandbox: Record<string, { max: number } | string>;
+      };
+      expect(sandbox.memoryBytes).toMatchObject({ max: 300 * 1024 * 1024 });
+      expect(sandbox.workspaceBytes).toMatchObject({ max: 20 * 1024 * 1024 });
+      if (process.getuid?.() === 0) expect(sandbox.processes).toMatchObject({ max: 48 });
+    } finally {
+      server.kill("SIGINT");
+      await once(server, "exit");
+    }
+  });
+
+  it("serve --local refuses a limit below what a shell needs, as a usage error", async () => {
+    const { code, stderr } = await runCli(["serve", "--local", "--memory-mib", "1"]);
+    expect(code).toBe(2);
+    expect(stderr).toContain("memoryBytes must be an integer of at least");
   });
 
   it("health prints protocol, backend and limits", async () => {

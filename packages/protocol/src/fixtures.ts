@@ -34,6 +34,16 @@ const limits = {
 
 const admission = { maxConcurrent: 8, maxQueued: 32, running: 8, queued: 3 };
 
+const sandbox = {
+  user: "uid-per-sandbox",
+  uids: { first: 1_900_000_000, count: 1024 },
+  processes: { max: 256, by: "cgroup-v1" },
+  memoryBytes: { max: 2_147_483_648, by: "cgroup-v1" },
+  workspaceBytes: { max: 1_073_741_824, by: "tmpfs" },
+  tmpBytes: { max: 268_435_456, by: "tmpfs" },
+  teardown: "pid-namespace",
+};
+
 const fullResult = {
   stdout: "hello\n",
   stderr: "",
@@ -85,6 +95,7 @@ export const validFixtures: readonly Fixture[] = [
       isolation: "bwrap",
       limits,
       admission,
+      sandbox,
       version: "0.1.0",
     },
   },
@@ -101,6 +112,13 @@ export const validFixtures: readonly Fixture[] = [
   { name: "warm pool off", schema: "WarmPool", value: { target: 0, ready: 0, starting: 0 } },
   { name: "limits", schema: "Limits", value: limits },
   { name: "admission", schema: "Admission", value: admission },
+  { name: "sandbox report", schema: "SandboxReport", value: sandbox },
+  {
+    name: "sandbox report of a bridge without limits",
+    schema: "SandboxReport",
+    value: { user: "bridge-uid", teardown: "process-group" },
+  },
+  { name: "enforced limit", schema: "EnforcedLimit", value: { max: 256, by: "cgroup-v1" } },
   {
     name: "error body",
     schema: "ErrorBody",
@@ -242,6 +260,18 @@ export const invalidFixtures: readonly InvalidFixture[] = [
     schema: "HealthResponse",
     value: { ok: true, warmPool: { target: 4, ready: -1, starting: 0 } },
     failingPath: ["warmPool", "ready"],
+  },
+  {
+    name: "sandbox limit of zero",
+    schema: "HealthResponse",
+    value: { ok: true, sandbox: { processes: { max: 0, by: "cgroup-v2" } } },
+    failingPath: ["sandbox", "processes", "max"],
+  },
+  {
+    name: "sandbox limit without mechanism",
+    schema: "SandboxReport",
+    value: { memoryBytes: { max: 1024 } },
+    failingPath: ["memoryBytes", "by"],
   },
   {
     name: "error body with unknown code",

@@ -44,6 +44,47 @@ export const admissionSchema = z.object({
 });
 export type Admission = z.infer<typeof admissionSchema>;
 
+/** One per-sandbox limit in force, and the mechanism that enforces it. */
+export const enforcedLimitSchema = z.object({
+  max: positiveInt.describe("The limit."),
+  by: z
+    .string()
+    .describe(
+      "What enforces it, e.g. `cgroup-v2`, `cgroup-v1`, `rlimit` (per process), `tmpfs`, `container`.",
+    ),
+});
+export type EnforcedLimit = z.infer<typeof enforcedLimitSchema>;
+
+/**
+ * How each sandbox is confined, as far as the bridge can tell. A limit that is left out is not
+ * enforced; readers that do not know a field ignore it.
+ */
+export const sandboxReportSchema = z.object({
+  user: z
+    .string()
+    .optional()
+    .describe(
+      "Who the command runs as on the host: `uid-per-sandbox` (a distinct unprivileged uid for each sandbox running at the same time), `bridge-uid` (the bridge's own uid, which is not root) or `container`.",
+    ),
+  uids: z
+    .object({ first: positiveInt, count: positiveInt })
+    .optional()
+    .describe("The host uids `uid-per-sandbox` takes from: `first` to `first + count - 1`."),
+  processes: enforcedLimitSchema.optional().describe("Most processes and threads at once."),
+  memoryBytes: enforcedLimitSchema.optional().describe("Most memory, in bytes."),
+  workspaceBytes: enforcedLimitSchema
+    .optional()
+    .describe("Largest size of `/workspace`, in bytes."),
+  tmpBytes: enforcedLimitSchema.optional().describe("Largest size of `/tmp`, in bytes."),
+  teardown: z
+    .string()
+    .optional()
+    .describe(
+      "What stops every process of a sandbox when its call ends: `pid-namespace`, `cgroup`, `uid` or `process-group` (a process that leaves its group can outlive the call).",
+    ),
+});
+export type SandboxReport = z.infer<typeof sandboxReportSchema>;
+
 /** `GET /health`. The reference bridge answers only `{ok: true}`, so the rest is optional. */
 export const healthResponseSchema = z.object({
   ok: z.literal(true),
@@ -55,6 +96,7 @@ export const healthResponseSchema = z.object({
     .describe("Isolation actually in force: `container`, `bwrap` or `none`."),
   limits: limitsSchema.optional(),
   admission: admissionSchema.optional(),
+  sandbox: sandboxReportSchema.optional(),
   version: z.string().optional().describe("Version of the bridge software."),
   warmPool: warmPoolSchema
     .optional()

@@ -1,11 +1,13 @@
-import { type ChildProcess, fork } from "node:child_process";
-import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { type ChildProcess, fork, type StdioOptions } from "node:child_process";
+import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
+import type { Duplex } from "node:stream";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
 import type { BridgeProcessConfig, BridgeProcessReply } from "../../src/ipc.js";
 import { waitFor } from "./bridge.js";
+import { leftoverDirs, makeTmpRoot } from "./tmp-root.js";
 
 const ENTRY = join(dirname(fileURLToPath(import.meta.url)), "../../src/bridge-process.ts");
 
@@ -26,6 +28,8 @@ export interface BridgeProcess {
   settled(limitMs?: number): Promise<Stats>;
   leftoverDirs(): Promise<string[]>;
   close(): Promise<void>;
+  /** This side of each inherited descriptor (`inheritedDescriptors`), by its number in the bridge. */
+  inherited: Map<number, Duplex>;
 }
 
 /** Bundles the bridge process from the workspace sources into a fresh temporary directory. */
@@ -48,9 +52,29 @@ async function bundle(): Promise<{ dir: string; script: string }> {
   return { dir, script };
 }
 
-export async function startBridgeProcess(isolation: "none" | "bwrap"): Promise<BridgeProcess> {
+export interface BridgeProcessOptions {
+  /** Share a temp root with other bridges (it is then not removed by `close`). */
+  tmpRoot?: string;
+  /**
+   * Descriptors the bridge process inherits besides 0-2 and its IPC channel, as a supervisor or a
+   * shell may leave open: each a socket whose other end is in `BridgeProcess.inherited`.
+   */
+  inheritedDescriptors?: number[];
+}
+
+export async function startBridgeProcess(
+  isolation: "none" | "bwrap",
+  options: BridgeProcessOptions = {},
+): Promise<BridgeProcess> {
   const { dir: bundleDir, script } = await bundle();
-  const tmpRoot = await mkdtemp(join(tmpdir(), "rt-soak-"));
+  const ownTmpRoot = options.tmpRoot === undefined;
+  const tmpRoot = options.tmpRoot ?? (await makeTmpRoot("rt-soak-"));
+  const extra = options.inheritedDescriptors ?? [];
+  const stdio: StdioOptions = ["ignore", "inherit", "inherit", "ipc"];
+  for (const fd of extra) {
+    while (stdio.length < fd) stdio.push("ignore");
+    stdio[fd] = "pipe";
+  }
   const config: BridgeProcessConfig = {
     isolation,
     tmpRoot,
@@ -59,7 +83,7 @@ export async function startBridgeProcess(isolation: "none" | "bwrap"): Promise<B
   const child: ChildProcess = fork(script, [], {
     execArgv: ["--expose-gc"],
     env: { PATH: process.env.PATH ?? "/usr/bin:/bin", RT_BRIDGE_CONFIG: JSON.stringify(config) },
-    stdio: ["ignore", "inherit", "inherit", "ipc"],
+    stdio,
   });
   const logLines: string[] = [];
   const statsWaiters: ((stats: Stats) => void)[] = [];
@@ -74,7 +98,7 @@ export async function startBridgeProcess(isolation: "none" | "bwrap"): Promise<B
   // The bundle is one file, loaded once the process is ready.
   const info = await ready
     .catch(async (error: unknown) => {
-      await rm(tmpRoot, { recursive: true, force: true });
+      if (ownTmpRoot) await rm(tmpRoot, { recursive: true, force: true });
       throw error;
     })
     .finally(() => rm(bundleDir, { recursive: true, force: true }));
@@ -100,9 +124,9 @@ export async function startBridgeProcess(isolation: "none" | "bwrap"): Promise<B
       }
       return last;
     },
-    leftoverDirs: () => readdir(tmpRoot),
+    leftoverDirs: () => leftoverDirs(tmpRoot),
     async close() {
-      if (child.exitCode === null) {
+      if (child.exitCode === null && child.signalCode === null) {
         const exited = new Promise((resolve) => child.once("exit", resolve));
         child.send({ type: "close" });
         await Promise.race([
@@ -110,7 +134,8 @@ export async function startBridgeProcess(isolation: "none" | "bwrap"): Promise<B
           waitFor(() => false, 20_000).catch(() => child.kill("SIGKILL")),
         ]);
       }
-      await rm(tmpRoot, { recursive: true, force: true });
+      if (ownTmpRoot) await rm(tmpRoot, { recursive: true, force: true });
     },
+    inherited: new Map(extra.map((fd) => [fd, child.stdio[fd] as Duplex])),
   };
 }

@@ -1,10 +1,9 @@
-import { mkdtemp, readdir, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { readdir, rm } from "node:fs/promises";
 import type { AdmissionOptions, BridgeLogEntry, BridgeLogger } from "@remote-task/bridge";
 import { createLocalBackend, type LocalBackend } from "@remote-task/bridge/local";
 import { type LocalBridge, startLocalBridge } from "@remote-task/bridge/node";
 import type { Limits } from "@remote-task/protocol";
+import { leftoverDirs, makeTmpRoot } from "./tmp-root.js";
 
 /** Every log entry the bridge wrote, both as objects and as the JSON lines a deployment would see. */
 export class LogCapture {
@@ -29,7 +28,7 @@ export interface TestBridge {
   tmpRoot: string;
   /** Waits (bounded) until every sandbox the bridge started is destroyed. */
   settled(limitMs?: number): Promise<void>;
-  /** Entries of `tmpRoot`: per-call directories not yet removed. */
+  /** Per-call directories not yet removed. */
   leftoverDirs(): Promise<string[]>;
   close(): Promise<void>;
 }
@@ -45,7 +44,7 @@ export interface TestBridgeOptions {
 
 /** A real embedded bridge on 127.0.0.1 with the real local backend in a dedicated temp root. */
 export async function startTestBridge(options: TestBridgeOptions = {}): Promise<TestBridge> {
-  const tmpRoot = await mkdtemp(join(tmpdir(), "rt-reliability-"));
+  const tmpRoot = await makeTmpRoot("rt-reliability-");
   const backend = createLocalBackend({
     isolation: options.isolation ?? "none",
     tmpRoot,
@@ -60,6 +59,7 @@ export async function startTestBridge(options: TestBridgeOptions = {}): Promise<
     heartbeatIntervalMs: options.heartbeatIntervalMs,
     admission: options.admission,
   }).catch(async (error: unknown) => {
+    await backend.close();
     await rm(tmpRoot, { recursive: true, force: true });
     throw error;
   });
@@ -77,10 +77,13 @@ export async function startTestBridge(options: TestBridgeOptions = {}): Promise<
         },
       );
     },
-    leftoverDirs: () => readdir(tmpRoot),
+    leftoverDirs: () => leftoverDirs(tmpRoot),
     async close() {
       await bridge.close();
+      await backend.close();
+      const left = await readdir(tmpRoot);
       await rm(tmpRoot, { recursive: true, force: true });
+      if (left.length > 0) throw new Error(`the closed backend left ${left.join(", ")} behind`);
     },
   };
 }

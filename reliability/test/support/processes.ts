@@ -62,3 +62,12 @@ export function descendants(root: number): ProcessInfo[] {
   }
   return found;
 }
+
+/** The argument vector of a process (empty once it is gone). */
+export function commandLine(pid: number): string[] {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, "latin1").split("\0");
+  } catch {
+    return [];
+  }
+}

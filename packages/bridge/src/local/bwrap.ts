@@ -4,43 +4,119 @@ import { existsSync, lstatSync, readlinkSync } from "node:fs";
 /** Where the sandbox's working directory is mounted inside bubblewrap. */
 export const SANDBOX_WORKSPACE = "/workspace";
 
-/** System directories made visible read-only inside the sandbox (those that exist). */
-const SYSTEM_DIRS = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"];
+/** The command's uid and gid inside the sandbox (any host uid maps to it). */
+export const SANDBOX_UID = 1000;
 
-/** Read-only bind (or the same symlink, for merged-/usr systems) of each system directory. */
-function systemMounts(): string[] {
-  const args: string[] = [];
-  for (const dir of SYSTEM_DIRS) {
-    if (!existsSync(dir)) continue;
-    if (lstatSync(dir).isSymbolicLink()) args.push("--symlink", readlinkSync(dir), dir);
-    else args.push("--ro-bind", dir, dir);
-  }
-  return args;
+/** System directories made visible read-only inside the sandbox (those that exist). */
+const SYSTEM_DIRS = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
+
+/**
+ * Entries of the host's `/etc` a command needs (dynamic linking, Debian's alternatives, time
+ * zone, name service switch, TLS roots, MIME and magic databases, OS identification); nothing
+ * else of `/etc` is there (no `shadow`, no package manager credentials, no host configuration).
+ * `passwd` and `group` are the sandbox's own.
+ */
+export const DEFAULT_ETC_ENTRIES: readonly string[] = [
+  "alternatives",
+  "ca-certificates",
+  "ca-certificates.conf",
+  "crypto-policies",
+  "debian_version",
+  "gai.conf",
+  "host.conf",
+  "hosts",
+  "ld.so.cache",
+  "ld.so.conf",
+  "ld.so.conf.d",
+  "localtime",
+  "lsb-release",
+  "magic",
+  "magic.mime",
+  "mime.types",
+  "nsswitch.conf",
+  "os-release",
+  "pki",
+  "protocols",
+  "services",
+  "ssl",
+  "terminfo",
+  "timezone",
+];
+
+/** The sandbox's `/etc/passwd` and `/etc/group`. */
+export const SANDBOX_PASSWD = `root:x:0:0:root:/root:/bin/sh\nsandbox:x:${SANDBOX_UID}:${SANDBOX_UID}:sandbox:${SANDBOX_WORKSPACE}:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n`;
+export const SANDBOX_GROUP = `root:x:0:\nsandbox:x:${SANDBOX_UID}:\nnogroup:x:65534:\n`;
+
+/** Read-only bind (or the same symlink) of `path`, if it exists. */
+function mirror(path: string): string[] {
+  if (!existsSync(path)) return [];
+  if (lstatSync(path).isSymbolicLink()) return ["--symlink", readlinkSync(path), path];
+  return ["--ro-bind", path, path];
 }
 
 /** True when `dir` is one of the read-only system directories or below one. */
 export function isUnderSystemDir(dir: string): boolean {
-  return SYSTEM_DIRS.some((root) => dir === root || dir.startsWith(`${root}/`));
+  return [...SYSTEM_DIRS, "/etc"].some((root) => dir === root || dir.startsWith(`${root}/`));
+}
+
+/** What every sandbox of a backend shares. */
+export interface BwrapConfig {
+  workspaceBytes: number;
+  tmpBytes: number;
+  /** Host files mounted as the sandbox's `/etc/passwd` and `/etc/group`. */
+  passwdFile: string;
+  groupFile: string;
+  etcEntries: readonly string[];
+}
+
+/** What differs from call to call. */
+export interface BwrapCall {
+  /** Working directory inside. */
+  cwd: string;
+  /** Directories to create inside (a cwd that does not exist yet). */
+  extraDirs: readonly string[];
+  /** Descriptors on which bwrap reports the sandbox's first pid, and then waits to start it. */
+  infoFd?: number;
+  blockFd?: number;
 }
 
 /**
- * bubblewrap arguments for one sandbox: every namespace unshared (so no network and a new PID
- * namespace), killed with the bridge, read-only system directories,
- * `workspaceDir` at /workspace, a private /tmp, fresh /proc and /dev.
+ * The bubblewrap arguments every sandbox of a backend shares, computed once: a user namespace
+ * (the command is uid 1000 inside and the bridge's unprivileged uid outside, so it holds no
+ * privilege on the host and `/proc/sys` is not writable), every other namespace unshared (no
+ * network, its own PID namespace: when its first process ends, the kernel kills the rest), no
+ * further user namespaces, killed with the bridge, read-only system directories and the listed
+ * `/etc` entries, size-limited tmpfs `/workspace` and `/tmp`, fresh `/proc` and `/dev`.
  */
 // No --new-session: the host spawns bwrap as a session leader without a terminal (so there is no
-// TTY to inject into), and keeping the command in bwrap's process group lets the host kill every
-// process of the sandbox with one signal and see when the last one is gone.
-export function bwrapArgs(workspaceDir: string, cwd: string, extraDirs: string[] = []): string[] {
-  const args = [
+// TTY to inject into), and keeping the command in bwrap's process group lets the host signal every
+// process of the sandbox at once.
+export function bwrapBaseArgs(config: BwrapConfig): string[] {
+  return [
     "--unshare-all",
+    "--unshare-user",
+    "--disable-userns",
+    "--uid",
+    String(SANDBOX_UID),
+    "--gid",
+    String(SANDBOX_UID),
     "--die-with-parent",
     "--hostname",
     "sandbox",
-    ...systemMounts(),
-    "--bind",
-    workspaceDir,
+    ...SYSTEM_DIRS.flatMap(mirror),
+    ...config.etcEntries.flatMap((name) => mirror(`/etc/${name}`)),
+    "--ro-bind",
+    config.passwdFile,
+    "/etc/passwd",
+    "--ro-bind",
+    config.groupFile,
+    "/etc/group",
+    "--size",
+    String(config.workspaceBytes),
+    "--tmpfs",
     SANDBOX_WORKSPACE,
+    "--size",
+    String(config.tmpBytes),
     "--tmpfs",
     "/tmp",
     "--proc",
@@ -48,8 +124,15 @@ export function bwrapArgs(workspaceDir: string, cwd: string, extraDirs: string[]
     "--dev",
     "/dev",
   ];
-  for (const dir of extraDirs) args.push("--dir", dir);
-  args.push("--chdir", cwd);
+}
+
+/** The arguments of one sandbox: the shared ones, its directories, a read-only root, its cwd. */
+export function bwrapArgs(base: readonly string[], call: BwrapCall): string[] {
+  const args = [...base];
+  for (const dir of call.extraDirs) args.push("--dir", dir);
+  args.push("--remount-ro", "/", "--chdir", call.cwd);
+  if (call.infoFd !== undefined) args.push("--info-fd", String(call.infoFd));
+  if (call.blockFd !== undefined) args.push("--block-fd", String(call.blockFd));
   return args;
 }
 
@@ -59,36 +142,35 @@ export interface BwrapProbe {
   reason?: string;
 }
 
-const probes = new Map<string, BwrapProbe>();
-
-/** Runs `bwrap ... true` once per binary path and remembers whether it works here. */
-export function probeBwrap(bwrapPath: string, workspaceDir: string): BwrapProbe {
-  const cached = probes.get(bwrapPath);
-  if (cached !== undefined) return cached;
-  const run = spawnSync(
-    bwrapPath,
-    [...bwrapArgs(workspaceDir, SANDBOX_WORKSPACE), "--", "/bin/sh", "-c", "true"],
-    { stdio: ["ignore", "ignore", "pipe"], timeout: 10_000, env: { PATH: "/usr/bin:/bin" } },
-  );
-  let probe: BwrapProbe;
+/**
+ * Runs `bwrap ... true` with the sandbox's own arguments, as the host uid sandboxes will run as
+ * (`uid`, when the bridge drops privileges), and says whether it works here.
+ */
+export function probeBwrap(bwrapPath: string, base: readonly string[], uid?: number): BwrapProbe {
+  const args = bwrapArgs(base, { cwd: SANDBOX_WORKSPACE, extraDirs: [] });
+  const run = spawnSync(bwrapPath, [...args, "--", "/bin/sh", "-c", "true"], {
+    stdio: ["ignore", "ignore", "pipe"],
+    timeout: 10_000,
+    env: { PATH: "/usr/bin:/bin" },
+    ...(uid === undefined ? {} : { uid, gid: uid }),
+  });
   if (run.error !== undefined) {
     const code = (run.error as NodeJS.ErrnoException).code;
-    probe = {
+    return {
       ok: false,
       reason:
         code === "ENOENT"
           ? `${bwrapPath} is not installed (Debian/Ubuntu: apt-get install bubblewrap)`
           : `${bwrapPath} could not be run: ${run.error.message}`,
     };
-  } else if (run.status !== 0) {
-    const stderr = run.stderr?.toString("utf8").trim().slice(0, 500) ?? "";
-    probe = {
-      ok: false,
-      reason: `${bwrapPath} failed a trial run (exit ${run.status ?? run.signal}): ${stderr || "no message"}; unprivileged user namespaces may be disabled (sysctl kernel.unprivileged_userns_clone / apparmor_restrict_unprivileged_userns)`,
-    };
-  } else {
-    probe = { ok: true };
   }
-  probes.set(bwrapPath, probe);
-  return probe;
+  if (run.status !== 0) {
+    const stderr = run.stderr?.toString("utf8").trim().slice(0, 500) ?? "";
+    const as = uid === undefined ? "" : ` as uid ${uid}`;
+    return {
+      ok: false,
+      reason: `${bwrapPath} failed a trial run${as} (exit ${run.status ?? run.signal}): ${stderr || "no message"}; unprivileged user namespaces may be disabled (sysctl kernel.unprivileged_userns_clone / user.max_user_namespaces / apparmor_restrict_unprivileged_userns)`,
+    };
+  }
+  return { ok: true };
 }

@@ -1,31 +1,93 @@
-import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import { chmod, mkdir, mkdtemp, readdir, rm } from "node:fs/promises";
-import { constants, tmpdir } from "node:os";
-import { join, posix } from "node:path";
-import type { Writable } from "node:stream";
+import { spawnSync } from "node:child_process";
+import { chmodSync, closeSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { availableParallelism } from "node:os";
+import { join } from "node:path";
 import { hasBrand } from "@remote-task/internal";
+import type { SandboxReport } from "@remote-task/protocol";
 import {
   BackendError,
   type ExecSpec,
   type RunningCommand,
   type SandboxBackend,
 } from "../backend.js";
-import { bwrapArgs, isUnderSystemDir, probeBwrap, SANDBOX_WORKSPACE } from "./bwrap.js";
+import {
+  bwrapArgs,
+  bwrapBaseArgs,
+  DEFAULT_ETC_ENTRIES,
+  isUnderSystemDir,
+  probeBwrap,
+  SANDBOX_GROUP,
+  SANDBOX_PASSWD,
+  SANDBOX_WORKSPACE,
+} from "./bwrap.js";
+import { createCgroupSet, sweepCgroups } from "./cgroups.js";
+import { refuseNul, resolveCwd } from "./cwd.js";
+import { inheritedDescriptors, openDevNull, sandboxStdio } from "./descriptors.js";
+import {
+  checkUidRange,
+  DEFAULT_SANDBOX_LIMITS,
+  DEFAULT_SANDBOX_UIDS,
+  resolveSandboxLimits,
+  type SandboxLimits,
+} from "./limits.js";
+import { limitNotes } from "./notes.js";
 import { mergeOutput } from "./output.js";
+import { cleanUpAtExit, newInstanceName } from "./ownership.js";
+import {
+  exitStatus,
+  groupGone,
+  killUid,
+  pollUntil,
+  processEnded,
+  settleWithin,
+  signal,
+} from "./processes.js";
+import { GATE_FD, processLimitFlag, shellScript } from "./shell.js";
+import { type Slot, SlotPool, sweepUidClaims, type UidRange, uidClaimsDir } from "./slots.js";
+import { type SandboxProcess, Spawner, type SpawnRequest } from "./spawner.js";
+import {
+  checkTraversable,
+  defaultTmpRoot,
+  isTmpfs,
+  makeCallDirectories,
+  removeCallDir,
+  STATE_DIR_PREFIX,
+  sweepStateDirs,
+} from "./state-dir.js";
+
+export { DEFAULT_ETC_ENTRIES } from "./bwrap.js";
+export { DEFAULT_SANDBOX_LIMITS, DEFAULT_SANDBOX_UIDS, type SandboxLimits } from "./limits.js";
+export type { UidRange } from "./slots.js";
 
 export type LocalIsolationOption = "auto" | "bwrap" | "none";
 export type LocalIsolation = "bwrap" | "none";
 
 export interface LocalBackendOptions {
-  /** `auto` (default) uses bubblewrap when a trial run works, else none; `bwrap` requires it. */
+  /**
+   * `auto` (default) uses bubblewrap when a trial run works, else none (with a warning on
+   * stderr); `bwrap` requires it.
+   */
   isolation?: LocalIsolationOption | undefined;
-  /** Parent of the per-call temporary directories (default: the OS temp directory). */
+  /**
+   * Parent of the directory this backend owns (default: `/dev/shm` when it is a tmpfs with room
+   * for a sandbox's `/workspace` and `/tmp`, else the OS temp directory).
+   */
   tmpRoot?: string | undefined;
   /** Time between SIGTERM and SIGKILL when a command is stopped (default 2000 ms). */
   killGraceMs?: number | undefined;
   /** bubblewrap binary (default `bwrap` on PATH). */
   bwrapPath?: string | undefined;
+  /** Per-sandbox limits (default {@link DEFAULT_SANDBOX_LIMITS}). */
+  limits?: Partial<SandboxLimits> | undefined;
+  /**
+   * Host uids for sandboxes when the bridge runs as root, one per sandbox running at a time
+   * (default {@link DEFAULT_SANDBOX_UIDS}); also the most sandboxes at once.
+   */
+  uids?: UidRange | undefined;
+  /** Use cgroups for limits and teardown where this process can create them (default true). */
+  cgroups?: boolean | undefined;
+  /** Entries of the host's `/etc` visible inside bubblewrap (default {@link DEFAULT_ETC_ENTRIES}). */
+  etc?: readonly string[] | undefined;
 }
 
 export interface LocalBackendStats {
@@ -35,13 +97,21 @@ export interface LocalBackendStats {
   destroyed: number;
 }
 
-/** The local backend: a process per call in a fresh temporary directory. */
+/** The local backend: a process per call in a fresh, confined sandbox. */
 export interface LocalBackend extends SandboxBackend {
   readonly name: "local";
   readonly isolation: LocalIsolation;
+  /** How each sandbox is confined; reported by `/health`. */
+  readonly sandbox: SandboxReport;
+  /** The directory this backend owns (per-call directories, its passwd file); removed by close. */
+  readonly stateDir: string;
+  /** Resolves once what dead predecessors left behind is swept (`start` waits for it). */
+  readonly ready: Promise<void>;
   /** Sandboxes started and not yet destroyed (0 after every call has ended). */
   liveSandboxes(): number;
   stats(): LocalBackendStats;
+  /** Stops every sandbox and removes everything the backend made. Idempotent. */
+  close(): Promise<void>;
 }
 
 /** Thrown by {@link createLocalBackend} when `isolation: "bwrap"` cannot be honoured. */
@@ -65,277 +135,391 @@ const SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/b
 const DEFAULT_KILL_GRACE_MS = 2_000;
 /** After the command exits, how long leftover writers may keep its pipes open. */
 const PIPE_DRAIN_MS = 1_000;
-/** How long after SIGKILL the last member of a process group may take to disappear. */
-const GROUP_EXIT_WAIT_MS = 2_000;
+/** How long after SIGKILL the last process of a sandbox may take to disappear. */
+const EXIT_WAIT_MS = 2_000;
+/** How long a slot may wait for its last processes to be reaped before it is retired. */
+const DRAIN_LIMIT_MS = 60_000;
+/** Most helper processes starting sandboxes side by side (see spawner.ts). */
+const HELPERS = 4;
 
 interface Sandbox {
+  slot?: Slot;
+  /** Host directory of the call (isolation none). */
   root?: string;
-  child?: ChildProcess;
+  proc?: SandboxProcess;
+  /** Host pid of the first process inside bubblewrap's PID namespace. */
+  nsInit?: Promise<number | undefined>;
   /** Resolves once the child has exited (immediately when none was spawned). */
   exited: Promise<void>;
+  /** Set when teardown found nothing of the sandbox left, not even a process to reap. */
+  drained?: boolean;
   startup: Promise<unknown>;
   destroying?: Promise<void>;
 }
 
-/** The `/bin/sh` exit status: the code, or 128 + signal number when killed by a signal. */
-function exitStatus(code: number | null, signal: NodeJS.Signals | null): number {
-  if (code !== null) return code;
-  const number = signal === null ? undefined : constants.signals[signal];
-  return 128 + (number ?? 0);
-}
-
-function killGroup(target: ChildProcess | number, signal: NodeJS.Signals): void {
-  const pgid = typeof target === "number" ? target : target.pid;
-  if (pgid === undefined) return;
-  try {
-    process.kill(-pgid, signal);
-  } catch {
-    // the group is already gone
-  }
-}
-
 /**
- * Whether a process of the group is still running. Zombies do not count: they are dead and wait
- * for whoever reaps orphans here, which may take a while.
- */
-function groupAlive(pgid: number): boolean {
-  let entries: string[];
-  try {
-    entries = readdirSync("/proc");
-  } catch {
-    return signalGroup(pgid);
-  }
-  for (const entry of entries) {
-    if (!/^\d+$/.test(entry)) continue;
-    let stat: string;
-    try {
-      stat = readFileSync(`/proc/${entry}/stat`, "latin1");
-    } catch {
-      continue;
-    }
-    // "pid (comm) state ppid pgrp ..."; comm may contain spaces and parentheses.
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    if (Number(fields[2]) === pgid && fields[0] !== "Z" && fields[0] !== "X") return true;
-  }
-  return false;
-}
-
-function signalGroup(pgid: number): boolean {
-  try {
-    process.kill(-pgid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-/** Waits until no process of the group is left (SIGKILL is asynchronous), within `limitMs`. */
-async function groupGone(pgid: number, limitMs: number): Promise<void> {
-  const deadline = Date.now() + limitMs;
-  while (groupAlive(pgid) && Date.now() < deadline) {
-    killGroup(pgid, "SIGKILL");
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-}
-
-/** Removes a directory tree, first making it writable if the command locked parts of it. */
-async function removeTree(dir: string): Promise<void> {
-  try {
-    await rm(dir, { recursive: true, force: true });
-  } catch {
-    const unlock = async (path: string): Promise<void> => {
-      await chmod(path, 0o700).catch(() => {});
-      const entries = await readdir(path, { withFileTypes: true }).catch(() => []);
-      for (const entry of entries) if (entry.isDirectory()) await unlock(join(path, entry.name));
-    };
-    await unlock(dir);
-    await rm(dir, { recursive: true, force: true });
-  }
-}
-
-/**
- * Maps a request cwd into the sandbox: `/workspace` and below map into the temp directory;
- * with bubblewrap any other absolute path is real inside the sandbox.
- */
-function resolveCwd(
-  cwd: string,
-  isolation: LocalIsolation,
-): { inside: string; workspaceRelative?: string } {
-  const normal = posix.normalize(cwd).replace(/(.)\/+$/, "$1");
-  if (normal === SANDBOX_WORKSPACE || normal.startsWith(`${SANDBOX_WORKSPACE}/`)) {
-    return { inside: normal, workspaceRelative: normal.slice(SANDBOX_WORKSPACE.length + 1) };
-  }
-  if (isolation === "bwrap") return { inside: normal };
-  throw new BackendError(
-    "invalid_request",
-    `cwd must be ${SANDBOX_WORKSPACE} or a path under it: this bridge runs commands without bubblewrap isolation, where other directories are not part of the sandbox.`,
-    { path: ["cwd"] },
-  );
-}
-
-/**
- * A process receives its command, directory and environment as C strings, where NUL cannot
- * pass; refuse such a request as the caller's mistake before spawn throws a message that quotes
- * the value (an env value may be a secret).
- */
-function refuseNul(spec: ExecSpec): void {
-  const fields: [ReadonlyArray<string>, string][] = [
-    [["command"], spec.command],
-    [["cwd"], spec.cwd],
-    ...Object.entries(spec.env).map(([name, value]): [string[], string] => [["env", name], value]),
-  ];
-  for (const [path, value] of fields) {
-    if (value.includes("\0")) {
-      throw new BackendError(
-        "invalid_request",
-        `${path.join(".")} contains a NUL character, which a process cannot receive; remove it.`,
-        { path },
-      );
-    }
-  }
-}
-
-/**
- * Creates the local backend. With `isolation: "auto"` bubblewrap is probed once (a real trial
- * run) and used when it works; `"bwrap"` throws {@link IsolationUnavailableError} when it does not.
+ * Creates the local backend. The command never runs as host root: when the bridge is root each
+ * sandbox gets an unprivileged uid of its own (`uids`), and bubblewrap adds a user namespace.
+ * With `isolation: "auto"` bubblewrap is probed once (a real trial run) and used when it works;
+ * `"bwrap"` throws {@link IsolationUnavailableError} when it does not.
  */
 export function createLocalBackend(options: LocalBackendOptions = {}): LocalBackend {
-  const tmpRoot = options.tmpRoot ?? tmpdir();
+  const limits = resolveSandboxLimits(options.limits);
+  const tmpRoot = options.tmpRoot ?? defaultTmpRoot(limits);
+  const onTmpfs = isTmpfs(tmpRoot);
   const killGraceMs = options.killGraceMs ?? DEFAULT_KILL_GRACE_MS;
   const bwrapPath = options.bwrapPath ?? "bwrap";
   const requested = options.isolation ?? "auto";
-  let isolation: LocalIsolation = "none";
-  if (requested !== "none") {
-    const probeDir = mkdtempSync(join(tmpRoot, "remote-task-probe-"));
-    let probe: ReturnType<typeof probeBwrap>;
-    try {
-      probe = probeBwrap(bwrapPath, probeDir);
-    } finally {
-      rmSync(probeDir, { recursive: true, force: true });
+  const root = process.getuid?.() === 0;
+  if (options.uids !== undefined) {
+    checkUidRange(options.uids);
+    if (!root) {
+      throw new TypeError(
+        "uids needs the bridge to run as root (it switches each sandbox to one of them); without root every command runs as the bridge's own uid.",
+      );
     }
-    if (probe.ok) isolation = "bwrap";
-    else if (requested === "bwrap") throw new IsolationUnavailableError(probe.reason ?? "unknown");
   }
+  const uids = root ? (options.uids ?? DEFAULT_SANDBOX_UIDS) : undefined;
+  const claimsDir = uids === undefined ? undefined : uidClaimsDir();
+  if (root) checkTraversable(tmpRoot);
+
+  const instance = newInstanceName();
+  const stateDir = join(tmpRoot, `${STATE_DIR_PREFIX}${instance}`);
+  mkdirSync(stateDir);
+  chmodSync(stateDir, 0o711);
+  const passwdFile = join(stateDir, "passwd");
+  const groupFile = join(stateDir, "group");
+  for (const [file, text] of [
+    [passwdFile, SANDBOX_PASSWD],
+    [groupFile, SANDBOX_GROUP],
+  ] as const) {
+    writeFileSync(file, text);
+    chmodSync(file, 0o644); // readable by the sandboxes' uids whatever the umask
+  }
+  const bwrapBase = bwrapBaseArgs({
+    workspaceBytes: limits.workspaceBytes,
+    tmpBytes: limits.tmpBytes,
+    passwdFile,
+    groupFile,
+    etcEntries: options.etc ?? DEFAULT_ETC_ENTRIES,
+  });
+
+  let isolation: LocalIsolation = "none";
+  try {
+    if (requested !== "none") {
+      const probe = probeBwrap(bwrapPath, bwrapBase, uids?.first);
+      if (probe.ok) isolation = "bwrap";
+      else if (requested === "bwrap")
+        throw new IsolationUnavailableError(probe.reason ?? "unknown");
+      else {
+        process.stderr.write(
+          `remote-task: warning: bubblewrap is not usable here (${probe.reason}); commands run with isolation "none": no namespaces, ${root ? "an unprivileged uid per sandbox" : "the bridge's own uid"}, host files visible.\n`,
+        );
+      }
+    }
+    if (isolation === "none" && uids !== undefined) {
+      const trial = spawnSync("/bin/sh", ["-c", "exit 0"], {
+        cwd: stateDir,
+        uid: uids.first,
+        gid: uids.first,
+        env: {},
+        stdio: "ignore",
+      });
+      if (trial.error !== undefined || trial.status !== 0) {
+        throw new TypeError(
+          `Cannot run commands as uid ${uids.first} here (${trial.error?.message ?? `exit ${trial.status}`}); choose uids this process may switch to (in a user namespace, a mapped range).`,
+        );
+      }
+    }
+  } catch (error) {
+    rmSync(stateDir, { recursive: true, force: true });
+    throw error;
+  }
+
+  const cgroups = options.cgroups === false ? undefined : createCgroupSet(instance);
+  const processFlag =
+    cgroups?.enforcement.pids === undefined && uids !== undefined ? processLimitFlag() : undefined;
+  /** `ulimit`s for what no cgroup enforces (per process, or per uid for the process count). */
+  const ulimits: [string, number][] = [];
+  if (processFlag !== undefined) ulimits.push([processFlag, limits.processes]);
+  if (cgroups?.enforcement.memory === undefined)
+    ulimits.push(["-d", Math.floor(limits.memoryBytes / 1024)]);
+  if (isolation === "none") ulimits.push(["-f", Math.floor(limits.workspaceBytes / 512)]);
+
+  const teardown =
+    isolation === "bwrap"
+      ? "pid-namespace"
+      : cgroups !== undefined
+        ? "cgroup"
+        : uids !== undefined
+          ? "uid"
+          : "process-group";
+  const report: SandboxReport = {
+    user: uids === undefined ? "bridge-uid" : "uid-per-sandbox",
+    ...(uids === undefined ? {} : { uids: { first: uids.first, count: uids.count } }),
+    ...(cgroups?.enforcement.pids !== undefined
+      ? { processes: { max: limits.processes, by: cgroups.enforcement.pids } }
+      : processFlag !== undefined
+        ? { processes: { max: limits.processes, by: "rlimit-nproc" } }
+        : {}),
+    memoryBytes: { max: limits.memoryBytes, by: cgroups?.enforcement.memory ?? "rlimit-data" },
+    ...(isolation === "bwrap"
+      ? {
+          workspaceBytes: { max: limits.workspaceBytes, by: "tmpfs" },
+          tmpBytes: { max: limits.tmpBytes, by: "tmpfs" },
+        }
+      : { workspaceBytes: { max: limits.workspaceBytes, by: "rlimit-fsize" } }),
+    teardown,
+  };
+
+  const devNull = openDevNull();
+  // Every descriptor this process inherited is /dev/null in the helper, hence in every sandbox.
+  const spawner = new Spawner(
+    sandboxStdio(["ignore", "ignore", "inherit", "ipc"], inheritedDescriptors(), devNull),
+    Math.min(HELPERS, availableParallelism()),
+  );
+  const pool = new SlotPool({
+    instance,
+    uids,
+    claimsDir,
+    cgroups,
+    // Under bubblewrap the namespace's first process is in the cgroup too; the limit is the
+    // command's.
+    limits: {
+      processes: limits.processes + (isolation === "bwrap" ? 1 : 0),
+      memoryBytes: limits.memoryBytes,
+    },
+  });
+  const ready = (async () => {
+    const limitMs = killGraceMs + EXIT_WAIT_MS;
+    await sweepCgroups(limitMs).catch(() => {});
+    if (claimsDir !== undefined) await sweepUidClaims(claimsDir, limitMs).catch(() => {});
+    await sweepStateDirs(tmpRoot);
+  })();
 
   const sandboxes = new Map<string, Sandbox>();
   let started = 0;
   let destroyed = 0;
+  let calls = 0;
+  let closed = false;
+  const draining = new Set<Promise<boolean>>();
+
+  const removeEverything = (killFirst: boolean) => {
+    spawner.close();
+    pool.close(killFirst);
+    cgroups?.remove();
+    rmSync(stateDir, { recursive: true, force: true });
+    try {
+      closeSync(devNull);
+    } catch {
+      // already closed
+    }
+  };
+  const unregisterExit = cleanUpAtExit(() => removeEverything(true));
 
   async function prepare(spec: ExecSpec, sandbox: Sandbox): Promise<RunningCommand> {
     refuseNul(spec);
-    const cwd = resolveCwd(spec.cwd, isolation);
-    const root = await mkdtemp(join(tmpRoot, "remote-task-"));
-    sandbox.root = root;
-    const workspace = join(root, "workspace");
-    const tmp = join(root, "tmp");
-    await mkdir(workspace);
-    await mkdir(tmp);
-    const hostCwd =
-      cwd.workspaceRelative === undefined ? workspace : join(workspace, cwd.workspaceRelative);
-    if (cwd.workspaceRelative) await mkdir(hostCwd, { recursive: true });
+    const cwd = resolveCwd(spec.cwd, isolation === "bwrap");
+    await ready;
+    if (closed) throw new BackendError("sandbox_error", "The local backend is closed.");
+    const slot = pool.acquire();
+    if (slot === undefined) {
+      throw new BackendError(
+        "capacity_exceeded",
+        `All ${uids?.count} sandbox uids are in use; try again when a call has ended.`,
+        { retryAfterSeconds: 1 },
+      );
+    }
+    sandbox.slot = slot;
+    const bwrap = isolation === "bwrap";
+    const dirs = bwrap
+      ? undefined
+      : makeCallDirectories(stateDir, String(++calls), slot.uid, cwd.workspaceRelative);
+    if (dirs !== undefined) sandbox.root = dirs.root;
+    const countersBefore = slot.cgroup?.counters();
     if (spec.signal.aborted)
       throw new BackendError("sandbox_error", "The call ended before the command started.");
 
-    const bwrap = isolation === "bwrap";
     const env: Record<string, string> = {
       PATH: SANDBOX_PATH,
-      HOME: bwrap ? SANDBOX_WORKSPACE : workspace,
+      HOME: dirs?.workspace ?? SANDBOX_WORKSPACE,
       LANG: "C.UTF-8",
-      TMPDIR: bwrap ? "/tmp" : tmp,
+      TMPDIR: dirs?.tmp ?? "/tmp",
       ...spec.env,
     };
     const extraDirs =
-      bwrap && cwd.workspaceRelative === undefined && !isUnderSystemDir(cwd.inside)
-        ? [cwd.inside]
-        : [];
-    // With bubblewrap, the request's env reaches only the sandboxed command: bwrap itself runs
-    // on the host with a bare PATH (a request's LD_PRELOAD must not load into it), and the
-    // variables travel through a pipe (--args 3), not the command line that `ps` shows.
-    const child = bwrap
-      ? spawn(
-          bwrapPath,
-          [
+      cwd.inside === SANDBOX_WORKSPACE || isUnderSystemDir(cwd.inside) ? [] : [cwd.inside];
+    const settings = ["--clearenv"];
+    for (const [name, value] of Object.entries(env)) settings.push("--setenv", name, value);
+    const request: SpawnRequest = bwrap
+      ? {
+          file: bwrapPath,
+          // The request's env reaches only the sandboxed command: bwrap itself runs on the host
+          // with a bare PATH (a request's LD_PRELOAD must not load into it), and the variables
+          // travel through a pipe (--args 3), not the command line that `ps` shows.
+          args: [
             "--args",
             "3",
-            ...bwrapArgs(workspace, cwd.inside, extraDirs),
+            ...bwrapArgs(bwrapBase, { cwd: cwd.inside, extraDirs, infoFd: 4, blockFd: 5 }),
             "--",
             "/bin/sh",
             "-c",
-            spec.command,
+            shellScript(spec.command, { gate: false, ulimits }),
           ],
-          {
-            cwd: workspace,
-            env: { PATH: SANDBOX_PATH },
-            detached: true,
-            stdio: ["ignore", "pipe", "pipe", "pipe"],
-          },
-        )
-      : spawn("/bin/sh", ["-c", spec.command], {
-          cwd: hostCwd,
+          cwd: stateDir,
+          env: { PATH: SANDBOX_PATH },
+          extraPipes: 3,
+          input: { fd: 3, data: `${settings.join("\0")}\0` },
+          infoFd: 4,
+          gate: { fd: 5, data: "x" },
+          cgroups: slot.cgroup?.dirs ?? [],
+        }
+      : {
+          file: "/bin/sh",
+          args: ["-c", shellScript(spec.command, { gate: true, ulimits })],
+          cwd: dirs?.hostCwd ?? stateDir,
           env,
-          detached: true,
-          stdio: ["ignore", "pipe", "pipe"],
-        });
-    if (bwrap) {
-      const settings = ["--clearenv"];
-      for (const [name, value] of Object.entries(env)) settings.push("--setenv", name, value);
-      const channel = child.stdio[3] as Writable | null;
-      channel?.on("error", () => {});
-      channel?.end(`${settings.join("\0")}\0`);
-    }
-    sandbox.child = child;
-
-    const exit = new Promise<number>((resolve, reject) => {
-      child.once("error", (error) =>
-        reject(new BackendError("sandbox_error", `Could not start the command: ${error.message}`)),
+          extraPipes: 1,
+          gate: { fd: GATE_FD, data: "\n" },
+          cgroups: slot.cgroup?.dirs ?? [],
+        };
+    if (slot.uid !== undefined) request.uid = slot.uid;
+    let proc: SandboxProcess;
+    try {
+      proc = await spawner.spawn(request);
+    } catch (error) {
+      throw new BackendError(
+        "sandbox_error",
+        `Could not start the command: ${(error as Error).message}`,
       );
-      child.once("exit", (code, signal) => {
-        // Background processes the command left behind must not outlive it (or hold its pipes).
-        killGroup(child, "SIGKILL");
-        const drain = setTimeout(() => {
-          child.stdout?.destroy();
-          child.stderr?.destroy();
-        }, PIPE_DRAIN_MS);
-        drain.unref();
-        child.once("close", () => clearTimeout(drain));
-        resolve(exitStatus(code, signal));
-      });
+    }
+    sandbox.proc = proc;
+    if (bwrap) sandbox.nsInit = proc.first;
+    const exit = proc.exit.then(({ code, signal: name, error }) => {
+      if (error !== undefined)
+        throw new BackendError("sandbox_error", `Could not confine the command: ${error}`);
+      // Background processes the command left behind must not outlive it (or hold its pipes).
+      signal(-proc.pid, "SIGKILL");
+      slot.cgroup?.killNow();
+      setTimeout(() => {
+        proc.stdout.destroy();
+        proc.stderr.destroy();
+      }, PIPE_DRAIN_MS).unref();
+      return exitStatus(code, name);
     });
     sandbox.exited = exit.then(
       () => {},
       () => {},
     );
+
     const stop = () => void terminate(sandbox);
     if (spec.signal.aborted) stop();
     else spec.signal.addEventListener("abort", stop, { once: true });
 
-    if (child.stdout === null || child.stderr === null) {
-      throw new BackendError("sandbox_error", "The command's output pipes could not be opened.");
-    }
-    return { output: mergeOutput(child.stdout, child.stderr), exit };
+    return {
+      output: mergeOutput(proc.stdout, proc.stderr, () =>
+        limitNotes(exit, slot.cgroup, countersBefore, limits),
+      ),
+      exit,
+    };
   }
 
-  /** SIGTERM to the whole process group, SIGKILL after the grace period; resolves on exit. */
-  async function terminate(sandbox: Sandbox): Promise<void> {
-    const child = sandbox.child;
-    if (child === undefined) return;
-    if (child.exitCode === null && child.signalCode === null) {
-      killGroup(child, "SIGTERM");
-      let timer: ReturnType<typeof setTimeout> | undefined;
-      const graceOver = new Promise<void>((resolve) => {
-        timer = setTimeout(resolve, killGraceMs);
-      });
-      await Promise.race([sandbox.exited, graceOver]);
-      clearTimeout(timer);
+  /**
+   * Sends `name` to the sandbox's processes, not to bubblewrap's own (it would take them all down
+   * at once). Inside bubblewrap the command's first process may not be forked yet: keep trying
+   * until `deadline` while the sandbox is there.
+   */
+  async function signalSandbox(
+    sandbox: Sandbox,
+    name: NodeJS.Signals,
+    deadline: number,
+  ): Promise<void> {
+    const proc = sandbox.proc;
+    const cgroup = sandbox.slot?.cgroup;
+    if (proc === undefined) return;
+    if (cgroup === undefined) return signal(-proc.pid, name);
+    if (isolation === "none") {
+      signal(-proc.pid, name);
+      cgroup.signal(name);
+      return;
     }
-    killGroup(child, "SIGKILL");
+    const nsInit = await sandbox.nsInit;
+    await pollUntil(
+      async () => cgroup.signal(name, nsInit) > 0 || proc.exited,
+      deadline - Date.now(),
+      5,
+    );
+  }
+
+  /**
+   * Hands the slot out again once its last sandbox's processes are reaped, not only dead: until
+   * then they count against the slot's process limit (cgroup or uid). Orphans are reaped by the
+   * host's init, which may take a moment; meanwhile other slots serve. Under bubblewrap the
+   * namespace's first process reaps all others before it ends, and `terminate` waited for that:
+   * at most that one process is left to reap.
+   */
+  async function releaseWhenDrained(slot: Slot, nsInit: number | undefined): Promise<void> {
+    const { cgroup, uid } = slot;
+    if (isolation === "none" && (cgroup === undefined ? uid === undefined : cgroup.drained()))
+      return pool.release(slot);
+    const drained =
+      isolation === "bwrap"
+        ? async () => nsInit === undefined || processEnded(nsInit)
+        : cgroup !== undefined
+          ? async () => cgroup.drained()
+          : uid !== undefined
+            ? () => killUid(uid, processFlag)
+            : async () => true;
+    // Each check of a uid starts a program: look less often.
+    const interval = isolation === "bwrap" ? 2 : cgroup === undefined ? 100 : 20;
+    const done = pollUntil(drained, DRAIN_LIMIT_MS, interval, true);
+    draining.add(done);
+    if (await done) pool.release(slot);
+    draining.delete(done);
+  }
+
+  /**
+   * SIGTERM to the sandbox's processes, SIGKILL to all after the grace period; resolves once none
+   * is left (true) or the wait ran out (false).
+   */
+  async function terminate(sandbox: Sandbox): Promise<boolean> {
+    const proc = sandbox.proc;
+    if (proc === undefined) return true;
+    if (!proc.exited) {
+      const deadline = Date.now() + killGraceMs;
+      await signalSandbox(sandbox, "SIGTERM", deadline);
+      await settleWithin(sandbox.exited, Math.max(0, deadline - Date.now()));
+    }
+    const limitMs = killGraceMs + EXIT_WAIT_MS;
+    const cgroup = sandbox.slot?.cgroup;
+    if (isolation === "bwrap") {
+      // Killing the namespace's first process makes the kernel kill every other one: none can run
+      // again. The slot waits until the kernel is done (see releaseWhenDrained).
+      const nsInit = await sandbox.nsInit;
+      signal(nsInit ?? -proc.pid, "SIGKILL");
+      await sandbox.exited;
+      return true;
+    }
+    signal(-proc.pid, "SIGKILL");
+    const groupKilled = cgroup?.killAll(limitMs);
     await sandbox.exited;
-    if (child.pid !== undefined) await groupGone(child.pid, killGraceMs + GROUP_EXIT_WAIT_MS);
+    if (groupKilled !== undefined) return groupKilled;
+    const uid = sandbox.slot?.uid;
+    if (uid !== undefined) {
+      // Escapes from the process group are still processes of the sandbox's uid.
+      sandbox.drained = await killUid(uid, processFlag);
+      return true;
+    }
+    return pollUntil(async () => groupGone(proc.pid), limitMs);
   }
 
   return {
     name: "local",
     isolation,
+    sandbox: report,
+    stateDir,
+    ready,
+    health: async () => ({ sandbox: report }),
 
     async start(spec) {
       if (sandboxes.has(spec.sandboxId)) {
@@ -352,23 +536,48 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
       return running;
     },
 
-    destroy(sandboxId) {
-      const sandbox = sandboxes.get(sandboxId);
-      if (sandbox === undefined) return Promise.resolve();
-      sandbox.destroying ??= (async () => {
-        await sandbox.startup;
-        try {
-          await terminate(sandbox);
-          if (sandbox.root !== undefined) await removeTree(sandbox.root);
-        } finally {
-          sandboxes.delete(sandboxId);
-          destroyed++;
-        }
-      })();
-      return sandbox.destroying;
-    },
+    destroy,
 
     liveSandboxes: () => sandboxes.size,
     stats: () => ({ live: sandboxes.size, started, destroyed }),
+
+    async close() {
+      if (closed) return;
+      closed = true;
+      await ready;
+      await Promise.allSettled([...sandboxes.keys()].map(destroy));
+      // Give the last slots a moment to drain, so their uids go back free.
+      await settleWithin(Promise.allSettled(draining), killGraceMs + EXIT_WAIT_MS);
+      unregisterExit();
+      removeEverything(false);
+    },
   };
+
+  function destroy(sandboxId: string): Promise<void> {
+    const sandbox = sandboxes.get(sandboxId);
+    if (sandbox === undefined) return Promise.resolve();
+    sandbox.destroying ??= (async () => {
+      await sandbox.startup;
+      let gone = true;
+      try {
+        gone = await terminate(sandbox);
+        if (sandbox.root !== undefined) await removeCallDir(sandbox.root, onTmpfs);
+      } finally {
+        // A slot whose processes could not all be stopped is never handed out again.
+        if (sandbox.slot !== undefined && gone) {
+          if (sandbox.drained === true) pool.release(sandbox.slot);
+          else void releaseWhenDrained(sandbox.slot, await sandbox.nsInit);
+        }
+        sandboxes.delete(sandboxId);
+        destroyed++;
+      }
+      if (!gone) {
+        throw new BackendError(
+          "sandbox_error",
+          `Processes of sandbox ${sandboxId} were still running ${killGraceMs + EXIT_WAIT_MS} ms after SIGKILL; its uid and cgroup are not reused.`,
+        );
+      }
+    })();
+    return sandbox.destroying;
+  }
 }

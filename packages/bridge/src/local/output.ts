@@ -7,11 +7,13 @@ const LOW_WATER_CHUNKS = 4;
 
 /**
  * Both pipes of a child as one ordered chunk stream. Pipes are paused while the consumer is
- * behind, so nothing accumulates beyond a few chunks however much the command prints.
+ * behind, so nothing accumulates beyond a few chunks however much the command prints. Once both
+ * are closed, the chunks `epilogue` returns end the stream (notes about the run).
  */
 export async function* mergeOutput(
   stdout: Readable,
   stderr: Readable,
+  epilogue: () => Promise<OutputChunk[]> = async () => [],
 ): AsyncGenerator<OutputChunk> {
   const queue: OutputChunk[] = [];
   const pipes = [
@@ -43,6 +45,9 @@ export async function* mergeOutput(
     readable.once("end", onClose);
     readable.once("close", onClose);
     readable.once("error", onClose);
+    // A pipe may have ended before anyone listened (a command without output that is already
+    // done): its "end" and "close" are gone.
+    if (readable.readableEnded || readable.destroyed) onClose();
     cleanups.push(() => {
       readable.off("data", onData);
       readable.off("end", onClose);
@@ -60,7 +65,10 @@ export async function* mergeOutput(
         yield chunk;
         continue;
       }
-      if (open === 0) return;
+      if (open === 0) {
+        yield* await epilogue();
+        return;
+      }
       await new Promise<void>((resolve) => {
         wake = resolve;
       });

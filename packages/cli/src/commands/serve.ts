@@ -1,3 +1,4 @@
+import type { SandboxReport } from "@remote-task/protocol";
 import { EXIT } from "../exit-codes.js";
 import { cliLogger } from "../log.js";
 
@@ -7,6 +8,23 @@ export interface ServeFlags {
   host: string;
   token?: string;
   isolation: "auto" | "bwrap" | "none";
+  processes?: number;
+  memoryMib?: number;
+  workspaceMib?: number;
+  tmpMib?: number;
+  uids?: { first: number; count: number };
+}
+
+const MiB = 1024 * 1024;
+
+/** The per-sandbox limits given on the command line (the backend's defaults for the rest). */
+function sandboxLimits(flags: ServeFlags) {
+  return {
+    ...(flags.processes === undefined ? {} : { processes: flags.processes }),
+    ...(flags.memoryMib === undefined ? {} : { memoryBytes: flags.memoryMib * MiB }),
+    ...(flags.workspaceMib === undefined ? {} : { workspaceBytes: flags.workspaceMib * MiB }),
+    ...(flags.tmpMib === undefined ? {} : { tmpBytes: flags.tmpMib * MiB }),
+  };
 }
 
 const LOOPBACK = new Set(["127.0.0.1", "::1", "localhost"]);
@@ -23,7 +41,17 @@ export async function serveCommand(flags: ServeFlags): Promise<number> {
     import("@remote-task/bridge/node"),
     import("@remote-task/bridge/local"),
   ]);
-  const backend = createLocalBackend({ isolation: flags.isolation });
+  let backend: ReturnType<typeof createLocalBackend>;
+  try {
+    backend = createLocalBackend({
+      isolation: flags.isolation,
+      limits: sandboxLimits(flags),
+      ...(flags.uids === undefined ? {} : { uids: flags.uids }),
+    });
+  } catch (error) {
+    process.stderr.write(`remote-task: ${(error as Error).message}\n`);
+    return error instanceof TypeError ? EXIT.usage : EXIT.bridge;
+  }
   const bridge = await startLocalBridge({
     backend,
     port: flags.port,
@@ -38,6 +66,7 @@ export async function serveCommand(flags: ServeFlags): Promise<number> {
   }
   process.stdout.write(
     `remote-task local bridge on ${bridge.url} (backend ${backend.name}, isolation ${backend.isolation})\n` +
+      `sandbox: ${describeSandbox(backend.sandbox)}\n` +
       `token: ${bridge.token}\n\n` +
       `export CLOUDFLARE_SANDBOX_URL=${bridge.url} CLOUDFLARE_SANDBOX_TOKEN=${bridge.token}\n\n` +
       "Press Ctrl-C to stop.\n",
@@ -50,4 +79,18 @@ export async function serveCommand(flags: ServeFlags): Promise<number> {
   await bridge.close();
   process.stderr.write("remote-task: stopped.\n");
   return EXIT.ok;
+}
+
+/** One line on how each sandbox is confined, as `/health` reports it. */
+function describeSandbox(report: SandboxReport): string {
+  const limit = (name: string, value: { max: number; by: string } | undefined, unit = 1) =>
+    value === undefined ? `${name} not limited` : `${name} ${value.max / unit} (${value.by})`;
+  return [
+    report.user ?? "unknown user",
+    limit("processes", report.processes),
+    limit("memory MiB", report.memoryBytes, MiB),
+    limit("/workspace MiB", report.workspaceBytes, MiB),
+    limit("/tmp MiB", report.tmpBytes, MiB),
+    `teardown ${report.teardown ?? "unknown"}`,
+  ].join(", ");
 }

@@ -1,0 +1,156 @@
+import { lstatSync, mkdirSync, symlinkSync, unlinkSync } from "node:fs";
+import { readdir, readlink, unlink } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { CgroupSet, CgroupSlot } from "./cgroups.js";
+import { ownerAlive } from "./ownership.js";
+import { killUid, pollUntil } from "./processes.js";
+import { processLimitFlag } from "./shell.js";
+
+/** Host uids handed to sandboxes: `first` to `first + count - 1`, one per running sandbox. */
+export interface UidRange {
+  first: number;
+  count: number;
+}
+
+/**
+ * Where running backends record which sandbox uid each of them holds, machine-wide, so two
+ * bridges on one host never give the same uid to two sandboxes: `<dir>/<uid>` is a symlink to the
+ * holder's instance name. Root-owned and not writable by others, or sandboxes could forge claims.
+ */
+export function uidClaimsDir(): string {
+  const parent = lstatSync("/run", { throwIfNoEntry: false })?.isDirectory() ? "/run" : tmpdir();
+  const dir = join(parent, "remote-task-uids");
+  mkdirSync(dir, { recursive: true, mode: 0o755 });
+  const stat = lstatSync(dir);
+  if (!stat.isDirectory() || stat.uid !== 0 || (stat.mode & 0o022) !== 0) {
+    throw new Error(
+      `${dir} must be a directory owned by root and writable only by root (it records which uid each sandbox holds); remove it and try again.`,
+    );
+  }
+  return dir;
+}
+
+/** A sandbox's place: its host uid (when the bridge drops privileges) and its cgroups. */
+export interface Slot {
+  readonly index: number;
+  readonly uid: number | undefined;
+  readonly cgroup: CgroupSlot | undefined;
+}
+
+export interface SlotPoolOptions {
+  instance: string;
+  uids: UidRange | undefined;
+  claimsDir: string | undefined;
+  cgroups: CgroupSet | undefined;
+  limits: { processes: number; memoryBytes: number };
+}
+
+/**
+ * Slots are made on first need and reused, one sandbox at a time: a slot goes back to the pool
+ * only once nothing of its last sandbox is running; one with survivors is retired for good.
+ */
+export class SlotPool {
+  private readonly free: Slot[] = [];
+  private readonly all: Slot[] = [];
+  private nextUid: number;
+  private readonly claimed = new Set<number>();
+
+  constructor(private readonly options: SlotPoolOptions) {
+    this.nextUid = options.uids?.first ?? 0;
+  }
+
+  /** A free slot, or undefined when every uid of the range is in use. */
+  acquire(): Slot | undefined {
+    const reused = this.free.pop();
+    if (reused !== undefined) return reused;
+    const uid = this.claimUid();
+    if (uid === null) return undefined;
+    const index = this.all.length;
+    let cgroup: CgroupSlot | undefined;
+    try {
+      cgroup = this.options.cgroups?.slot(index, this.options.limits);
+    } catch (error) {
+      if (uid !== undefined) this.unclaim(uid);
+      throw error;
+    }
+    const slot: Slot = { index, uid, cgroup };
+    this.all.push(slot);
+    return slot;
+  }
+
+  release(slot: Slot): void {
+    if (this.all.includes(slot)) this.free.push(slot);
+  }
+
+  /**
+   * Removes the cgroups and uid claims of the free slots. A slot still in use, draining or retired
+   * keeps its claim (its uid may still have processes, zombies included) until this process is gone
+   * and a sweep releases it; with `killFirst` its processes are sent SIGKILL (at process exit).
+   */
+  close(killFirst: boolean): void {
+    for (const slot of this.all) {
+      const free = this.free.includes(slot);
+      if (killFirst && !free) slot.cgroup?.killNow();
+      try {
+        slot.cgroup?.remove();
+      } catch {
+        // still busy: the next backend's sweep removes it
+        continue;
+      }
+      if (free && slot.uid !== undefined) this.unclaim(slot.uid);
+    }
+    this.all.length = 0;
+    this.free.length = 0;
+  }
+
+  /** The next uid no other backend holds; undefined without a range, null when none is left. */
+  private claimUid(): number | undefined | null {
+    const { uids, claimsDir, instance } = this.options;
+    if (uids === undefined || claimsDir === undefined) return undefined;
+    const end = uids.first + uids.count;
+    while (this.nextUid < end) {
+      const uid = this.nextUid++;
+      const claim = join(claimsDir, String(uid));
+      try {
+        symlinkSync(instance, claim);
+      } catch (error) {
+        // Held by another backend, or by a dead one whose claims only a sweep (which first kills
+        // what still runs under the uid) may release.
+        if ((error as NodeJS.ErrnoException).code === "EEXIST") continue;
+        throw error;
+      }
+      this.claimed.add(uid);
+      return uid;
+    }
+    return null;
+  }
+
+  private unclaim(uid: number): void {
+    if (!this.claimed.delete(uid) || this.options.claimsDir === undefined) return;
+    try {
+      unlinkSync(join(this.options.claimsDir, String(uid)));
+    } catch {
+      // already gone
+    }
+  }
+}
+
+/**
+ * Releases the uid claims of dead backends, once no process runs under those uids any more (it
+ * kills what a cgroup did not hold, e.g. of a predecessor without cgroups).
+ */
+export async function sweepUidClaims(claimsDir: string, limitMs: number): Promise<void> {
+  const dead: string[] = [];
+  for (const name of await readdir(claimsDir).catch(() => [] as string[])) {
+    if (!/^\d+$/.test(name)) continue;
+    const holder = await readlink(join(claimsDir, name)).catch(() => undefined);
+    if (holder !== undefined && !ownerAlive(holder)) dead.push(name);
+  }
+  if (dead.length === 0) return;
+  const flag = processLimitFlag();
+  for (const name of dead) {
+    if (await pollUntil(() => killUid(Number(name), flag), limitMs, 50))
+      await unlink(join(claimsDir, name)).catch(() => {});
+  }
+}
