@@ -6,6 +6,7 @@ import { runManyCommand } from "./commands/run-many.js";
 import { serveCommand } from "./commands/serve.js";
 import { startEmbeddedBridge } from "./connect.js";
 import { EXIT } from "./exit-codes.js";
+import { networkPolicy } from "./network.js";
 import { describeError } from "./report.js";
 
 function positiveNumber(value: string): number {
@@ -62,6 +63,14 @@ function connectionOptions(command: Command): Command {
     .addOption(isolationOption("isolation of the embedded bridge's sandboxes (only with --local)"));
 }
 
+function networkOption(command: Command, scope: string): Command {
+  return command.option(
+    "--network <policy>",
+    `where ${scope} may connect: none, open, or host[,host...] (default: the bridge's default)`,
+    networkPolicy,
+  );
+}
+
 function timingOptions(command: Command, timeoutHelp: string): Command {
   return command
     .option("--timeout <seconds>", timeoutHelp, positiveNumber)
@@ -93,8 +102,7 @@ export function createProgram(onExit: (code: number) => void): Command {
 
   connectionOptions(
     timingOptions(
-      program
-        .command("run")
+      networkOption(program.command("run"), "the command")
         .description("Run one command in a fresh sandbox and print its output.")
         .argument(
           "<command...>",
@@ -109,6 +117,7 @@ export function createProgram(onExit: (code: number) => void): Command {
       )
       .option("--json", "print the result as one JSON object")
       .option("--stream", "stream output live as it arrives")
+      .option("--no-stdin", "never send this program's stdin (see below for when it is sent)")
       .passThroughOptions(),
   )
     .addHelpText(
@@ -121,8 +130,20 @@ shell), like docker exec or kubectl exec:
   $ remote-task run --local -- sh -c 'exit 7'     # runs sh with "-c" and "exit 7"; exits 7
   $ remote-task run --local -- echo 'a   b'       # prints "a   b"
 
-Exit code: the command's own, 124 on timeout, 125 when the bridge or configuration failed,
-2 for a usage error (a flag value the bridge refuses included), 130 when interrupted.
+Standard input is sent to the command when it is a pipe or a file, read to its end first
+(nothing is sent when it is empty); a terminal, a socket or /dev/null is never read; --no-stdin
+never reads it:
+  $ cat data.csv | remote-task run --local -- 'wc -l'
+  $ remote-task run --local -- 'sha256sum' < image.png
+
+--network: none (nowhere), open (the internet), or
+hosts separated by commas (name, *.name, IPv4, [IPv6], each with an optional :port). Asking for
+more than the bridge allows is refused (exit 2); remote-task health shows its default and ceiling:
+  $ remote-task run --network pypi.org,files.pythonhosted.org -- 'pip download requests'
+
+Exit code: the command's own, 124 on timeout, 125 when the bridge or configuration failed (or
+its stdin is too large), 2 for a usage error (a flag value the bridge refuses included), 130
+when interrupted.
 
 Examples:
   $ remote-task run --local -- uname -a
@@ -137,8 +158,7 @@ Examples:
 
   connectionOptions(
     timingOptions(
-      program
-        .command("run-many")
+      networkOption(program.command("run-many"), "each command")
         .description("Run one command per line (from --file or stdin), each in its own sandbox.")
         .option("--concurrency <n>", "tasks in flight at once", positiveInteger, 8)
         .option("--file <path>", "read commands from this file instead of stdin"),
