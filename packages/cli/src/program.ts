@@ -1,3 +1,4 @@
+import type { NetworkPolicy } from "@remote-task/protocol";
 import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
 import packageJson from "../package.json" with { type: "json" };
 import { healthCommand } from "./commands/health.js";
@@ -245,8 +246,7 @@ Examples:
       onExit(await healthCommand(flags));
     });
 
-  program
-    .command("mcp")
+  networkOption(program.command("mcp"), "each call's command")
     .description(
       "Serve the remote_task tool over MCP on stdio (configured by CLOUDFLARE_SANDBOX_*, or --local).",
     )
@@ -258,9 +258,10 @@ Example MCP client configuration:
   {"mcpServers": {"remote-task": {"command": "remote-task", "args": ["mcp"],
     "env": {"CLOUDFLARE_SANDBOX_URL": "https://bridge.example.workers.dev",
             "CLOUDFLARE_SANDBOX_TOKEN": "..."}}}}
-With the embedded bridge instead: "args": ["mcp", "--local"].`,
+With the embedded bridge instead: "args": ["mcp", "--local"]. The model cannot change
+--network: "args": ["mcp", "--network", "pypi.org,files.pythonhosted.org"].`,
     )
-    .action(async (flags: { local?: boolean }) => {
+    .action(async (flags: { local?: boolean; network?: NetworkPolicy }) => {
       const { runMcpStdio } = await import("@remote-task/tool/mcp");
       const bridge = flags.local ? await startEmbeddedBridge({}) : undefined;
       try {
@@ -271,7 +272,7 @@ With the embedded bridge instead: "args": ["mcp", "--local"].`,
               CLOUDFLARE_SANDBOX_TOKEN: bridge.token,
             }
           : process.env;
-        await runMcpStdio({ env });
+        await runMcpStdio({ env, network: flags.network });
         // The session ends when the MCP client closes our input.
         if (bridge) process.stdin.once("end", () => void bridge.close());
       } catch (error) {

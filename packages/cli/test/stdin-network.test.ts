@@ -5,6 +5,8 @@ import { mkdtemp, truncate, writeFile } from "node:fs/promises";
 import { createServer, type Server } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { silentLogger } from "@remote-task/bridge";
 import type { LocalBackend } from "@remote-task/bridge/local";
 import { type LocalBridge, startLocalBridge } from "@remote-task/bridge/node";
@@ -222,6 +224,29 @@ describe("--network", () => {
       { allow: ["example.com"] },
       { allow: ["example.com"] },
     ]);
+  });
+});
+
+describe("mcp --network", () => {
+  it("sends the policy with every call; the model cannot change it", async () => {
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [BIN, "mcp", "--network", "pypi.org"],
+      env: cleanEnv({ CLOUDFLARE_SANDBOX_URL: fakeUrl }) as Record<string, string>,
+      stderr: "pipe",
+    });
+    const client = new Client({ name: "remote-task-test", version: "1.0.0" });
+    await client.connect(transport);
+    try {
+      const result = await client.callTool({
+        name: "remote_task",
+        arguments: { command: "true", network: "open" },
+      });
+      expect(result.isError).toBe(false);
+      expect(received.map((r) => r.network)).toEqual([{ allow: ["pypi.org"] }]);
+    } finally {
+      await client.close();
+    }
   });
 });
 
