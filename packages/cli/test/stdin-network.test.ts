@@ -56,6 +56,16 @@ beforeEach(() => {
   answer = undefined;
 });
 
+/** What a protocol 1 bridge answers to a request with `field`: its strict schema lacks it. */
+function protocol1Refusal(field: string) {
+  const body: ErrorBody = {
+    error: "Invalid exec request",
+    code: "invalid_request",
+    issues: [{ path: [], message: `Unrecognized key: "${field}"` }],
+  };
+  return { status: 400, body };
+}
+
 /** Every byte value: binary input must arrive unchanged. */
 const bytes = Buffer.from(Array.from({ length: 1024 }, (_, i) => (i * 7 + 3) % 256));
 
@@ -136,14 +146,7 @@ describe("run: stdin", () => {
   });
 
   it("a bridge too old for stdin: says so, exit 125", async () => {
-    answer = {
-      status: 400,
-      body: {
-        error: "Invalid exec request",
-        code: "invalid_request",
-        issues: [{ path: [], message: 'Unrecognized key: "stdin"' }],
-      } satisfies ErrorBody,
-    };
+    answer = protocol1Refusal("stdin");
     const { code, stderr } = await runPiped(await dataFile("a\n"), fakeRun("--", "wc -l"));
     expect(code).toBe(125);
     expect(stderr).toContain("too old for `stdin`");
@@ -201,14 +204,7 @@ describe("--network", () => {
   });
 
   it("a bridge too old for --network: says so, exit 2", async () => {
-    answer = {
-      status: 400,
-      body: {
-        error: "Invalid exec request",
-        code: "invalid_request",
-        issues: [{ path: [], message: 'Unrecognized key: "network"' }],
-      } satisfies ErrorBody,
-    };
+    answer = protocol1Refusal("network");
     const { code, stderr } = await runCli(fakeRun("--network", "none", "--", "true"));
     expect(code).toBe(2);
     expect(stderr).toContain("too old for `network`");

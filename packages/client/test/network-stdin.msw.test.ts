@@ -1,4 +1,4 @@
-import { errorBodySchema, execRequestSchema } from "@remote-task/protocol";
+import { errorBodySchema, execRequestSchema, type StreamEvent } from "@remote-task/protocol";
 import { HttpResponse, http } from "msw";
 import { describe, expect, it } from "vitest";
 import {
@@ -22,6 +22,15 @@ function bridge(answer: () => Response = () => HttpResponse.json(fullResult)) {
 
 function client(f: typeof globalThis.fetch) {
   return createClient({ url: URL_BASE, token: "tok-Secret-123", fetch: f, retry: false });
+}
+
+/** An exec handler answering a stream: `start`, then `last`. */
+function streamedExec(last: StreamEvent) {
+  return http.post(`${URL_BASE}/exec`, async ({ request }) => {
+    const { sandboxId } = (await request.json()) as { sandboxId: string };
+    const body = sse({ type: "start", sandboxId, protocol: 2 }) + sse(last);
+    return new HttpResponse(body, { headers: { "content-type": "text/event-stream" } });
+  });
 }
 
 /** The exec request bodies the bridge received, checked against the protocol schema. */
@@ -84,16 +93,7 @@ describe("network and stdin are sent as the protocol says", () => {
   });
 
   it("stream() and runMany's tasks send them too", async () => {
-    const streamed = mswFetch(
-      http.post(`${URL_BASE}/exec`, async ({ request }) => {
-        const { sandboxId } = (await request.json()) as { sandboxId: string };
-        const body = [
-          sse({ type: "start", sandboxId, protocol: 2 }),
-          sse({ type: "exit", result: fullResult }),
-        ].join("");
-        return new HttpResponse(body, { headers: { "content-type": "text/event-stream" } });
-      }),
-    );
+    const streamed = mswFetch(streamedExec({ type: "exit", result: fullResult }));
     for await (const _ of client(streamed).stream("cat", { network: "open", stdin: "in" })) {
       // drain
     }
@@ -201,14 +201,7 @@ describe("the bridge refusing network or stdin", () => {
 
   it("a forbidden stream error event is a ForbiddenError that did not run", async () => {
     const f = mswFetch(
-      http.post(`${URL_BASE}/exec`, async ({ request }) => {
-        const { sandboxId } = (await request.json()) as { sandboxId: string };
-        const body = [
-          sse({ type: "start", sandboxId, protocol: 2 }),
-          sse({ type: "error", error: errorBody("forbidden") }),
-        ].join("");
-        return new HttpResponse(body, { headers: { "content-type": "text/event-stream" } });
-      }),
+      streamedExec({ type: "error", error: errorBody("forbidden") }),
       http.post(`${URL_BASE}/cancel`, () =>
         HttpResponse.json({ ok: true, sandboxId: "x", cancelled: false }),
       ),
