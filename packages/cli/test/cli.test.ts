@@ -10,7 +10,7 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { silentLogger } from "@remote-task/bridge";
 import type { LocalBackend } from "@remote-task/bridge/local";
 import { type LocalBridge, startLocalBridge } from "@remote-task/bridge/node";
-import { execResultSchema } from "@remote-task/protocol";
+import { execResultSchema, PROTOCOL_VERSION } from "@remote-task/protocol";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BIN, cleanEnv, runCli, startCli } from "./helpers.js";
 
@@ -470,7 +470,25 @@ describe("serve and health", () => {
   it("health prints protocol, backend and limits", async () => {
     const { code, stdout } = await runCli(["health", "--json"], { env });
     expect(code).toBe(0);
-    expect(JSON.parse(stdout)).toMatchObject({ ok: true, protocol: 1, backend: "local" });
+    expect(JSON.parse(stdout)).toMatchObject({
+      ok: true,
+      protocol: PROTOCOL_VERSION,
+      backend: "local",
+    });
+  });
+
+  it("health says what network policies the bridge enforces", async () => {
+    const { code, stdout } = await runCli(["health"], { env });
+    expect(code).toBe(0);
+    const health = await (
+      await fetch(`${bridge.url}/health`, { headers: { authorization: `Bearer ${bridge.token}` } })
+    ).json();
+    if (health.network === undefined) {
+      expect(stdout).toMatch(/^network {12}not controlled by this bridge/m);
+    } else {
+      expect(stdout).toContain(`network default    ${JSON.stringify(health.network.default)}\n`);
+      expect(stdout).toContain(`network ceiling    ${JSON.stringify(health.network.ceiling)}\n`);
+    }
   });
 
   it("health fails clearly when the bridge is unreachable", async () => {
