@@ -368,6 +368,7 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
           ],
           cwd: stateDir,
           env: { PATH: SANDBOX_PATH },
+          stdin: spec.stdin !== undefined,
           extraPipes: 3,
           input: { fd: 3, data: `${settings.join("\0")}\0` },
           infoFd: 4,
@@ -379,6 +380,7 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
           args: ["-c", shellScript(spec.command, { gate: true, ulimits })],
           cwd: dirs?.hostCwd ?? stateDir,
           env,
+          stdin: spec.stdin !== undefined,
           extraPipes: 1,
           gate: { fd: GATE_FD, data: "\n" },
           cgroups: slot.cgroup?.dirs ?? [],
@@ -395,12 +397,16 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
     }
     sandbox.proc = proc;
     if (bwrap) sandbox.nsInit = proc.first;
+    // A command that does not read its input ends with it unwritten: EPIPE here is no error.
+    proc.stdin?.on("error", () => {});
+    proc.stdin?.end(spec.stdin);
     const exit = proc.exit.then(({ code, signal: name, error }) => {
       if (error !== undefined)
         throw new BackendError("sandbox_error", `Could not confine the command: ${error}`);
       // Background processes the command left behind must not outlive it (or hold its pipes).
       signal(-proc.pid, "SIGKILL");
       slot.cgroup?.killNow();
+      proc.stdin?.destroy();
       setTimeout(() => {
         proc.stdout.destroy();
         proc.stderr.destroy();
