@@ -192,6 +192,7 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
     res.end(`${reason}\n`);
   }
 
+  /** Opens a TCP connection to the address that was checked (a tunnel's far end). */
   function open(
     address: string,
     port: number,
@@ -203,34 +204,38 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
     upstream.setTimeout(CONNECT_TIMEOUT_MS, () =>
       upstream.destroy(new Error(`no connection within ${CONNECT_TIMEOUT_MS / 1000} s`)),
     );
-    upstream.once("connect", () => {
-      upstream.setTimeout(0);
-      onOpen(upstream);
-    });
-    upstream.once("error", (error: NodeJS.ErrnoException) => {
-      if (!upstream.connecting && upstream.bytesRead + upstream.bytesWritten > 0) return;
+    const fail = (error: NodeJS.ErrnoException) =>
       onFail(
         `remote-task egress proxy: cannot connect to ${address} port ${port}: ${error.code ?? error.message}.`,
       );
+    upstream.once("error", fail);
+    upstream.once("connect", () => {
+      upstream.off("error", fail);
+      upstream.setTimeout(0);
+      onOpen(upstream);
     });
   }
 
   async function onConnect(req: IncomingMessage, client: Duplex, head: Buffer): Promise<void> {
     track(client);
     client.on("error", () => client.destroy());
-    let url: URL;
-    try {
-      url = new URL(`http://${req.url ?? ""}`);
-    } catch {
+    // `host:port` or `[IPv6]:port` (not through URL, which drops a port that is the default).
+    const authority = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(req.url ?? "");
+    if (authority === null) {
       return answerRaw(client, 400, `remote-task egress proxy: bad CONNECT target ${req.url}.`);
     }
-    const host = url.hostname.replace(/^\[|\]$/g, "");
-    const decision = await decide(host, Number(url.port || Number.NaN));
+    const host = (authority[1] ?? authority[2] ?? "").toLowerCase();
+    const port = Number(authority[3]);
+    const decision = await decide(host, port);
     if (!decision.ok) return answerRaw(client, decision.status, decision.reason);
     open(
       decision.address,
-      Number(url.port),
+      port,
       (upstream) => {
+        if (client.destroyed) {
+          upstream.destroy();
+          return;
+        }
         client.write("HTTP/1.1 200 Connection Established\r\n\r\n");
         if (head.length > 0) upstream.write(head);
         upstream.on("error", () => client.destroy());
