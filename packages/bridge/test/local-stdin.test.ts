@@ -60,7 +60,7 @@ describe.each(isolationModes)("stdin on the local backend, $title", ({ mode, ski
         randomBytes(512 * 1024 - 256),
       ]);
       const digest = createHash("sha256").update(bytes).digest("hex");
-      const both = await run("tee \"$TMPDIR/in\" | wc -c; sha256sum < \"$TMPDIR/in\"", {
+      const both = await run('tee "$TMPDIR/in" | wc -c; sha256sum < "$TMPDIR/in"', {
         base64: bytes.toString("base64"),
       });
       expect(both).toMatchObject({ outcome: "exited", code: 0 });
