@@ -11,23 +11,37 @@ import {
   type LocalBackendOptions,
 } from "../src/local/index.js";
 import { type LocalBridge, type LocalBridgeOptions, startLocalBridge } from "../src/node.js";
-import { expectError, freshId, makeTmpRoot, processesWith } from "./helpers.js";
+import { eventually, expectError, freshId, makeTmpRoot, processesWith } from "./helpers.js";
 import { bwrap, bwrapRequired } from "./isolation.js";
 
 const skipBwrap = !bwrap.ok && !bwrapRequired;
 const CURL = "/usr/bin/curl";
 
-/** A loopback HTTP server that counts its requests and answers with its name. */
+/**
+ * A loopback HTTP server that counts its requests and answers with its name; `/hang` never
+ * answers, and `hanging` says how many such requests still have their connection open.
+ */
 async function namedServer(
   name: string,
-): Promise<{ server: Server; port: number; hits: () => number }> {
+): Promise<{ server: Server; port: number; hits: () => number; hanging: () => number }> {
   let hits = 0;
-  const server = createServer((_, res) => {
+  let hanging = 0;
+  const server = createServer((req, res) => {
     hits++;
+    if (req.url === "/hang") {
+      hanging++;
+      req.socket.once("close", () => hanging--);
+      return;
+    }
     res.end(`hello from ${name}`);
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  return { server, port: (server.address() as AddressInfo).port, hits: () => hits };
+  return {
+    server,
+    port: (server.address() as AddressInfo).port,
+    hits: () => hits,
+    hanging: () => hanging,
+  };
 }
 
 interface Host {
@@ -266,6 +280,25 @@ describe.skipIf(skipBwrap)(
         "hello from another loopback service status=200 rc=0",
       ]);
       expect(standIn.hits()).toBe(before + 2);
+    });
+
+    it("a call that times out with connections open through its proxy leaves none open", {
+      timeout: 30_000,
+    }, async () => {
+      const before = standIn.hits();
+      const response = await host.post({
+        command: `${CURL} -s http://127.0.0.1:${standIn.port}/hang & ${CURL} -s --proxytunnel http://127.0.0.1:${standIn.port}/hang`,
+        network: "open",
+        timeoutSeconds: 2,
+      });
+      const result = execResultSchema.parse(await response.json());
+      expect(result.outcome).toBe("timeout");
+      expect(standIn.hits()).toBe(before + 2);
+      await eventually(() => standIn.hanging() === 0, "the stand-in's connections closed", 5_000);
+      expect(host.backend.liveSandboxes()).toBe(0);
+      expect(readdirSync(host.backend.stateDir).filter((name) => name.endsWith(".sock"))).toEqual(
+        [],
+      );
     });
 
     it("stdin still reaches the command when the relay runs beside it", {

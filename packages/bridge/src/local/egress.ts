@@ -291,6 +291,8 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
         `remote-task egress proxy: ${url.host} (${decision.address}): ${error.code ?? error.message}.`,
       ),
     );
+    // A client that goes away takes its request to the destination with it.
+    res.once("close", () => upstream.destroy());
     upstream.once("response", (response) => {
       res.writeHead(response.statusCode ?? 502, forwardHeaders(response.headers));
       response.pipe(res);
