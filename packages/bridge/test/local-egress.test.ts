@@ -105,7 +105,7 @@ describe("the egress proxy refuses what is not public before connecting", () => 
       const answer = await connectThrough(open.socketPath, authority);
       expect(answer.status, authority).toBe(403);
       expect(answer.body, authority).toMatch(
-        /which the deployer has not allowed \(network policy: open\)/,
+        /is not public \(\w[\w -]*\) and the deployer has not allowed it \(network policy: open\)/,
       );
     }
     expect(target.connections).toBe(before);

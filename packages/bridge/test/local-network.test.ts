@@ -212,7 +212,7 @@ describe.skipIf(skipBwrap)(
       });
       expect(result.stdout).toMatch(
         new RegExp(
-          `connection to localhost:${standIn.port} refused: (127\\.0\\.0\\.1|::1) is a loopback address, which the deployer has not allowed \\(network policy: allow localhost\\)\\. status=403 rc=0`,
+          `connection to localhost:${standIn.port} refused: (127\\.0\\.0\\.1|::1) is not public \\(loopback\\) and the deployer has not allowed it \\(network policy: allow localhost\\)\\. status=403 rc=0`,
         ),
       );
       expect(standIn.hits()).toBe(before);
@@ -276,7 +276,7 @@ describe.skipIf(skipBwrap)(
         "hello from the internet status=200 connect=200 rc=0",
         `remote-task egress proxy: connection to 127.0.0.1:${host.port} refused: 127.0.0.1 port ${host.port} is the bridge itself (network policy: open). status=403 rc=0`,
         " status=000 connect=403 rc=56",
-        "remote-task egress proxy: connection to 169.254.169.254:80 refused: 169.254.169.254 is a linkLocal address, which the deployer has not allowed (network policy: open). status=403 rc=0",
+        "remote-task egress proxy: connection to 169.254.169.254:80 refused: 169.254.169.254 is not public (link-local) and the deployer has not allowed it (network policy: open). status=403 rc=0",
         "hello from another loopback service status=200 rc=0",
       ]);
       expect(standIn.hits()).toBe(before + 2);

@@ -82,6 +82,23 @@ type Decision =
   | { ok: true; address: string }
   | { ok: false; status: 403 | 400 | 502; reason: string };
 
+/** ipaddr.js's range names, as a message says them. */
+const RANGE_WORDS: Record<string, string> = {
+  linkLocal: "link-local",
+  carrierGradeNat: "carrier-grade NAT",
+  uniqueLocal: "unique-local",
+  ipv4Mapped: "IPv4-mapped",
+  rfc6145: "IPv4-translated",
+  rfc6052: "IPv4-embedded",
+  "6to4": "6to4",
+  teredo: "Teredo",
+};
+
+function rangeOf(address: string): string {
+  const range = ipaddr.process(address).range();
+  return RANGE_WORDS[range] ?? range;
+}
+
 function canonical(address: string): string {
   return ipaddr.process(address).toString();
 }
@@ -169,7 +186,7 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
         continue;
       }
       if (isPublicAddress(address) || explicitlyAllowed(address)) return { ok: true, address };
-      reason ||= `${address} is a ${ipaddr.process(address).range()} address, which the deployer has not allowed`;
+      reason ||= `${address} is not public (${rangeOf(address)}) and the deployer has not allowed it`;
     }
     return refuse(reason || "no address");
   }
