@@ -293,7 +293,7 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
   const ready = (async () => {
     const limitMs = killGraceMs + EXIT_WAIT_MS;
     await sweepCgroups(limitMs).catch(() => {});
-    if (claimsDir !== undefined) await sweepUidClaims(claimsDir, limitMs).catch(() => {});
+    if (claimsDir !== undefined) await sweepUidClaims(claimsDir, instance, limitMs).catch(() => {});
     await sweepStateDirs(tmpRoot);
   })();
 
