@@ -20,7 +20,7 @@ import {
   type LocalBackendOptions,
 } from "../src/local/index.js";
 import { newInstanceName } from "../src/local/ownership.js";
-import { sweepUidClaims } from "../src/local/slots.js";
+import { sweepUidClaims, uidClaimsDir } from "../src/local/slots.js";
 import { startLocalBridge } from "../src/node.js";
 import {
   eventually,
@@ -31,7 +31,7 @@ import {
   markedSleep,
   processesWith,
 } from "./helpers.js";
-import { isolationModes } from "./isolation.js";
+import { bwrap, isolationModes } from "./isolation.js";
 
 /** The bridge runs as root here (CI does): the boundary must hold against its own privileges. */
 const root = process.getuid?.() === 0;
@@ -427,6 +427,31 @@ describe.skipIf(!root)("a configured uid range", () => {
       expect(readdirSync(claimsDir)).toEqual([]);
     } finally {
       await rm(claimsDir, { recursive: true, force: true });
+    }
+  });
+
+  it("runs its start-up trials as a uid it holds, never as one another backend's sandbox holds", async () => {
+    const first = 1_900_700_000 + (process.pid % 1000) * 10;
+    // Another backend holds `first` and tears its sandbox down as that uid, again and again.
+    const holderClaim = join(uidClaimsDir(), String(first));
+    symlinkSync(newInstanceName(), holderClaim);
+    const teardown = spawn("/bin/sh", ["-c", "while :; do kill -KILL -1 2>/dev/null; done"], {
+      uid: first,
+      gid: first,
+      stdio: "ignore",
+    });
+    try {
+      for (let round = 0; round < 5; round++) {
+        const backend = createLocalBackend({
+          isolation: bwrap.ok ? "bwrap" : "none",
+          uids: { first, count: 2 },
+        });
+        await backend.close();
+      }
+      expect(teardown.exitCode).toBeNull();
+    } finally {
+      teardown.kill("SIGKILL");
+      unlinkSync(holderClaim);
     }
   });
 

@@ -1,3 +1,4 @@
+import { spawnSync } from "node:child_process";
 import { lstatSync, mkdirSync, symlinkSync, unlinkSync } from "node:fs";
 import { readdir, readlink, unlink } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -29,6 +30,47 @@ export function uidClaimsDir(): string {
     );
   }
   return dir;
+}
+
+/**
+ * Runs `trial` (synchronous) as a uid of the range that this backend claims for the moment, then
+ * kills whatever of it is left and releases the uid. A trial run as a uid another backend holds
+ * would be killed by that backend's teardown (or hold up its drain check).
+ */
+export function withTrialUid<T>(
+  claimsDir: string,
+  uids: UidRange,
+  instance: string,
+  trial: (uid: number) => T,
+): T {
+  for (let uid = uids.first; uid < uids.first + uids.count; uid++) {
+    const claim = join(claimsDir, String(uid));
+    try {
+      symlinkSync(instance, claim);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === "EEXIST") continue;
+      throw error;
+    }
+    try {
+      return trial(uid);
+    } finally {
+      spawnSync("/bin/sh", ["-c", "kill -KILL -1 2>/dev/null"], {
+        uid,
+        gid: uid,
+        cwd: "/",
+        env: {},
+        stdio: "ignore",
+      });
+      try {
+        unlinkSync(claim);
+      } catch {
+        // already gone
+      }
+    }
+  }
+  throw new Error(
+    `Every uid from ${uids.first} to ${uids.first + uids.count - 1} is held by running sandboxes; none is free for a trial run.`,
+  );
 }
 
 /** A sandbox's place: its host uid (when the bridge drops privileges) and its cgroups. */
