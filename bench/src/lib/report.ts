@@ -22,6 +22,10 @@ export interface ItemResult {
   seconds?: number;
   /** 1-minute load average of the machine before and after the item. */
   loadAverage?: [number, number];
+  /** The bench item's id (`--only` name), when and at which commit it was measured. */
+  item?: string;
+  measuredAt?: string;
+  commit?: string;
 }
 
 export interface BenchOptions {

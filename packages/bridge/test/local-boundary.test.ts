@@ -1,4 +1,13 @@
-import { existsSync, readFileSync, rmdirSync } from "node:fs";
+import { type ChildProcess, spawn } from "node:child_process";
+import {
+  existsSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  rmdirSync,
+  symlinkSync,
+  unlinkSync,
+} from "node:fs";
 import { chmod, mkdtemp, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { type ExecResult, execResultSchema, healthResponseSchema } from "@remote-task/protocol";
@@ -10,6 +19,8 @@ import {
   DEFAULT_SANDBOX_UIDS,
   type LocalBackendOptions,
 } from "../src/local/index.js";
+import { newInstanceName } from "../src/local/ownership.js";
+import { sweepUidClaims, uidClaimsDir } from "../src/local/slots.js";
 import { startLocalBridge } from "../src/node.js";
 import {
   eventually,
@@ -20,7 +31,7 @@ import {
   markedSleep,
   processesWith,
 } from "./helpers.js";
-import { isolationModes } from "./isolation.js";
+import { bwrap, isolationModes } from "./isolation.js";
 
 /** The bridge runs as root here (CI does): the boundary must hold against its own privileges. */
 const root = process.getuid?.() === 0;
@@ -375,6 +386,72 @@ describe.skipIf(!root)("a configured uid range", () => {
       await busy;
     } finally {
       await host.close();
+    }
+  });
+
+  it("concurrent sweeps of a dead backend's claim never kill the uid's next holder", async () => {
+    const claimsDir = await makeTmpRoot("rt-claims-");
+    const uid = 1_900_600_000 + (process.pid % 1000) * 10;
+    const dead = "999999999.x.dead";
+    const live = newInstanceName();
+    try {
+      for (let round = 0; round < 10; round++) {
+        symlinkSync(dead, join(claimsDir, String(uid)));
+        // The next holder claims the uid the moment it is released and starts a process under it.
+        let holder: ChildProcess | undefined;
+        const claimer = (async () => {
+          for (;;) {
+            try {
+              symlinkSync(live, join(claimsDir, String(uid)));
+              break;
+            } catch {
+              await new Promise((resolve) => setTimeout(resolve, 1));
+            }
+          }
+          holder = spawn("sleep", ["30"], { uid, gid: uid, stdio: "ignore" });
+          await new Promise((resolve) => holder?.once("spawn", resolve));
+        })();
+        await Promise.all([
+          sweepUidClaims(claimsDir, newInstanceName(), 2000),
+          sweepUidClaims(claimsDir, newInstanceName(), 2000),
+          sweepUidClaims(claimsDir, newInstanceName(), 2000),
+        ]);
+        await claimer;
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        expect(holder?.exitCode, `round ${round}: the holder's process`).toBeNull();
+        expect(holder?.signalCode, `round ${round}: the holder's process`).toBeNull();
+        expect(readlinkSync(join(claimsDir, String(uid))), `round ${round}: the claim`).toBe(live);
+        holder?.kill("SIGKILL");
+        unlinkSync(join(claimsDir, String(uid)));
+      }
+      expect(readdirSync(claimsDir)).toEqual([]);
+    } finally {
+      await rm(claimsDir, { recursive: true, force: true });
+    }
+  });
+
+  it("runs its start-up trials as a uid it holds, never as one another backend's sandbox holds", async () => {
+    const first = 1_900_700_000 + (process.pid % 1000) * 10;
+    // Another backend holds `first` and tears its sandbox down as that uid, again and again.
+    const holderClaim = join(uidClaimsDir(), String(first));
+    symlinkSync(newInstanceName(), holderClaim);
+    const teardown = spawn("/bin/sh", ["-c", "while :; do kill -KILL -1 2>/dev/null; done"], {
+      uid: first,
+      gid: first,
+      stdio: "ignore",
+    });
+    try {
+      for (let round = 0; round < 5; round++) {
+        const backend = createLocalBackend({
+          isolation: bwrap.ok ? "bwrap" : "none",
+          uids: { first, count: 2 },
+        });
+        await backend.close();
+      }
+      expect(teardown.exitCode).toBeNull();
+    } finally {
+      teardown.kill("SIGKILL");
+      unlinkSync(holderClaim);
     }
   });
 

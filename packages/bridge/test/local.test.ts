@@ -164,7 +164,7 @@ describe.each(isolationModes)("local backend, $title", ({ mode, skip }) => {
         .split("\n")
         .map((line) => [line.slice(0, line.indexOf("=")), line.slice(line.indexOf("=") + 1)]),
     );
-    expect(env.GREETING).toBe("hello there");
+    expect(env.GREETING, JSON.stringify(result)).toBe("hello there");
     expect(env.LANG).toBe("C.UTF-8");
     expect(env.PATH).toContain("/usr/bin");
     if (mode === "bwrap") {

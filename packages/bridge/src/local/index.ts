@@ -54,7 +54,14 @@ import {
 } from "./processes.js";
 import { proxyEnvironment, relayPrelude, SANDBOX_NODE, SANDBOX_PROXY_SOCKET } from "./relay.js";
 import { GATE_FD, processLimitFlag, shellScript } from "./shell.js";
-import { type Slot, SlotPool, sweepUidClaims, type UidRange, uidClaimsDir } from "./slots.js";
+import {
+  type Slot,
+  SlotPool,
+  sweepUidClaims,
+  type UidRange,
+  uidClaimsDir,
+  withTrialUid,
+} from "./slots.js";
 import { type SandboxProcess, Spawner, type SpawnRequest } from "./spawner.js";
 import {
   checkTraversable,
@@ -264,8 +271,13 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
 
   let isolation: LocalIsolation = "none";
   try {
+    // A trial runs as a uid this backend holds for the moment, never as one a sandbox may hold.
+    const asTrialUid = <T>(trial: (uid: number | undefined) => T): T =>
+      uids === undefined || claimsDir === undefined
+        ? trial(undefined)
+        : withTrialUid(claimsDir, uids, instance, trial);
     if (requested !== "none") {
-      const probe = probeBwrap(bwrapPath, bwrapBase, uids?.first);
+      const probe = asTrialUid((uid) => probeBwrap(bwrapPath, bwrapBase, uid));
       if (probe.ok) isolation = "bwrap";
       else if (requested === "bwrap")
         throw new IsolationUnavailableError(probe.reason ?? "unknown");
@@ -276,18 +288,20 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
       }
     }
     if (isolation === "none" && uids !== undefined) {
-      const trial = spawnSync("/bin/sh", ["-c", "exit 0"], {
-        cwd: stateDir,
-        uid: uids.first,
-        gid: uids.first,
-        env: {},
-        stdio: "ignore",
+      asTrialUid((uid = uids.first) => {
+        const trial = spawnSync("/bin/sh", ["-c", "exit 0"], {
+          cwd: stateDir,
+          uid,
+          gid: uid,
+          env: {},
+          stdio: "ignore",
+        });
+        if (trial.error !== undefined || trial.status !== 0) {
+          throw new TypeError(
+            `Cannot run commands as uid ${uid} here (${trial.error?.message ?? `exit ${trial.status ?? trial.signal}`}); choose uids this process may switch to (in a user namespace, a mapped range).`,
+          );
+        }
       });
-      if (trial.error !== undefined || trial.status !== 0) {
-        throw new TypeError(
-          `Cannot run commands as uid ${uids.first} here (${trial.error?.message ?? `exit ${trial.status}`}); choose uids this process may switch to (in a user namespace, a mapped range).`,
-        );
-      }
     }
   } catch (error) {
     rmSync(stateDir, { recursive: true, force: true });
@@ -365,7 +379,7 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
   const ready = (async () => {
     const limitMs = killGraceMs + EXIT_WAIT_MS;
     await sweepCgroups(limitMs).catch(() => {});
-    if (claimsDir !== undefined) await sweepUidClaims(claimsDir, limitMs).catch(() => {});
+    if (claimsDir !== undefined) await sweepUidClaims(claimsDir, instance, limitMs).catch(() => {});
     await sweepStateDirs(tmpRoot);
   })();
 

@@ -1,3 +1,4 @@
+import { spawnSync } from "node:child_process";
 import { lstatSync, mkdirSync, symlinkSync, unlinkSync } from "node:fs";
 import { readdir, readlink, unlink } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -29,6 +30,47 @@ export function uidClaimsDir(): string {
     );
   }
   return dir;
+}
+
+/**
+ * Runs `trial` (synchronous) as a uid of the range that this backend claims for the moment, then
+ * kills whatever of it is left and releases the uid. A trial run as a uid another backend holds
+ * would be killed by that backend's teardown (or hold up its drain check).
+ */
+export function withTrialUid<T>(
+  claimsDir: string,
+  uids: UidRange,
+  instance: string,
+  trial: (uid: number) => T,
+): T {
+  for (let uid = uids.first; uid < uids.first + uids.count; uid++) {
+    const claim = join(claimsDir, String(uid));
+    try {
+      symlinkSync(instance, claim);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === "EEXIST") continue;
+      throw error;
+    }
+    try {
+      return trial(uid);
+    } finally {
+      spawnSync("/bin/sh", ["-c", "kill -KILL -1 2>/dev/null"], {
+        uid,
+        gid: uid,
+        cwd: "/",
+        env: {},
+        stdio: "ignore",
+      });
+      try {
+        unlinkSync(claim);
+      } catch {
+        // already gone
+      }
+    }
+  }
+  throw new Error(
+    `Every uid from ${uids.first} to ${uids.first + uids.count - 1} is held by running sandboxes; none is free for a trial run.`,
+  );
 }
 
 /** A sandbox's place: its host uid (when the bridge drops privileges) and its cgroups. */
@@ -139,8 +181,20 @@ export class SlotPool {
 /**
  * Releases the uid claims of dead backends, once no process runs under those uids any more (it
  * kills what a cgroup did not hold, e.g. of a predecessor without cgroups).
+ *
+ * Several backends may sweep at once, and a released uid may be claimed again at any moment, so a
+ * sweeper only kills and unlinks under `<uid>.sweep` (made exclusively), after reading the claim
+ * again: while the claim still names the same dead holder nobody else can change it (a dead holder
+ * does nothing, a new holder cannot claim a name that exists, other sweepers wait for the lock).
+ * Without the lock, a sweeper that read a dead claim before another released it would kill the
+ * next holder's live sandbox. A sweeper that dies holding a lock leaves that one uid out of use
+ * until the lock is removed (or /run is cleared at boot): the safe side of that trade.
  */
-export async function sweepUidClaims(claimsDir: string, limitMs: number): Promise<void> {
+export async function sweepUidClaims(
+  claimsDir: string,
+  instance: string,
+  limitMs: number,
+): Promise<void> {
   const dead: string[] = [];
   for (const name of await readdir(claimsDir).catch(() => [] as string[])) {
     if (!/^\d+$/.test(name)) continue;
@@ -150,7 +204,20 @@ export async function sweepUidClaims(claimsDir: string, limitMs: number): Promis
   if (dead.length === 0) return;
   const flag = processLimitFlag();
   for (const name of dead) {
-    if (await pollUntil(() => killUid(Number(name), flag), limitMs, 50))
-      await unlink(join(claimsDir, name)).catch(() => {});
+    const claim = join(claimsDir, name);
+    const lock = `${claim}.sweep`;
+    try {
+      symlinkSync(instance, lock);
+    } catch {
+      continue; // another sweeper has it
+    }
+    try {
+      const holder = await readlink(claim).catch(() => undefined);
+      if (holder === undefined || ownerAlive(holder)) continue;
+      if (await pollUntil(() => killUid(Number(name), flag), limitMs, 50))
+        await unlink(claim).catch(() => {});
+    } finally {
+      await unlink(lock).catch(() => {});
+    }
   }
 }
