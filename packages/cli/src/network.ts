@@ -7,12 +7,21 @@ import { InvalidArgumentError } from "commander";
  */
 export function networkPolicy(value: string): NetworkPolicy {
   if (value === "none" || value === "open") return value;
-  const hosts = value.split(",").map((host) => host.trim());
-  const bad = hosts.filter((host) => !hostPatternSchema.safeParse(host).success);
+  return { allow: hosts(value, "none, open, or hosts separated by commas") };
+}
+
+/** `--allow-private <host>[,<host>...]`: host patterns, checked like `--network`'s. */
+export function hostList(value: string): string[] {
+  return hosts(value, "hosts separated by commas");
+}
+
+function hosts(value: string, expected: string): string[] {
+  const list = value.split(",").map((host) => host.trim());
+  const bad = list.filter((host) => !hostPatternSchema.safeParse(host).success);
   if (bad.length > 0) {
     throw new InvalidArgumentError(
-      `expected none, open, or hosts separated by commas (${bad.map((host) => JSON.stringify(host)).join(", ")} is not a host: a host is name, *.name, an IPv4 address or [IPv6], optionally with :port, in lower case).`,
+      `expected ${expected} (${bad.map((host) => JSON.stringify(host)).join(", ")} is not a host: a host is name, *.name, an IPv4 address or [IPv6], optionally with :port, in lower case).`,
     );
   }
-  return { allow: hosts };
+  return list;
 }

@@ -7,7 +7,7 @@ import { runManyCommand } from "./commands/run-many.js";
 import { serveCommand } from "./commands/serve.js";
 import { startEmbeddedBridge } from "./connect.js";
 import { EXIT } from "./exit-codes.js";
-import { networkPolicy } from "./network.js";
+import { hostList, networkPolicy } from "./network.js";
 import { describeError } from "./report.js";
 
 function positiveNumber(value: string): number {
@@ -207,10 +207,28 @@ Examples:
       "host uids for sandboxes when run as root (default 1900000000:1024)",
       uidRange,
     )
+    .option(
+      "--network-default <policy>",
+      "network of a call that names none: none, open or hosts (default none; bwrap only)",
+      networkPolicy,
+    )
+    .option(
+      "--network-ceiling <policy>",
+      "the most network a call may ask for: none, open or hosts (default: the default)",
+      networkPolicy,
+    )
+    .option(
+      "--allow-private <hosts>",
+      "private or loopback hosts calls with network may reach (e.g. 10.0.0.7:3141); never this bridge",
+      hostList,
+    )
     .addHelpText(
       "after",
       `
 It serves until Ctrl-C.
+
+Example, letting calls ask for the Python package index (and nothing else):
+  $ remote-task serve --local --network-ceiling pypi.org,files.pythonhosted.org
 
 Example, with tighter per-sandbox limits than the defaults:
   $ remote-task serve --local --processes 64 --memory-mib 512
@@ -263,7 +281,9 @@ With the embedded bridge instead: "args": ["mcp", "--local"]. The model cannot c
     )
     .action(async (flags: { local?: boolean; network?: NetworkPolicy }) => {
       const { runMcpStdio } = await import("@remote-task/tool/mcp");
-      const bridge = flags.local ? await startEmbeddedBridge({}) : undefined;
+      const bridge = flags.local
+        ? await startEmbeddedBridge(flags.network === undefined ? {} : { network: flags.network })
+        : undefined;
       try {
         const env = bridge
           ? {
