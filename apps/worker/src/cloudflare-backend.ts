@@ -132,8 +132,9 @@ export class CloudflareSandboxBackend implements SandboxBackend {
         await this.#startContainer(sandbox, spec, network);
       }
       if (spec.signal.aborted) throw abortedError();
-      const stdinFile = spec.stdin === undefined ? undefined : stdinPath(nonce);
-      if (stdinFile !== undefined && spec.stdin !== undefined) {
+      let stdinFile: string | undefined;
+      if (spec.stdin !== undefined) {
+        stdinFile = stdinPath(nonce);
         await this.#writeStdin(sandbox, spec, stdinFile, spec.stdin);
       }
       // The signal is not passed over RPC (an AbortSignal cannot cross it); aborting while
