@@ -78,6 +78,11 @@ export const CLOUDFLARE_TEXTS = {
   brokenStream: (detail: string) =>
     "The connection to the sandbox broke while the command ran (its container may have " +
     `stopped), so how the command ended is unknown (${detail}).`,
+  /** With the reason the file could not be written (already safe to show). */
+  stdinNotWritten: (reason: string) =>
+    `The call's stdin could not be written into the sandbox, so the command did not run (${reason}).`,
+  allowlistUnsupported:
+    "This Worker cannot hold a container to a host allowlist (it enforces network none and open), so the command did not run.",
   /** With the SDK's error code and its (redacted) message, each when there is one. */
   failed: (code: string | undefined, detail: string) =>
     `The sandbox failed${code ? ` (${code})` : ""}${detail ? `: ${detail}` : ""}`,
