@@ -7,6 +7,7 @@ import {
   type RetryInfo,
   TimeoutError,
 } from "@remote-task/client";
+import { PROTOCOL_VERSION } from "@remote-task/protocol";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { startTestBridge, type TestBridge, waitFor } from "./support/bridge.js";
 import { type Fault, FaultProxy, freePort, HEADERS_END } from "./support/fault-proxy.js";
@@ -220,7 +221,7 @@ describe("fault proxy between the real client and a real bridge", () => {
   it("stall mid-stream (SSE): TimeoutError from the idle watchdog; the bridge sees the disconnect", async () => {
     // Heartbeats every 200 ms are swallowed too, so the client hears nothing after `start`.
     onExec(
-      { kind: "stall", marker: '"protocol":1}\n\n', extra: 0 },
+      { kind: "stall", marker: `"protocol":${PROTOCOL_VERSION}}\n\n`, extra: 0 },
       { kind: "reset-before-forward" },
     );
     const { client } = clientFor(proxy.url, 1);
@@ -254,7 +255,7 @@ describe("fault proxy between the real client and a real bridge", () => {
 
   it("truncated stream (closed mid-SSE): ConnectionError, not re-sent; the bridge sees the disconnect", async () => {
     onExec(
-      { kind: "truncate", marker: '"protocol":1}\n\n', extra: 0 },
+      { kind: "truncate", marker: `"protocol":${PROTOCOL_VERSION}}\n\n`, extra: 0 },
       { kind: "reset-before-forward" },
     );
     const { client, retries } = clientFor(proxy.url);

@@ -7,8 +7,8 @@ import {
   type ExecEvent,
   getSandbox,
   parseSSEStream,
-  type Sandbox,
   type SandboxOptions,
+  Sandbox as SdkSandbox,
 } from "@cloudflare/sandbox";
 import {
   BackendError,
@@ -19,17 +19,30 @@ import {
   type SandboxBackend,
 } from "@remote-task/bridge";
 import { CLOUDFLARE_TEXTS, raceAbort, redact, shorten } from "@remote-task/internal";
-import { missingCwdMarker, SCRIPT_CWD, taskScript } from "./task-script.js";
+import type { NetworkPolicy } from "@remote-task/protocol";
+import type { ContainerNetwork } from "./config.js";
+import { missingCwdMarker, SCRIPT_CWD, stdinPath, taskScript } from "./task-script.js";
 import type { WarmClaim, WarmPoolClient } from "./warm-pool-client.js";
 import { withinMs } from "./within.js";
 
-export { Sandbox } from "@cloudflare/sandbox";
+/**
+ * The SDK's `Sandbox` Durable Object, with the internet off unless a start asks for it. Every
+ * start the Worker makes says which it wants (the call's network policy); a start the SDK makes
+ * by itself (a request reaching a container that stopped) then gets no internet, where the SDK's
+ * default would give it the internet whatever the call asked for.
+ */
+export class Sandbox extends SdkSandbox {
+  override enableInternet: boolean | undefined = false;
+}
 
 /** The part of the SDK's sandbox stub this backend uses (typed against the real SDK). */
 export type SandboxHandle = Pick<
   Sandbox,
-  "startAndWaitForPorts" | "execStream" | "destroy" | "getState"
+  "startAndWaitForPorts" | "execStream" | "writeFile" | "destroy" | "getState"
 >;
+
+/** The network policies a call's container can be held to: the internet off, or on. */
+export const CONTAINER_NETWORK_MODES = ["none", "open"] as const;
 
 export interface CloudflareSandboxBackendOptions {
   /** The `Sandbox` Durable Object namespace binding (`env.Sandbox`). */
@@ -43,6 +56,11 @@ export interface CloudflareSandboxBackendOptions {
   destroyTimeoutMs?: number | undefined;
   /** Lends each call a container started ahead of it; without it every call starts its own. */
   warmPool?: WarmPoolClient | undefined;
+  /**
+   * The network policy the pool's containers were started with (the deployment's default,
+   * `none` if unset): only a call with this policy is lent one; any other starts its own.
+   */
+  pooledNetwork?: ContainerNetwork | undefined;
 }
 
 /** Extra time given to the SDK's own command timeout so the bridge's deadline always fires first. */
@@ -86,6 +104,7 @@ type Placement = { warm: WarmClaim } | { cold: true } | { claiming: true };
 export class CloudflareSandboxBackend implements SandboxBackend {
   readonly name = "cloudflare";
   readonly isolation = "container";
+  readonly networkModes = CONTAINER_NETWORK_MODES;
   readonly #options: CloudflareSandboxBackendOptions;
 
   constructor(options: CloudflareSandboxBackendOptions) {
@@ -103,15 +122,21 @@ export class CloudflareSandboxBackend implements SandboxBackend {
     let stream: ReadableStream<Uint8Array>;
     let warm = false;
     try {
-      let sandbox = await this.#claimWarm(spec);
+      const network = containerNetwork(spec.network);
+      let sandbox = await this.#claimWarm(spec, network);
       if (sandbox !== undefined) {
         warm = true;
       } else {
         this.#placed.set(spec.sandboxId, { cold: true });
         sandbox = this.#sandbox(spec.sandboxId);
-        await this.#startContainer(sandbox, spec);
+        await this.#startContainer(sandbox, spec, network);
       }
       if (spec.signal.aborted) throw abortedError();
+      let stdinFile: string | undefined;
+      if (spec.stdin !== undefined) {
+        stdinFile = stdinPath(nonce);
+        await this.#writeStdin(sandbox, spec, stdinFile, spec.stdin);
+      }
       // The signal is not passed over RPC (an AbortSignal cannot cross it); aborting while
       // the command is being sent is handled by racing it, and `destroy()` follows in every case.
       // The command runs inside a script that enters the cwd, scrubs the environment and ends
@@ -124,6 +149,7 @@ export class CloudflareSandboxBackend implements SandboxBackend {
             cwd: spec.cwd,
             envNames: Object.keys(spec.env),
             nonce,
+            stdinFile,
           }),
           {
             timeout: spec.timeoutMs + SDK_TIMEOUT_GRACE_MS,
@@ -152,9 +178,13 @@ export class CloudflareSandboxBackend implements SandboxBackend {
    * destroyed before anything was sent to it, so the command provably did not run there; the
    * check matters because the SDK would silently start a new container in its place.
    */
-  async #claimWarm(spec: ExecSpec): Promise<SandboxHandle | undefined> {
+  async #claimWarm(spec: ExecSpec, network: ContainerNetwork): Promise<SandboxHandle | undefined> {
     const pool = this.#options.warmPool;
-    if (pool === undefined) return undefined;
+    // A pooled container keeps the network it was started with: a call with another policy
+    // (wider or narrower) starts its own.
+    if (pool === undefined || network !== (this.#options.pooledNetwork ?? "none")) {
+      return undefined;
+    }
     this.#placed.set(spec.sandboxId, { claiming: true });
     const claiming = this.#track(
       spec.sandboxId,
@@ -186,12 +216,16 @@ export class CloudflareSandboxBackend implements SandboxBackend {
    * (the call would end as a command timeout although nothing ran), and a start that completes
    * after the call ended would still run the command.
    */
-  async #startContainer(sandbox: SandboxHandle, spec: ExecSpec): Promise<void> {
+  async #startContainer(
+    sandbox: SandboxHandle,
+    spec: ExecSpec,
+    network: ContainerNetwork,
+  ): Promise<void> {
     const budgetMs = Math.min(
       spec.timeoutMs - START_DEADLINE_MARGIN_MS,
       MAX_INSTANCE_WAIT_MS + MAX_PORT_READY_MS,
     );
-    const starting = this.#track(spec.sandboxId, startContainer(sandbox, budgetMs));
+    const starting = this.#track(spec.sandboxId, startContainer(sandbox, budgetMs, network));
     try {
       await raceAbort(
         budgetMs > 0
@@ -207,6 +241,31 @@ export class CloudflareSandboxBackend implements SandboxBackend {
         throw mapped;
       }
       throw sandboxError(CLOUDFLARE_TEXTS.notStarted(mapped.message), error);
+    }
+  }
+
+  /**
+   * Writes the call's stdin to `path` in the container (outside /workspace; the task script opens
+   * it and removes it before the command starts). The SDK's exec has no stdin, and its file API
+   * takes bytes as base64 text.
+   */
+  async #writeStdin(
+    sandbox: SandboxHandle,
+    spec: ExecSpec,
+    path: string,
+    stdin: Uint8Array,
+  ): Promise<void> {
+    const writing = this.#track(
+      spec.sandboxId,
+      sandbox.writeFile(path, base64Of(stdin), { encoding: "base64" }),
+    );
+    try {
+      await raceAbort(writing, spec.signal, { abortError: abortedError });
+    } catch (error) {
+      if (BackendError.isInstance(error)) throw error;
+      const mapped = toBackendError(error, spec.env);
+      if (mapped.code !== "sandbox_error") throw mapped;
+      throw sandboxError(CLOUDFLARE_TEXTS.stdinNotWritten(mapped.message), error);
     }
   }
 
@@ -340,10 +399,28 @@ function sandboxHandle(
   return getSandbox(singleUse(namespace), name, options);
 }
 
-/** Starts the sandbox's container on the control port; `budgetMs` bounds placement and readiness. */
-function startContainer(sandbox: SandboxHandle, budgetMs: number): Promise<void> {
+/**
+ * The container network a call's policy maps onto: `none` has the internet off, `open` on. The
+ * bridge refuses every other policy (the backend's `networkModes`) before a call starts.
+ */
+function containerNetwork(policy: NetworkPolicy | undefined): ContainerNetwork {
+  if (policy === undefined || policy === "none") return "none";
+  if (policy === "open") return "open";
+  throw sandboxError(CLOUDFLARE_TEXTS.allowlistUnsupported);
+}
+
+/**
+ * Starts the sandbox's container on the control port with the internet on or off as `network`
+ * says; `budgetMs` bounds placement and readiness.
+ */
+function startContainer(
+  sandbox: SandboxHandle,
+  budgetMs: number,
+  network: ContainerNetwork,
+): Promise<void> {
   return sandbox.startAndWaitForPorts({
     ports: CONTROL_PORT,
+    startOptions: { enableInternet: network === "open" },
     cancellationOptions: {
       // Half the budget for placement, so that "no instance" is reported (capacity) while
       // the call can still answer it.
@@ -378,17 +455,19 @@ function destroySandbox(sandbox: SandboxHandle, timeoutMs: number): Promise<void
 }
 
 /**
- * Starts the container of the pool's sandbox `name` and waits until its server answers, within
- * `budgetMs` (for the warm pool's shards). `sleepAfterSeconds` ends it should the pool lose track.
+ * Starts the container of the pool's sandbox `name` with the `network` policy and waits until its
+ * server answers, within `budgetMs` (for the warm pool's shards). `sleepAfterSeconds` ends it
+ * should the pool lose track.
  */
 export function startPooledContainer(
   namespace: DurableObjectNamespace<Sandbox>,
   name: string,
   sleepAfterSeconds: number,
   budgetMs: number,
+  network: ContainerNetwork,
 ): Promise<void> {
   return withinMs(
-    startContainer(sandboxHandle(namespace, name, sleepAfterSeconds), budgetMs),
+    startContainer(sandboxHandle(namespace, name, sleepAfterSeconds), budgetMs, network),
     budgetMs,
     () => new Error(`the container was not ready within ${budgetMs / 1000} s`),
   );
@@ -475,6 +554,15 @@ function readCommand(
   }
 
   return { output: output(), exit };
+}
+
+function base64Of(bytes: Uint8Array): string {
+  let binary = "";
+  // In slices: spreading a whole MiB into one call would overflow the stack.
+  for (let at = 0; at < bytes.length; at += 0x8000) {
+    binary += String.fromCharCode(...bytes.subarray(at, at + 0x8000));
+  }
+  return btoa(binary);
 }
 
 function isStream(value: unknown): value is ReadableStream {

@@ -1,6 +1,12 @@
-import { type AdmissionSettings, DEFAULT_LIMITS } from "@remote-task/bridge";
+import { type AdmissionSettings, DEFAULT_LIMITS, networkAllows } from "@remote-task/bridge";
 import { hasBrand } from "@remote-task/internal";
-import { type Limits, limitsSchema, MAX_HEARTBEAT_INTERVAL_MS } from "@remote-task/protocol";
+import {
+  DEFAULT_NETWORK_POLICY,
+  type Limits,
+  limitsSchema,
+  MAX_HEARTBEAT_INTERVAL_MS,
+  networkPolicySchema,
+} from "@remote-task/protocol";
 import type { CloudflareSandboxBackendOptions } from "./cloudflare-backend.js";
 import type { WarmPoolShard } from "./warm-pool.js";
 
@@ -21,6 +27,14 @@ export interface WorkerEnv {
   MAX_ENV_ENTRY_BYTES?: string;
   MAX_TIMEOUT_SECONDS?: string;
   MAX_OUTPUT_BYTES?: string;
+  MAX_STDIN_BYTES?: string;
+  /**
+   * Network policy of a call that names none: `none` (the default) or `open`. An allowlist is
+   * refused: the Worker cannot enforce one on Cloudflare containers (README: "Network").
+   */
+  NETWORK_DEFAULT?: string;
+  /** The most a call may ask for: `none` or `open` (default: NETWORK_DEFAULT). */
+  NETWORK_CEILING?: string;
   /** Containers the warm pool keeps started and waiting; `0` (the default) turns the pool off. */
   WARM_POOL_TARGET?: string;
   /** Longest an idle warm container waits before it is replaced: `"10m"` by default. */
@@ -47,6 +61,7 @@ export const LIMIT_VARIABLES = {
   MAX_ENV_ENTRY_BYTES: "maxEnvEntryBytes",
   MAX_TIMEOUT_SECONDS: "maxTimeoutSeconds",
   MAX_OUTPUT_BYTES: "maxOutputBytes",
+  MAX_STDIN_BYTES: "maxStdinBytes",
 } as const satisfies Record<string, keyof Limits>;
 
 /**
@@ -102,6 +117,16 @@ export interface WorkerConfig {
   heartbeatIntervalMs?: number;
   sleepAfter?: string | number;
   warmPool: WarmPoolConfig;
+  network: NetworkConfig;
+}
+
+/** The network policies a Cloudflare container can be held to (README: "Network"). */
+export type ContainerNetwork = "none" | "open";
+
+/** The policy of a call that names none, and the most a call may ask for. */
+export interface NetworkConfig {
+  default: ContainerNetwork;
+  ceiling: ContainerNetwork;
 }
 
 const CONFIG_ERROR_BRAND = Symbol.for("remote-task.worker.ConfigError");
@@ -135,6 +160,7 @@ export function readConfig(env: WorkerEnv): WorkerConfig {
     allowUnauthenticated: readAllowUnauthenticated(env.ALLOW_UNAUTHENTICATED),
     limits,
     warmPool: readWarmPool(env),
+    network: readNetwork(env),
     admission: readAdmission(env, limits.maxOutputBytes ?? DEFAULT_LIMITS.maxOutputBytes),
   };
   const cwd = present(env.DEFAULT_CWD);
@@ -212,6 +238,56 @@ function readWarmPool(env: WorkerEnv): WarmPoolConfig {
   };
 }
 
+function readNetwork(env: WorkerEnv): NetworkConfig {
+  const defaultText = present(env.NETWORK_DEFAULT);
+  const ceilingText = present(env.NETWORK_CEILING);
+  const policy =
+    defaultText === undefined
+      ? DEFAULT_NETWORK_POLICY
+      : readNetworkPolicy("NETWORK_DEFAULT", defaultText);
+  const ceiling =
+    ceilingText === undefined ? policy : readNetworkPolicy("NETWORK_CEILING", ceilingText);
+  if (!networkAllows(ceiling, policy)) {
+    throw new ConfigError(
+      "NETWORK_DEFAULT",
+      `is ${policy}, wider than NETWORK_CEILING (${ceiling}); widen the ceiling or narrow the default`,
+    );
+  }
+  return { default: policy, ceiling };
+}
+
+/**
+ * `none`, `open`, host patterns separated by commas, or the protocol's JSON form. Only `none`
+ * and `open` are accepted: an allowlist is read (so that a mistake in it is named) and refused,
+ * since the Worker cannot enforce one (README: "Network").
+ */
+function readNetworkPolicy(variable: string, text: string): ContainerNetwork {
+  let value: unknown;
+  if (/^["{]/.test(text)) {
+    try {
+      value = JSON.parse(text);
+    } catch {
+      throw new ConfigError(variable, "is not valid JSON");
+    }
+  } else if (/^(none|open)$/i.test(text)) {
+    value = text.toLowerCase();
+  } else {
+    value = { allow: text.split(",").map((pattern) => pattern.trim()) };
+  }
+  const parsed = networkPolicySchema.safeParse(value);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]?.message ?? "invalid value";
+    throw new ConfigError(variable, `must be "none" or "open" (${issue})`);
+  }
+  if (typeof parsed.data !== "string") {
+    throw new ConfigError(
+      variable,
+      'is an allowlist, which this Worker cannot enforce on Cloudflare containers (it enforces "none" and "open"; see the README, "Network")',
+    );
+  }
+  return parsed.data;
+}
+
 /** A whole number from `min` to `max`, or `undefined` when unset. */
 function readWhole(variable: string, value: string | undefined, min: number, max: number) {
   const text = present(value);
@@ -255,7 +331,8 @@ function readLimits(env: WorkerEnv): Partial<Limits> {
       const message = parsed.error.issues[0]?.message ?? "invalid value";
       throw new ConfigError(variable, `is not a valid limit (${message})`);
     }
-    limits[key] = parsed.data;
+    // `maxStdinBytes` is the one optional limit; the schema never yields undefined for a number.
+    if (parsed.data !== undefined) limits[key] = parsed.data;
   }
   if ((limits.maxOutputBytes ?? 0) > WORKER_MAX_OUTPUT_BYTES) {
     throw new ConfigError(

@@ -13,6 +13,10 @@
  *   (`(sleep 40 &)`) cannot hold the call open, as on the local backend. A process that starts a
  *   session of its own (`setsid`) escapes this and keeps the call open until it exits or the
  *   deadline, when the container is destroyed.
+ * - **Standard input**: the call's stdin, when it has one, is a file the backend wrote outside
+ *   /workspace; the script opens it, removes it, and gives the open file to the command as its
+ *   standard input, so the command reads the bytes then end of input, and a command that does
+ *   not read it is not held up. Without stdin the command's input is empty (`/dev/null`).
  */
 
 /** What every task gets unless the caller's `env` sets it (the local backend's values). */
@@ -24,6 +28,11 @@ export const TASK_ENV_DEFAULTS: Readonly<Record<string, string>> = {
 
 /** Where the container server starts the script (it exists in every image). */
 export const SCRIPT_CWD = "/";
+
+/** Where the call's stdin is written in the container: outside /workspace, removed before the command runs. */
+export function stdinPath(nonce: string): string {
+  return `/tmp/.remote-task-stdin-${nonce}`;
+}
 
 /** A POSIX shell word that stands for `text` exactly. */
 export function shellQuote(text: string): string {
@@ -42,6 +51,8 @@ export interface TaskScriptInput {
   envNames: readonly string[];
   /** Random per call: the missing-cwd marker cannot be guessed by the command's own output. */
   nonce: string;
+  /** The file holding the call's stdin ({@link stdinPath}), or `undefined` for empty input. */
+  stdinFile?: string | undefined;
 }
 
 export function taskScript(input: TaskScriptInput): string {
@@ -50,13 +61,24 @@ export function taskScript(input: TaskScriptInput): string {
     .filter(([name]) => !input.envNames.includes(name))
     .map(([name, value]) => `${name}=${shellQuote(value)}`)
     .join(" ");
+  const stdin = input.stdinFile;
   return [
+    // Opened, then removed whatever follows, so the command reads it though it has no name.
+    ...(stdin === undefined
+      ? []
+      : [`exec 3<${shellQuote(stdin)}`, `rm -f -- ${shellQuote(stdin)}`]),
     `cd -- ${shellQuote(input.cwd)} 2>/dev/null || { printf %s ${shellQuote(missingCwdMarker(input.nonce))} >&2; exit 1; }`,
     `for __rt_name in $(compgen -e); do case "$__rt_name" in ${keep}) ;; *) unset "$__rt_name" 2>/dev/null ;; esac; done`,
     "unset __rt_name",
     ...(defaults === "" ? [] : [`export ${defaults}`]),
-    `/usr/bin/setsid /bin/bash -c ${shellQuote(input.command)} &`,
-    "__rt_pid=$!",
+    // A command started with `&` by a shell without job control reads /dev/null.
+    ...(stdin === undefined
+      ? [`/usr/bin/setsid /bin/bash -c ${shellQuote(input.command)} &`, "__rt_pid=$!"]
+      : [
+          `/usr/bin/setsid /bin/bash -c ${shellQuote(input.command)} <&3 3<&- &`,
+          "__rt_pid=$!",
+          "exec 3<&-",
+        ]),
     'wait "$__rt_pid"',
     "__rt_code=$?",
     'kill -KILL -- "-$__rt_pid" 2>/dev/null',

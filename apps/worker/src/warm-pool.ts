@@ -21,7 +21,12 @@ import {
   startPooledContainer,
   toBackendError,
 } from "./cloudflare-backend.js";
-import { readConfig, type WarmPoolConfig, type WorkerEnv } from "./config.js";
+import {
+  type ContainerNetwork,
+  readConfig,
+  type WarmPoolConfig,
+  type WorkerEnv,
+} from "./config.js";
 import { versionOf } from "./warm-pool-client.js";
 
 /** What a call sends to claim a container. */
@@ -43,6 +48,15 @@ export interface ShardStats {
 }
 
 type ContainerState = "starting" | "ready" | "claimed" | "doomed";
+
+/** The shard's share of the pool and what its containers are started with. */
+interface ShardPool {
+  target: number;
+  config: WarmPoolConfig;
+  version: string;
+  /** The deployment's default network policy, which the pool's containers run with. */
+  network: ContainerNetwork;
+}
 
 interface ContainerRow extends Record<string, SqlStorageValue> {
   name: string;
@@ -223,16 +237,19 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> {
   }
 
   /** The shard's share of the pool, from the Worker's variables (none when they are unusable). */
-  #pool(): { target: number; config: WarmPoolConfig; version: string } {
+  #pool(): ShardPool {
     const variables = this.variables();
     let config: WarmPoolConfig;
+    let network: ContainerNetwork = "none";
     try {
-      config = readConfig(variables).warmPool;
+      const read = readConfig(variables);
+      config = read.warmPool;
+      network = read.network.default;
     } catch {
       config = { target: 0, maxIdleSeconds: 60, refillBatch: 1, shards: 0 };
     }
     const target = shareOf(config.target, config.shards, this.#index ?? 0);
-    return { target, config, version: versionOf(variables) };
+    return { target, config, version: versionOf(variables), network };
   }
 
   /** A shard learns its number from the first call that reaches it (its alarm has none). */
@@ -268,7 +285,7 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> {
   }
 
   /** Dooms the containers the pool gives up on, and destroys the doomed ones that are due. */
-  #sweep(pool: { target: number; config: WarmPoolConfig; version: string }): void {
+  #sweep(pool: ShardPool): void {
     const now = Date.now();
     const maxIdleMs = pool.config.maxIdleSeconds * 1000;
     const doomed: Record<string, number> = {};
@@ -331,7 +348,7 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> {
    * Every container the shard holds counts against the target, the ones still being destroyed
    * too (after a deploy, or found dead), so the pool never takes more instances than its target.
    */
-  #refill(pool: { target: number; config: WarmPoolConfig; version: string }): void {
+  #refill(pool: ShardPool): void {
     if (Date.now() < this.#pausedUntil) return;
     const held = this.#rows().filter((row) => row.state !== "claimed").length;
     // After a pause, one container at a time until one starts.
@@ -340,7 +357,7 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> {
     for (let i = 0; i < count; i++) this.#start(pool);
   }
 
-  #start(pool: { config: WarmPoolConfig; version: string }): void {
+  #start(pool: ShardPool): void {
     const name = `warm-${crypto.randomUUID()}`;
     const now = Date.now();
     this.#sql.exec(
@@ -351,7 +368,15 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> {
       now + START_BUDGET_MS,
     );
     const sleepAfterSeconds = pool.config.maxIdleSeconds + SLEEP_MARGIN_SECONDS;
-    const work = startPooledContainer(this.env.Sandbox, name, sleepAfterSeconds, START_BUDGET_MS)
+    // Started with the deployment's default network policy: the Worker lends it only to a call
+    // with that policy (a change of the policy is a new version, which drains the pool).
+    const work = startPooledContainer(
+      this.env.Sandbox,
+      name,
+      sleepAfterSeconds,
+      START_BUDGET_MS,
+      pool.network,
+    )
       .then(
         () => {
           this.#sql.exec(

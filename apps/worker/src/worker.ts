@@ -43,6 +43,7 @@ export function createWorker(options: WorkerHandlerOptions = {}) {
           config.warmPool.target > 0 && env.WarmPool !== undefined
             ? new WarmPoolClient(env.WarmPool, config.warmPool, versionOf(env))
             : undefined,
+        pooledNetwork: config.network.default,
       });
       const handler = createBridge({
         backend,
@@ -53,6 +54,7 @@ export function createWorker(options: WorkerHandlerOptions = {}) {
         token: config.token,
         defaultCwd: config.defaultCwd,
         heartbeatIntervalMs: config.heartbeatIntervalMs,
+        network: config.network,
       });
       bridge = { handler, backend, primed: false };
     } catch (error) {

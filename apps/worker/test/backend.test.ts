@@ -101,9 +101,60 @@ describe("CloudflareSandboxBackend", () => {
     // Placement gets half of the budget (timeout less a margin), so "no instance" is reported
     // as capacity while the call can still answer it; the server's readiness the whole budget.
     expect(state.starts).toEqual([
-      { ports: 3000, instanceGetTimeoutMS: 3_875, portReadyTimeoutMS: 7_750 },
+      {
+        ports: 3000,
+        instanceGetTimeoutMS: 3_875,
+        portReadyTimeoutMS: 7_750,
+        enableInternet: false,
+      },
     ]);
     expect(state.execs).toHaveLength(1);
+  });
+
+  it("declares the network policies it enforces: none and open, not an allowlist", () => {
+    expect(backend().networkModes).toEqual(["none", "open"]);
+  });
+
+  it("starts each call's container with the internet on for open only", async () => {
+    for (const [network, enableInternet] of [
+      ["open", true],
+      ["none", false],
+      [undefined, false],
+    ] as const) {
+      const { sandboxId } = await run({}, { network });
+      expect((await sandboxState(sandboxId)).starts, String(network)).toMatchObject([
+        { enableInternet },
+      ]);
+    }
+  });
+
+  it("refuses an allowlist before anything starts (the bridge never sends one)", async () => {
+    const b = backend();
+    const s = spec({ network: { allow: ["pypi.org"] } });
+    await expect(b.start(s)).rejects.toThrow("cannot hold a container to a host allowlist");
+    await b.destroy(s.sandboxId);
+    expect((await sandboxState(s.sandboxId)).starts).toEqual([]);
+  });
+
+  it("writes stdin outside /workspace, sessionless and as base64, and gives that file to the command", async () => {
+    const bytes = new Uint8Array([0, 1, 2, 0xfe, 0xff, 10]);
+    const { sandboxId, chunks } = await run({}, { stdin: bytes, command: "cat" });
+    const state = await sandboxState(sandboxId);
+    expect(state.files).toHaveLength(1);
+    const [file] = state.files;
+    expect(file?.path).toMatch(/^\/tmp\/\.remote-task-stdin-[0-9a-f-]{36}$/);
+    expect(file).toMatchObject({ encoding: "base64", sessionId: "__DISABLE_SESSION__" });
+    expect(file?.bytes).toEqual([...bytes]);
+    expect(state.execs).toMatchObject([{ command: "cat", stdinFile: file?.path }]);
+    // The fake's `cat` echoes the file the script opened (as text: it is a fake).
+    expect(chunks.map((chunk) => chunk.data).join("")).toBe(new TextDecoder().decode(bytes));
+  });
+
+  it("writes no file and opens none when the call has no stdin", async () => {
+    const { sandboxId } = await run({});
+    const state = await sandboxState(sandboxId);
+    expect(state.files).toEqual([]);
+    expect(state.execs[0]?.stdinFile).toBeUndefined();
   });
 
   it("never sends the command when the call ends while the container starts", async () => {

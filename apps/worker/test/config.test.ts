@@ -45,6 +45,9 @@ describe("readConfig", () => {
           MAX_INSTANCES: "20",
           MAX_CONCURRENT_CALLS: "5",
           MAX_QUEUED_CALLS: "0",
+          MAX_STDIN_BYTES: "4096",
+          NETWORK_DEFAULT: "none",
+          NETWORK_CEILING: " OPEN ",
         }),
       ),
     ).toEqual({
@@ -60,9 +63,11 @@ describe("readConfig", () => {
         maxEnvEntryBytes: 10,
         maxTimeoutSeconds: 1.5,
         maxOutputBytes: 65_536,
+        maxStdinBytes: 4096,
       },
       warmPool: { target: 10, maxIdleSeconds: 900, refillBatch: 2, shards: 2 },
       admission: { maxConcurrent: 5, maxQueued: 0 },
+      network: { default: "none", ceiling: "open" },
     });
   });
 
@@ -77,6 +82,7 @@ describe("readConfig", () => {
       limits: {},
       warmPool: { target: 0, maxIdleSeconds: 600, refillBatch: 4, shards: 0 },
       admission: { maxConcurrent: 32, maxQueued: 32 },
+      network: { default: "none", ceiling: "none" },
     });
     expect(readConfig(bindings({ SANDBOX_SLEEP_AFTER: "2h" })).sleepAfter).toBe("2h");
   });
@@ -101,6 +107,37 @@ describe("readConfig", () => {
         variable,
       );
     }
+  });
+
+  it("reads the network policy: none or open, the ceiling the default unless set", () => {
+    const network = (vars: Vars) => readConfig(bindings(vars)).network;
+    expect(network({})).toEqual({ default: "none", ceiling: "none" });
+    expect(network({ NETWORK_DEFAULT: "open" })).toEqual({ default: "open", ceiling: "open" });
+    expect(network({ NETWORK_CEILING: "open" })).toEqual({ default: "none", ceiling: "open" });
+    expect(network({ NETWORK_DEFAULT: '"none"', NETWORK_CEILING: '"open"' })).toEqual({
+      default: "none",
+      ceiling: "open",
+    });
+  });
+
+  it("refuses a network default wider than the ceiling, an allowlist, and anything else", () => {
+    expect(configError({ NETWORK_DEFAULT: "open", NETWORK_CEILING: "none" }).message).toContain(
+      "NETWORK_DEFAULT is open, wider than NETWORK_CEILING (none)",
+    );
+    // An allowlist is read (a mistake in it would be named) and refused: it cannot be enforced.
+    for (const value of ["pypi.org, *.pythonhosted.org", '{"allow":["pypi.org"]}']) {
+      const error = configError({ NETWORK_CEILING: value });
+      expect(error.variable).toBe("NETWORK_CEILING");
+      expect(error.message).toContain("is an allowlist, which this Worker cannot enforce");
+    }
+    expect(configError({ NETWORK_DEFAULT: "Pypi.org" }).message).toContain(
+      'NETWORK_DEFAULT must be "none" or "open"',
+    );
+    expect(configError({ NETWORK_DEFAULT: "{allow" }).message).toContain(
+      "NETWORK_DEFAULT is not valid JSON",
+    );
+    expect(configError({ NETWORK_CEILING: '"everything"' }).variable).toBe("NETWORK_CEILING");
+    expect(configError({ MAX_STDIN_BYTES: "-1" }).variable).toBe("MAX_STDIN_BYTES");
   });
 
   it("names the variable at fault in a branded error", () => {

@@ -15,6 +15,7 @@ type SandboxSurface = Pick<
   Sandbox,
   | "configure"
   | "startAndWaitForPorts"
+  | "writeFile"
   | "execStream"
   | "execStreamWithSessionToken"
   | "destroy"
@@ -59,10 +60,22 @@ export interface FakeScenario {
 
 export interface FakeState {
   configurations: Configuration[];
-  /** Explicit container starts (`startAndWaitForPorts`): the port and the time limits asked for. */
-  starts: Array<{ ports?: number; instanceGetTimeoutMS?: number; portReadyTimeoutMS?: number }>;
+  /**
+   * Explicit container starts (`startAndWaitForPorts`): the port, the time limits and the
+   * internet access asked for.
+   */
+  starts: Array<{
+    ports?: number;
+    instanceGetTimeoutMS?: number;
+    portReadyTimeoutMS?: number;
+    enableInternet?: boolean;
+  }>;
+  /** Files written with `writeFile`: path, encoding, and the bytes they hold. */
+  files: Array<{ path: string; encoding?: string; sessionId?: string; bytes: number[] }>;
   execs: Array<{
     command: string;
+    /** The file the task script gave the command as its stdin, if any. */
+    stdinFile?: string;
     sessionId: string | null;
     cwd?: string;
     envNames: string[];
@@ -109,6 +122,7 @@ export class FakeSandbox extends DurableObject implements SandboxSurface {
   #state: FakeState = {
     configurations: [],
     starts: [],
+    files: [],
     execs: [],
     destroyCalls: 0,
     destroyed: false,
@@ -150,11 +164,34 @@ export class FakeSandbox extends DurableObject implements SandboxSurface {
         start.instanceGetTimeoutMS = limits.instanceGetTimeoutMS;
       if (limits?.portReadyTimeoutMS !== undefined)
         start.portReadyTimeoutMS = limits.portReadyTimeoutMS;
+      if (options.startOptions?.enableInternet !== undefined)
+        start.enableInternet = options.startOptions.enableInternet;
     }
     await this.#update((state) => {
       state.starts.push(start);
       state.container = "healthy";
     });
+  }
+
+  async writeFile(
+    ...[path, content, options]: Parameters<Sandbox["writeFile"]>
+  ): Promise<Awaited<ReturnType<Sandbox["writeFile"]>>> {
+    if (typeof content !== "string") throw new Error("fake: writeFile takes text only");
+    const text = options?.encoding === "base64" ? atob(content) : content;
+    const bytes =
+      options?.encoding === "base64"
+        ? Array.from(text, (char) => char.charCodeAt(0))
+        : Array.from(encoder.encode(text));
+    const sessionId = (options as { sessionId?: string } | undefined)?.sessionId;
+    await this.#update((state) => {
+      state.files.push({
+        path,
+        ...(options?.encoding === undefined ? {} : { encoding: options.encoding }),
+        ...(sessionId === undefined ? {} : { sessionId }),
+        bytes,
+      });
+    });
+    return { success: true, path, timestamp: new Date().toISOString() };
   }
 
   async getState(): Promise<ContainerState> {
@@ -217,10 +254,18 @@ export class FakeSandbox extends DurableObject implements SandboxSurface {
     const task = readTaskScript(script);
     const command = task?.command ?? script;
     const cwd = task?.cwd ?? options?.cwd;
-    this.#scenario = scenarioOf(command, cwd);
+    const stdinFile = task?.stdinFile;
+    // The command reads the file the task script opened as its stdin (the fake's `cat`).
+    const stdin = this.#state.files.findLast((file) => file.path === stdinFile)?.bytes;
+    this.#scenario = scenarioOf(
+      command,
+      cwd,
+      stdin === undefined ? undefined : new Uint8Array(stdin),
+    );
     await this.#update((state) => {
       state.execs.push({
         command,
+        ...(stdinFile === undefined ? {} : { stdinFile }),
         sessionId,
         ...(cwd === undefined ? {} : { cwd }),
         envNames: Object.keys(options?.env ?? {}),
@@ -325,18 +370,34 @@ function unquote(word: string): string {
   return word.slice(1, -1).replaceAll(`'\\''`, "'");
 }
 
-/** The caller's command and cwd in a script of src/task-script.ts, or `undefined`. */
-export function readTaskScript(script: string): { command: string; cwd: string } | undefined {
+/**
+ * The caller's command and cwd in a script of src/task-script.ts, and the file it gives the
+ * command as stdin (if any), or `undefined`.
+ */
+export function readTaskScript(
+  script: string,
+): { command: string; cwd: string; stdinFile?: string } | undefined {
   const quoted = `('(?:[^']|'\\\\'')*')`;
   const cwd = new RegExp(`^cd -- ${quoted} `, "m").exec(script)?.[1];
-  const command = new RegExp(`^/usr/bin/setsid /bin/bash -c ${quoted} &$`, "m").exec(script)?.[1];
+  const command = new RegExp(`^/usr/bin/setsid /bin/bash -c ${quoted}(?: <&3 3<&-)? &$`, "m").exec(
+    script,
+  )?.[1];
+  const stdinFile = new RegExp(`^exec 3<${quoted}$`, "m").exec(script)?.[1];
   if (cwd === undefined || command === undefined) return undefined;
-  return { command: unquote(command), cwd: unquote(cwd) };
+  return {
+    command: unquote(command),
+    cwd: unquote(cwd),
+    ...(stdinFile === undefined ? {} : { stdinFile: unquote(stdinFile) }),
+  };
 }
 
-function scenarioOf(command: string, cwd: string | undefined): FakeScenario {
+function scenarioOf(
+  command: string,
+  cwd: string | undefined,
+  stdin: Uint8Array | undefined,
+): FakeScenario {
   if (command.startsWith("fake ")) return JSON.parse(command.slice(5)) as FakeScenario;
-  const script = interpretCommand(command, cwd ?? "/workspace");
+  const script = interpretCommand(command, cwd ?? "/workspace", stdin);
   const scenario: FakeScenario = {
     steps: (script.chunks ?? []).map((chunk) => ({
       stream: chunk.stream ?? "stdout",

@@ -8,7 +8,12 @@ import { WarmPoolShard } from "../src/warm-pool.js";
 
 export type PoolVariables = Pick<
   WorkerEnv,
-  "WARM_POOL_TARGET" | "WARM_POOL_MAX_IDLE" | "WARM_POOL_REFILL_BATCH" | "MAX_INSTANCES"
+  | "WARM_POOL_TARGET"
+  | "WARM_POOL_MAX_IDLE"
+  | "WARM_POOL_REFILL_BATCH"
+  | "MAX_INSTANCES"
+  | "NETWORK_DEFAULT"
+  | "NETWORK_CEILING"
 > & { version: string };
 
 export interface ShardRow {

@@ -261,6 +261,60 @@ describe("the warm pool", () => {
     expect(state.destroyed).toBe(true);
   });
 
+  it("starts its containers with the default network policy and lends them only to calls with it", async () => {
+    const { client, shards } = await pool(1);
+    await filled(client, 1);
+    const [ready] = (await rows(shards)).filter((row) => row.state === "ready");
+    const pooled = await fakeNamespace()
+      .get(fakeNamespace().idFromName(ready?.name as string))
+      .fakeState();
+    expect(pooled.starts).toMatchObject([{ enableInternet: false }]);
+    const b = new CloudflareSandboxBackend({
+      namespace: env.Sandbox,
+      warmPool: client,
+      pooledNetwork: "none",
+    });
+    // A call asking for the internet starts its own container, with the internet on.
+    const open = { ...spec("pwd"), network: "open" as const };
+    const cold = await b.start(open);
+    expect(cold.warm).toBe(false);
+    await drain(cold);
+    await b.destroy(open.sandboxId);
+    expect((await sandboxState(open.sandboxId)).starts).toMatchObject([{ enableInternet: true }]);
+    expect(await rows(shards)).toEqual([ready]);
+    // A call with the pool's policy is lent the waiting container.
+    const none = { ...spec("pwd"), network: "none" as const };
+    const warm = await b.start(none);
+    expect(warm.warm).toBe(true);
+    await drain(warm);
+    await b.destroy(none.sandboxId);
+    expect((await sandboxState(none.sandboxId)).starts).toEqual([]);
+  });
+
+  it("through the Worker: with NETWORK_DEFAULT open the pool starts with the internet, and a call asking for none starts cold", async () => {
+    const { client, shards, bindings } = await pool(1, { NETWORK_DEFAULT: "open" });
+    await filled(client, 1);
+    const [ready] = (await rows(shards)).filter((row) => row.state === "ready");
+    const pooled = await fakeNamespace()
+      .get(fakeNamespace().idFromName(ready?.name as string))
+      .fakeState();
+    expect(pooled.starts).toMatchObject([{ enableInternet: true }]);
+    const { handler, entries } = loggingWorker();
+    const none = sandboxId();
+    const first = await exec(
+      { sandboxId: none, command: "echo none", network: "none" },
+      { env: bindings, handler },
+    );
+    expect(execResultSchema.parse(JSON.parse(first.text)).stdout).toBe("none\n");
+    expect((await sandboxState(none)).starts).toMatchObject([{ enableInternet: false }]);
+    const second = await exec(
+      { sandboxId: sandboxId(), command: "echo open" },
+      { env: bindings, handler },
+    );
+    expect(execResultSchema.parse(JSON.parse(second.text)).stdout).toBe("open\n");
+    expect(entries.map((entry) => "warm" in entry && entry.warm)).toEqual([false, true]);
+  });
+
   it("through the Worker: /health reports the pool and each call's log line says warm or cold", async () => {
     const { client, bindings } = await pool(2);
     const { handler, entries } = loggingWorker();

@@ -4,7 +4,12 @@ import {
   waitOnExecutionContext,
 } from "cloudflare:test";
 import { exports } from "cloudflare:workers";
-import { errorBodySchema, execResultSchema, healthResponseSchema } from "@remote-task/protocol";
+import {
+  errorBodySchema,
+  execResultSchema,
+  healthResponseSchema,
+  PROTOCOL_VERSION,
+} from "@remote-task/protocol";
 import { referenceExecRequest, referenceExecResponse } from "@remote-task/protocol/fixtures";
 import { afterAll, describe, expect, it } from "vitest";
 import { fakeCommand } from "./fake-sandbox.js";
@@ -59,7 +64,7 @@ describe("the default Worker entry in workerd", () => {
     const response = await exports.default.fetch("https://bridge.test/health", { headers: AUTH });
     expect(response.status).toBe(200);
     const health = healthResponseSchema.parse(await response.json());
-    expect(health).toMatchObject({ ok: true, protocol: 1, backend: "cloudflare" });
+    expect(health).toMatchObject({ ok: true, protocol: PROTOCOL_VERSION, backend: "cloudflare" });
     expect(health.isolation).toBe("container");
     expect(health.limits?.maxOutputBytes).toBe(MiB);
   });
@@ -329,7 +334,7 @@ describe("commands through the fake Sandbox Durable Object", () => {
     );
     expect(answer.headers.get("content-type")).toContain("text/event-stream");
     const stream = await events(answer.text);
-    expect(stream[0]).toEqual({ type: "start", sandboxId: id, protocol: 1 });
+    expect(stream[0]).toEqual({ type: "start", sandboxId: id, protocol: PROTOCOL_VERSION });
     expect(stream.filter((event) => event.type === "stdout").map((event) => event.data)).toEqual([
       "one\n",
       "two\n",

@@ -5,7 +5,8 @@
  */
 
 import { hasBrand } from "@remote-task/internal";
-import type { HealthResponse } from "@remote-task/protocol";
+import type { HealthResponse, NetworkPolicy } from "@remote-task/protocol";
+import type { NetworkMode } from "./network.js";
 
 /** What the bridge asks a backend to run. */
 export interface ExecSpec {
@@ -17,6 +18,16 @@ export interface ExecSpec {
   cwd: string;
   /** Extra environment for the command; never log or echo the values. */
   env: Readonly<Record<string, string>>;
+  /**
+   * Where the command may connect, already checked against the deployer's ceiling and the
+   * backend's {@link SandboxBackend.networkModes}; undefined for a backend that controls none.
+   */
+  network?: NetworkPolicy | undefined;
+  /**
+   * Bytes for the command's standard input, then end of input; undefined: empty input. A command
+   * that does not read it must not be held up by it.
+   */
+  stdin?: Uint8Array | undefined;
   /** The bridge's deadline in ms; a backend may pass it on as a hint, the bridge enforces it. */
   timeoutMs: number;
   /**
@@ -55,6 +66,11 @@ export interface SandboxBackend {
   readonly name: string;
   /** Isolation actually in force, reported by `/health`: `container`, `bwrap` or `none`. */
   readonly isolation: string;
+  /**
+   * The network policies this backend enforces for a call (`none`, `allow`, `open`); absent or
+   * empty when it controls no network access (the bridge then refuses `network` with 403).
+   */
+  readonly networkModes?: readonly NetworkMode[] | undefined;
   /** Creates a fresh sandbox for `spec.sandboxId` and starts the command in it. */
   start(spec: ExecSpec): Promise<RunningCommand>;
   /**

@@ -20,6 +20,7 @@ import {
   resolveLimits,
 } from "./limits.js";
 import { type BridgeLogger, jsonLineLogger } from "./logger.js";
+import { type NetworkOptions, resolveNetwork } from "./network.js";
 import { errorResponse, HttpError, jsonResponse } from "./responses.js";
 import { BRIDGE_VERSION } from "./version.js";
 
@@ -41,6 +42,11 @@ export interface BridgeOptions {
    * `capacity_exceeded` (default: {@link defaultAdmission} for this machine).
    */
   admission?: AdmissionOptions | undefined;
+  /**
+   * The network policy of a call that names none (default `none`) and the most a call may ask
+   * for (default: the default). Only for a backend that enforces network policies.
+   */
+  network?: NetworkOptions | undefined;
   /** Working directory when a request names none (default `/workspace`). */
   defaultCwd?: string | undefined;
   /** SSE heartbeat interval in ms (default 10 000, at most 15 000). */
@@ -114,6 +120,7 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
     defaultCwd: options.defaultCwd ?? DEFAULT_CWD,
     heartbeatIntervalMs,
     streamBufferBytes,
+    network: resolveNetwork(options.network, options.backend.networkModes, options.backend.name),
   };
   const version = options.version ?? BRIDGE_VERSION;
   const openApi = JSON.stringify(openApiDocument());
@@ -132,6 +139,9 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
       isolation: options.backend.isolation,
       limits: context.limits,
       admission: calls.load(),
+      ...(context.network === undefined
+        ? {}
+        : { network: { default: context.network.default, ceiling: context.network.ceiling } }),
       version,
     };
     return jsonResponse(body);

@@ -176,6 +176,8 @@ export class ExecCall {
           command: spec.command,
           cwd: spec.cwd,
           env: spec.env,
+          network: spec.network,
+          stdin: spec.stdin,
           timeoutMs: spec.timeoutMs,
           signal: this.#controller.signal,
         }),

@@ -13,7 +13,8 @@ import { assertJsonContentType, parseJsonBody, readBodyLimited, validate } from 
 import type { CallOutcome } from "./call.js";
 import type { CallRegistry } from "./calls.js";
 import { outputCapFor } from "./limits.js";
-import { invalidRequest, jsonResponse } from "./responses.js";
+import { callNetwork, type NetworkSettings } from "./network.js";
+import { HttpError, invalidRequest, jsonResponse } from "./responses.js";
 import { callEventStream, eventStreamOf, startEvent } from "./sse.js";
 
 /** What the `/exec` and `/cancel` routes need from the bridge. */
@@ -24,6 +25,8 @@ export interface ExecRoutesContext {
   heartbeatIntervalMs: number;
   /** Most bytes of events queued for a streamed call's reader before output is skipped. */
   streamBufferBytes: number;
+  /** The network policies the bridge enforces; undefined when its backend controls none. */
+  network: NetworkSettings | undefined;
 }
 
 const encoder = new TextEncoder();
@@ -66,6 +69,27 @@ async function readExecRequest(limits: Limits, request: Request): Promise<ExecRe
   return exec;
 }
 
+/** The bytes of a request's `stdin`; refuses (413) more than `maxStdinBytes`. */
+function stdinBytes(stdin: ExecRequest["stdin"], limits: Limits): Uint8Array | undefined {
+  if (stdin === undefined) return undefined;
+  let bytes: Uint8Array;
+  if (typeof stdin === "string") {
+    bytes = encoder.encode(stdin);
+  } else {
+    const binary = atob(stdin.base64);
+    bytes = new Uint8Array(binary.length);
+    for (let i = 0; i < binary.length; i++) bytes[i] = binary.charCodeAt(i);
+  }
+  const maxBytes = limits.maxStdinBytes ?? 0;
+  if (bytes.byteLength > maxBytes) {
+    throw new HttpError(
+      "payload_too_large",
+      BRIDGE_TEXTS.stdinTooLarge(bytes.byteLength, maxBytes),
+    );
+  }
+  return bytes.byteLength === 0 ? undefined : bytes;
+}
+
 function wantsEventStream(request: Request): boolean {
   const accept = request.headers.get("accept") ?? "";
   return accept
@@ -92,6 +116,8 @@ export async function handleExec(
   const { limits } = context;
   context.calls.assertRoom();
   const exec = await readExecRequest(limits, request);
+  const network = callNetwork(context.network, exec.network);
+  const stdin = stdinBytes(exec.stdin, limits);
   const timeoutSeconds =
     exec.timeoutSeconds ?? Math.min(DEFAULT_TIMEOUT_SECONDS, limits.maxTimeoutSeconds);
   const streamed = wantsEventStream(request);
@@ -100,6 +126,8 @@ export async function handleExec(
     command: exec.command,
     cwd: exec.cwd ?? context.defaultCwd,
     env: exec.env ?? {},
+    network,
+    stdin,
     timeoutMs: Math.round(timeoutSeconds * 1000),
     cap: outputCapFor(limits, exec.maxOutputBytes),
     streamed,

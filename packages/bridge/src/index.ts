@@ -35,5 +35,15 @@ export {
   silentLogger,
   stderrLogger,
 } from "./logger.js";
+export {
+  hostMatches,
+  isPublicAddress,
+  type NetworkMode,
+  type NetworkOptions,
+  type NetworkSettings,
+  networkAllows,
+  type ParsedHostPattern,
+  parseHostPattern,
+} from "./network.js";
 export { type ErrorDetails, errorResponse } from "./responses.js";
 export { BRIDGE_VERSION } from "./version.js";

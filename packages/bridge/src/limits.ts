@@ -2,12 +2,13 @@ import { DISPLAY_MAX_BYTES, type Limits, limitsSchema } from "@remote-task/proto
 
 /** Limits a bridge enforces when none are configured; reported by `GET /health`. */
 export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
-  maxRequestBytes: 262_144,
+  maxRequestBytes: 2_097_152,
   maxCommandBytes: 65_536,
   maxEnvEntries: 64,
   maxEnvEntryBytes: 8_192,
   maxTimeoutSeconds: 3_600,
   maxOutputBytes: 1_048_576,
+  maxStdinBytes: 1_048_576,
 });
 
 /**

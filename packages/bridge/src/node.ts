@@ -8,8 +8,9 @@ import type { Limits } from "@remote-task/protocol";
 import type { SandboxBackend } from "./backend.js";
 import { createBridge } from "./bridge.js";
 import type { AdmissionOptions } from "./limits.js";
-import { createLocalBackend, type LocalBackendOptions } from "./local/index.js";
+import { createLocalBackend, type LocalBackend, type LocalBackendOptions } from "./local/index.js";
 import { type BridgeLogger, stderrLogger } from "./logger.js";
+import type { NetworkOptions } from "./network.js";
 import { errorBody, errorResponse } from "./responses.js";
 
 export interface LocalBridgeOptions<B extends SandboxBackend = SandboxBackend> {
@@ -31,6 +32,11 @@ export interface LocalBridgeOptions<B extends SandboxBackend = SandboxBackend> {
   limits?: Partial<Limits> | undefined;
   /** Most calls running and waiting (default: `defaultAdmission()` for this machine). */
   admission?: AdmissionOptions | undefined;
+  /**
+   * The network policy of a call that names none and the most a call may ask for (default
+   * `none` for both); only with a backend that controls network access (local: bwrap).
+   */
+  network?: NetworkOptions | undefined;
   heartbeatIntervalMs?: number | undefined;
   /** Most bytes of events queued for a streamed call's reader (default 256 KiB). */
   streamBufferBytes?: number | undefined;
@@ -83,15 +89,22 @@ export async function startLocalBridge<
       ? createLocalBackend({ isolation: "auto", ...options.local })
       : undefined;
   const backend = (options.backend ?? ownBackend) as B;
-  const bridge = createBridge({
-    backend,
-    ...(unauthenticated ? { allowUnauthenticated: true } : { token }),
-    limits: options.limits,
-    admission: options.admission,
-    heartbeatIntervalMs: options.heartbeatIntervalMs,
-    streamBufferBytes: options.streamBufferBytes,
-    logger: options.logger ?? stderrLogger,
-  });
+  let bridge: ReturnType<typeof createBridge>;
+  try {
+    bridge = createBridge({
+      backend,
+      ...(unauthenticated ? { allowUnauthenticated: true } : { token }),
+      limits: options.limits,
+      admission: options.admission,
+      network: options.network,
+      heartbeatIntervalMs: options.heartbeatIntervalMs,
+      streamBufferBytes: options.streamBufferBytes,
+      logger: options.logger ?? stderrLogger,
+    });
+  } catch (error) {
+    await ownBackend?.close();
+    throw error;
+  }
 
   const listener = getRequestListener((request) => bridge(request), {
     // Leave the embedding program's global Request/Response alone.
@@ -115,6 +128,8 @@ export async function startLocalBridge<
   });
   server.on("clientError", answerClientError);
   const { port } = server.address() as AddressInfo;
+  // A sandbox with network access must still not reach the bridge that runs it.
+  (backend as Partial<Pick<LocalBackend, "excludeFromEgress">>).excludeFromEgress?.({ host, port });
 
   let closing: Promise<void> | undefined;
   return {

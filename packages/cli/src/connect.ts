@@ -6,6 +6,7 @@ import {
   isConfigured,
   type RemoteTaskClient,
 } from "@remote-task/client";
+import type { NetworkPolicy } from "@remote-task/protocol";
 import { cliLogger } from "./log.js";
 
 export interface ConnectionFlags {
@@ -16,6 +17,8 @@ export interface ConnectionFlags {
   isolation?: "auto" | "bwrap" | "none";
   timeout?: number;
   grace?: number;
+  /** With `--local`, the network the embedded bridge lets the calls have (its ceiling). */
+  network?: NetworkPolicy;
 }
 
 export interface Connection {
@@ -31,16 +34,26 @@ function timing(flags: ConnectionFlags): Partial<ClientOptions> {
   return options;
 }
 
-/** Starts the embedded local bridge in this process (it logs only problems, to stderr). */
-export async function startEmbeddedBridge(flags: Pick<ConnectionFlags, "isolation">) {
+/**
+ * Starts the embedded local bridge in this process (it logs only problems, to stderr). Whoever
+ * runs it is its deployer: the network asked for on the command line is its ceiling.
+ */
+export async function startEmbeddedBridge(flags: Pick<ConnectionFlags, "isolation" | "network">) {
   const [{ startLocalBridge }, { createLocalBackend }] = await Promise.all([
     import("@remote-task/bridge/node"),
     import("@remote-task/bridge/local"),
   ]);
-  return startLocalBridge({
-    backend: createLocalBackend({ isolation: flags.isolation ?? "auto" }),
-    logger: cliLogger(false),
-  });
+  const backend = createLocalBackend({ isolation: flags.isolation ?? "auto" });
+  try {
+    return await startLocalBridge({
+      backend,
+      logger: cliLogger(false),
+      ...(flags.network === undefined ? {} : { network: { ceiling: flags.network } }),
+    });
+  } catch (error) {
+    await backend.close();
+    throw error;
+  }
 }
 
 /** The embedded bridge and a client for it; the bridge is closed again if the client fails. */

@@ -1,3 +1,4 @@
+import type { NetworkPolicy } from "@remote-task/protocol";
 import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
 import packageJson from "../package.json" with { type: "json" };
 import { healthCommand } from "./commands/health.js";
@@ -6,6 +7,7 @@ import { runManyCommand } from "./commands/run-many.js";
 import { serveCommand } from "./commands/serve.js";
 import { startEmbeddedBridge } from "./connect.js";
 import { EXIT } from "./exit-codes.js";
+import { hostList, networkPolicy } from "./network.js";
 import { describeError } from "./report.js";
 
 function positiveNumber(value: string): number {
@@ -62,6 +64,14 @@ function connectionOptions(command: Command): Command {
     .addOption(isolationOption("isolation of the embedded bridge's sandboxes (only with --local)"));
 }
 
+function networkOption(command: Command, scope: string): Command {
+  return command.option(
+    "--network <policy>",
+    `where ${scope} may connect: none, open, or host[,host...] (default: the bridge's default)`,
+    networkPolicy,
+  );
+}
+
 function timingOptions(command: Command, timeoutHelp: string): Command {
   return command
     .option("--timeout <seconds>", timeoutHelp, positiveNumber)
@@ -93,8 +103,7 @@ export function createProgram(onExit: (code: number) => void): Command {
 
   connectionOptions(
     timingOptions(
-      program
-        .command("run")
+      networkOption(program.command("run"), "the command")
         .description("Run one command in a fresh sandbox and print its output.")
         .argument(
           "<command...>",
@@ -109,6 +118,7 @@ export function createProgram(onExit: (code: number) => void): Command {
       )
       .option("--json", "print the result as one JSON object")
       .option("--stream", "stream output live as it arrives")
+      .option("--no-stdin", "never send this program's stdin (see below for when it is sent)")
       .passThroughOptions(),
   )
     .addHelpText(
@@ -121,8 +131,20 @@ shell), like docker exec or kubectl exec:
   $ remote-task run --local -- sh -c 'exit 7'     # runs sh with "-c" and "exit 7"; exits 7
   $ remote-task run --local -- echo 'a   b'       # prints "a   b"
 
-Exit code: the command's own, 124 on timeout, 125 when the bridge or configuration failed,
-2 for a usage error (a flag value the bridge refuses included), 130 when interrupted.
+Standard input is sent to the command when it is a pipe or a file, read to its end first
+(nothing is sent when it is empty); a terminal, a socket or /dev/null is never read; --no-stdin
+never reads it:
+  $ cat data.csv | remote-task run --local -- 'wc -l'
+  $ remote-task run --local -- 'sha256sum' < image.png
+
+--network: none (nowhere), open (the internet), or
+hosts separated by commas (name, *.name, IPv4, [IPv6], each with an optional :port). Asking for
+more than the bridge allows is refused (exit 2); remote-task health shows its default and ceiling:
+  $ remote-task run --network pypi.org,files.pythonhosted.org -- 'pip download requests'
+
+Exit code: the command's own, 124 on timeout, 125 when the bridge or configuration failed (or
+its stdin is too large), 2 for a usage error (a flag value the bridge refuses included), 130
+when interrupted.
 
 Examples:
   $ remote-task run --local -- uname -a
@@ -137,8 +159,7 @@ Examples:
 
   connectionOptions(
     timingOptions(
-      program
-        .command("run-many")
+      networkOption(program.command("run-many"), "each command")
         .description("Run one command per line (from --file or stdin), each in its own sandbox.")
         .option("--concurrency <n>", "tasks in flight at once", positiveInteger, 8)
         .option("--file <path>", "read commands from this file instead of stdin"),
@@ -186,10 +207,28 @@ Examples:
       "host uids for sandboxes when run as root (default 1900000000:1024)",
       uidRange,
     )
+    .option(
+      "--network-default <policy>",
+      "network of a call that names none: none, open or hosts (default none; bwrap only)",
+      networkPolicy,
+    )
+    .option(
+      "--network-ceiling <policy>",
+      "the most network a call may ask for: none, open or hosts (default: the default)",
+      networkPolicy,
+    )
+    .option(
+      "--allow-private <hosts>",
+      "private or loopback hosts calls with network may reach (e.g. 10.0.0.7:3141); never this bridge",
+      hostList,
+    )
     .addHelpText(
       "after",
       `
 It serves until Ctrl-C.
+
+Example, letting calls ask for the Python package index (and nothing else):
+  $ remote-task serve --local --network-ceiling pypi.org,files.pythonhosted.org
 
 Example, with tighter per-sandbox limits than the defaults:
   $ remote-task serve --local --processes 64 --memory-mib 512
@@ -225,8 +264,7 @@ Examples:
       onExit(await healthCommand(flags));
     });
 
-  program
-    .command("mcp")
+  networkOption(program.command("mcp"), "each call's command")
     .description(
       "Serve the remote_task tool over MCP on stdio (configured by CLOUDFLARE_SANDBOX_*, or --local).",
     )
@@ -238,11 +276,14 @@ Example MCP client configuration:
   {"mcpServers": {"remote-task": {"command": "remote-task", "args": ["mcp"],
     "env": {"CLOUDFLARE_SANDBOX_URL": "https://bridge.example.workers.dev",
             "CLOUDFLARE_SANDBOX_TOKEN": "..."}}}}
-With the embedded bridge instead: "args": ["mcp", "--local"].`,
+With the embedded bridge instead: "args": ["mcp", "--local"]. The model cannot change
+--network: "args": ["mcp", "--network", "pypi.org,files.pythonhosted.org"].`,
     )
-    .action(async (flags: { local?: boolean }) => {
+    .action(async (flags: { local?: boolean; network?: NetworkPolicy }) => {
       const { runMcpStdio } = await import("@remote-task/tool/mcp");
-      const bridge = flags.local ? await startEmbeddedBridge({}) : undefined;
+      const bridge = flags.local
+        ? await startEmbeddedBridge(flags.network === undefined ? {} : { network: flags.network })
+        : undefined;
       try {
         const env = bridge
           ? {
@@ -251,7 +292,7 @@ With the embedded bridge instead: "args": ["mcp", "--local"].`,
               CLOUDFLARE_SANDBOX_TOKEN: bridge.token,
             }
           : process.env;
-        await runMcpStdio({ env });
+        await runMcpStdio({ env, network: flags.network });
         // The session ends when the MCP client closes our input.
         if (bridge) process.stdin.once("end", () => void bridge.close());
       } catch (error) {

@@ -1,5 +1,10 @@
 import type { TaskResult } from "@remote-task/client";
-import { InvalidRequestError, RemoteTaskError, TimeoutError } from "@remote-task/client";
+import {
+  ForbiddenError,
+  InvalidRequestError,
+  RemoteTaskError,
+  TimeoutError,
+} from "@remote-task/client";
 import { formatSize } from "@remote-task/protocol";
 import { EXIT } from "./exit-codes.js";
 
@@ -47,20 +52,38 @@ export function resultNotes(result: TaskResult, timeoutSeconds: number): string[
 }
 
 /** Request fields the command line sets, by the flag that sets them. */
-const FLAG_OF_FIELD: Record<string, string> = { timeoutSeconds: "--timeout", cwd: "--cwd" };
+const FLAG_OF_FIELD: Record<string, string> = {
+  timeoutSeconds: "--timeout",
+  cwd: "--cwd",
+  network: "--network",
+};
 
 /**
  * True when the bridge (or the client, before sending) refused the request itself: a flag value
- * or the command is out of bounds. A usage error, not a bridge failure.
+ * or the command is out of bounds, or `--network` asks for more than the bridge allows. A usage
+ * error, not a bridge failure.
  */
-export function refusedRequest(error: unknown): error is InvalidRequestError {
+export function refusedRequest(error: unknown): error is InvalidRequestError | ForbiddenError {
+  if (ForbiddenError.isInstance(error)) return true;
   if (!InvalidRequestError.isInstance(error)) return false;
   return error.status === undefined || error.status === 400 || error.status === 413;
 }
 
+/**
+ * True when the bridge refused a call for the stdin it carried: too large (413), or a bridge too
+ * old to take stdin (an issue at `stdin`). Not a usage error: the input, not a flag, is at fault.
+ */
+export function refusedStdin(error: unknown): boolean {
+  if (!InvalidRequestError.isInstance(error) || error.status === undefined) return false;
+  return error.status === 413 || error.issues.some((issue) => issue.path[0] === "stdin");
+}
+
 /** One line for an error, with the error's kind so a script can tell them apart. */
 export function describeError(error: unknown): string {
-  if (refusedRequest(error)) {
+  if (ForbiddenError.isInstance(error)) {
+    return `${error.name}: ${error.message} Check --network; \`remote-task health\` shows the bridge's network default and ceiling.`;
+  }
+  if (InvalidRequestError.isInstance(error) && refusedRequest(error)) {
     const flags = error.issues
       .map((issue) => FLAG_OF_FIELD[String(issue.path[0])])
       .filter((flag): flag is string => flag !== undefined);

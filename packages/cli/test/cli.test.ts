@@ -10,7 +10,7 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { silentLogger } from "@remote-task/bridge";
 import type { LocalBackend } from "@remote-task/bridge/local";
 import { type LocalBridge, startLocalBridge } from "@remote-task/bridge/node";
-import { execResultSchema } from "@remote-task/protocol";
+import { execResultSchema, PROTOCOL_VERSION } from "@remote-task/protocol";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BIN, cleanEnv, runCli, startCli } from "./helpers.js";
 
@@ -461,6 +461,66 @@ describe("serve and health", () => {
     }
   });
 
+  it("serve --local takes the deployer's network default, ceiling and private hosts, shows them and /health reports them", async () => {
+    const server = startCli([
+      "serve",
+      "--local",
+      "--isolation",
+      "bwrap",
+      "--network-ceiling",
+      "pypi.org,*.pythonhosted.org:443",
+      "--allow-private",
+      "10.0.0.7:3141",
+    ]);
+    const { out, exportLine } = await exportLineOf(server);
+    try {
+      expect(out).toMatch(/^network: default none, ceiling pypi.org,\*.pythonhosted.org:443$/m);
+      const url = /CLOUDFLARE_SANDBOX_URL=(\S+)/.exec(exportLine)?.[1] as string;
+      const token = /CLOUDFLARE_SANDBOX_TOKEN=(\S+)/.exec(exportLine)?.[1] as string;
+      const health = await runCli(["health", "--json"], {
+        env: cleanEnv({ CLOUDFLARE_SANDBOX_URL: url, CLOUDFLARE_SANDBOX_TOKEN: token }),
+      });
+      expect(JSON.parse(health.stdout).network).toEqual({
+        default: "none",
+        ceiling: { allow: ["pypi.org", "*.pythonhosted.org:443"] },
+      });
+      const refused = await runCli(["run", "--network", "open", "--", "true"], {
+        env: cleanEnv({ CLOUDFLARE_SANDBOX_URL: url, CLOUDFLARE_SANDBOX_TOKEN: token }),
+      });
+      expect(refused.code).toBe(2);
+      expect(refused.stderr).toContain("more than this bridge allows");
+    } finally {
+      server.kill("SIGINT");
+      await once(server, "exit");
+    }
+  });
+
+  it("serve --local refuses a network setting isolation none cannot enforce, or a bad host, as usage errors", async () => {
+    const none = await runCli([
+      "serve",
+      "--local",
+      "--isolation",
+      "none",
+      "--network-ceiling",
+      "open",
+    ]);
+    expect(none.code).toBe(2);
+    expect(none.stderr).toContain("does not control network access");
+    const bad = await runCli(["serve", "--local", "--allow-private", "http://10.0.0.7"]);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('"http://10.0.0.7" is not a host');
+  });
+
+  it("run --local --network lets the embedded bridge give the command that network, through its proxy", async () => {
+    const { code, stdout, stderr } = await runCli(
+      ["run", "--local", "--isolation", "bwrap", "--network", "open", "--", 'echo "$HTTPS_PROXY"'],
+      { timeoutMs: 60_000 },
+    );
+    expect(stderr).toBe("");
+    expect(code).toBe(0);
+    expect(stdout).toMatch(/^http:\/\/127\.0\.0\.1:\d+\n$/);
+  });
+
   it("serve --local refuses a limit below what a shell needs, as a usage error", async () => {
     const { code, stderr } = await runCli(["serve", "--local", "--memory-mib", "1"]);
     expect(code).toBe(2);
@@ -470,7 +530,25 @@ describe("serve and health", () => {
   it("health prints protocol, backend and limits", async () => {
     const { code, stdout } = await runCli(["health", "--json"], { env });
     expect(code).toBe(0);
-    expect(JSON.parse(stdout)).toMatchObject({ ok: true, protocol: 1, backend: "local" });
+    expect(JSON.parse(stdout)).toMatchObject({
+      ok: true,
+      protocol: PROTOCOL_VERSION,
+      backend: "local",
+    });
+  });
+
+  it("health says what network policies the bridge enforces", async () => {
+    const { code, stdout } = await runCli(["health"], { env });
+    expect(code).toBe(0);
+    const health = await (
+      await fetch(`${bridge.url}/health`, { headers: { authorization: `Bearer ${bridge.token}` } })
+    ).json();
+    if (health.network === undefined) {
+      expect(stdout).toMatch(/^network {12}not controlled by this bridge/m);
+    } else {
+      expect(stdout).toContain(`network default    ${JSON.stringify(health.network.default)}\n`);
+      expect(stdout).toContain(`network ceiling    ${JSON.stringify(health.network.ceiling)}\n`);
+    }
   });
 
   it("health fails clearly when the bridge is unreachable", async () => {

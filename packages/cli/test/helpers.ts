@@ -28,6 +28,16 @@ export function runCli(
   options: { env?: NodeJS.ProcessEnv; input?: string; timeoutMs?: number } = {},
 ): Promise<CliResult> {
   const child = startCli(args, options.env ?? cleanEnv());
+  child.stdin?.end(options.input ?? "");
+  return collectCli(child, args, options.timeoutMs);
+}
+
+/** The output and exit code of a started command line; killed when it runs past `timeoutMs`. */
+export function collectCli(
+  child: ChildProcess,
+  args: string[],
+  timeoutMs = 30_000,
+): Promise<CliResult> {
   let stdout = "";
   let stderr = "";
   child.stdout?.setEncoding("utf8").on("data", (d: string) => {
@@ -36,12 +46,11 @@ export function runCli(
   child.stderr?.setEncoding("utf8").on("data", (d: string) => {
     stderr += d;
   });
-  child.stdin?.end(options.input ?? "");
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
       child.kill("SIGKILL");
       reject(new Error(`remote-task ${args.join(" ")} did not finish; stderr: ${stderr}`));
-    }, options.timeoutMs ?? 30_000);
+    }, timeoutMs);
     child.on("error", reject);
     child.on("close", (code) => {
       clearTimeout(timer);

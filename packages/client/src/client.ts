@@ -7,6 +7,7 @@ import {
   execResultSchema,
   type HealthResponse,
   healthResponseSchema,
+  type Issue,
   isSandboxId,
   newSandboxId,
   type StreamEvent,
@@ -46,6 +47,7 @@ import { withRetries } from "./retry.js";
 import { runMany } from "./run-many.js";
 import { CallScope } from "./scope.js";
 import { sseEvents } from "./sse.js";
+import { stdinField } from "./stdin.js";
 import {
   fetchTransport,
   type Transport,
@@ -94,6 +96,8 @@ interface Exchange {
    * this many bytes of the end of each output. Without it such an answer is refused.
    */
   keptBytes?: number | undefined;
+  /** Bytes of standard input the request carries, to explain a 413. */
+  stdinBytes?: number | undefined;
 }
 
 /** The part of a zod schema the client uses. */
@@ -104,10 +108,28 @@ interface Schema<T> {
 interface PreparedCall {
   sandboxId: string;
   request: ExecRequest;
+  /** Bytes of standard input the request carries (0 without `stdin`). */
+  stdinBytes: number;
   /** Bytes of the end of each output the result keeps. */
   keptBytes: number;
   deadlineMs: number;
   secrets: Secrets;
+}
+
+/** Refuses a request before sending it. */
+function invalid(issues: Issue[]): never {
+  throw new InvalidRequestError(
+    `The request is invalid and was not sent (${summarizeIssues(issues)}).`,
+    { issues },
+  );
+}
+
+/** A `network` of no known kind gets a message that names the kinds. */
+function explainNetwork(issue: Issue): Issue {
+  if (issue.path.length !== 1 || issue.path[0] !== "network" || issue.message !== "Invalid input") {
+    return issue;
+  }
+  return { path: issue.path, message: 'must be "none", "open" or {allow: [host patterns]}' };
 }
 
 /** Creates a client for one bridge. Options are checked now; a mistake is a `ConfigurationError`. */
@@ -239,6 +261,14 @@ class Client implements RemoteTaskClient {
     };
     if (options.env !== undefined) candidate.env = options.env;
     if (options.maxOutputBytes !== undefined) candidate.maxOutputBytes = options.maxOutputBytes;
+    if (options.network !== undefined) candidate.network = options.network;
+    let stdinBytes = 0;
+    if (options.stdin !== undefined) {
+      const stdin = stdinField(options.stdin);
+      if (!stdin.ok) invalid([{ path: ["stdin"], message: stdin.message }]);
+      candidate.stdin = stdin.value;
+      stdinBytes = stdin.bytes;
+    }
     const secrets = new Secrets([
       this.#config.token,
       ...(typeof options.env === "object" && options.env !== null
@@ -247,16 +277,14 @@ class Client implements RemoteTaskClient {
     ]);
     const parsed = execRequestSchema.safeParse(candidate);
     if (!parsed.success) {
-      const issues = issuesOf(parsed.error, (message) => secrets.redact(message, 200));
-      throw new InvalidRequestError(
-        `The request is invalid and was not sent (${summarizeIssues(issues)}).`,
-        { issues },
+      invalid(
+        issuesOf(parsed.error, (message) => secrets.redact(message, 200)).map(explainNetwork),
       );
     }
     const graceSeconds = graceSecondsFor(this.#config, timeoutSeconds);
     const deadlineMs = (timeoutSeconds + graceSeconds) * 1000;
     const keptBytes = parsed.data.maxOutputBytes ?? DEFAULT_KEPT_OUTPUT_BYTES;
-    return { sandboxId, request: parsed.data, keptBytes, deadlineMs, secrets };
+    return { sandboxId, request: parsed.data, keptBytes, deadlineMs, secrets, stdinBytes };
   }
 
   /** The scope of an exec call: however it ends early, a command that may run is cancelled. */
@@ -288,6 +316,7 @@ class Client implements RemoteTaskClient {
       retry,
       secrets: call.secrets,
       keptBytes: call.keptBytes,
+      stdinBytes: call.stdinBytes,
     };
   }
 
@@ -372,7 +401,7 @@ class Client implements RemoteTaskClient {
         if (event.type === "error") {
           scope.settled();
           throw errorFromBody(statusForCode(event.error.code), event.error, {
-            ...this.#errorContext(call.secrets, sandboxId, undefined),
+            ...this.#errorContext(call.secrets, sandboxId, undefined, call.stdinBytes),
             accepted: true,
           });
         }
@@ -409,13 +438,19 @@ class Client implements RemoteTaskClient {
     return { retry: this.#config.retry, secrets: new Secrets([this.#config.token]) };
   }
 
-  #errorContext(secrets: Secrets, sandboxId: string | undefined, retryAfter: string | undefined) {
+  #errorContext(
+    secrets: Secrets,
+    sandboxId: string | undefined,
+    retryAfter: string | undefined,
+    stdinBytes = 0,
+  ) {
     const { token, tokenSource } = this.#config;
     return {
       sandboxId,
       secrets,
       token: { sent: token !== undefined, source: tokenSource },
       retryAfterHeader: retryAfter,
+      stdinBytes,
     };
   }
 
@@ -482,7 +517,12 @@ class Client implements RemoteTaskClient {
       throw errorFromResponse(
         bytes,
         { status: response.status, contentType: response.header("content-type") },
-        this.#errorContext(exchange.secrets, scope.sandboxId, response.header("retry-after")),
+        this.#errorContext(
+          exchange.secrets,
+          scope.sandboxId,
+          response.header("retry-after"),
+          exchange.stdinBytes,
+        ),
       );
     });
   }

@@ -99,6 +99,15 @@ export class InvalidRequestError extends RemoteTaskError {
   }
 }
 
+/**
+ * The bridge refused the call because it asks for more than the bridge's deployer allows (HTTP 403
+ * `forbidden`): today, more network access than the bridge's ceiling (`network.ceiling` in its
+ * `/health`). The command did not run; sending the same request again fails the same way.
+ */
+export class ForbiddenError extends RemoteTaskError {
+  static override readonly kind = "ForbiddenError";
+}
+
 /** The bridge had no capacity (HTTP 503 `capacity_exceeded` or 429), after the retry budget. */
 export class CapacityError extends RemoteTaskError {
   static override readonly kind = "CapacityError";

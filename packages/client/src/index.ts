@@ -1,4 +1,10 @@
-export { formatOutput, formatSize, truncateTail } from "@remote-task/protocol";
+export {
+  formatOutput,
+  formatSize,
+  type HostPattern,
+  type NetworkPolicy,
+  truncateTail,
+} from "@remote-task/protocol";
 export { clientFromEnv, createClient } from "./client.js";
 export { isConfigured } from "./config.js";
 export {
@@ -8,12 +14,14 @@ export {
   CapacityError,
   ConfigurationError,
   ConnectionError,
+  ForbiddenError,
   InvalidRequestError,
   ProtocolError,
   RemoteTaskError,
   type RemoteTaskErrorOptions,
   TimeoutError,
 } from "./errors.js";
+export type { StdinInput } from "./stdin.js";
 export type {
   CancelResult,
   ClientOptions,

@@ -13,6 +13,7 @@ import {
   type ErrorCode,
   type ExecResult,
   errorBodySchema,
+  formatSize,
   type Issue,
   referenceErrorBodySchema,
   utf8ByteLength,
@@ -23,6 +24,7 @@ import {
   BridgeError,
   CapacityError,
   ConnectionError,
+  ForbiddenError,
   InvalidRequestError,
   ProtocolError,
   type RemoteTaskError,
@@ -114,6 +116,27 @@ export interface ErrorContext {
    * run. False for an HTTP error answer, which refuses the call before or instead of running it.
    */
   accepted: boolean;
+  /** Bytes of standard input the request carried (0 or undefined: none), to explain a 413. */
+  stdinBytes?: number | undefined;
+}
+
+/** Request fields that protocol 2 added: a protocol 1 bridge refuses them as unknown. */
+const PROTOCOL_2_FIELDS = ["network", "stdin"] as const;
+
+/**
+ * The protocol 2 fields a bridge refused as unknown keys (zod words it `Unrecognized key:
+ * "network"`, on the object that holds the key): the bridge speaks protocol 1.
+ */
+function unknownNewFields(issues: readonly Issue[]): string[] {
+  return PROTOCOL_2_FIELDS.filter((field) =>
+    issues.some(
+      (issue) =>
+        issue.path.length <= 1 &&
+        (issue.path.length === 0 || issue.path[0] === field) &&
+        /unrecognized key/i.test(issue.message) &&
+        issue.message.includes(`"${field}"`),
+    ),
+  );
 }
 
 /**
@@ -145,6 +168,13 @@ export function errorFromBody(
       { ...base, retryAfterSeconds, retryable: !accepted },
     );
   }
+  if (code === "forbidden") {
+    // The bridge decides this before it runs anything, also when it reports it in a stream.
+    return new ForbiddenError(
+      `The bridge refused the call as more than its deployer allows (${label})${reason(bridgeMessage)}. Ask for less (the most a call may have is \`network.ceiling\` in the bridge's /health), or have the deployer allow it; sending it again unchanged will fail the same way.`,
+      { ...base, mayHaveRun: false },
+    );
+  }
   if (status === 401 || status === 403) {
     const { token } = context;
     return new AuthenticationError(
@@ -159,8 +189,32 @@ export function errorFromBody(
       path: issue.path,
       message: secrets.redact(issue.message, 200),
     }));
+    const unsupported = status === 400 ? unknownNewFields(issues) : [];
+    if (unsupported.length > 0) {
+      const names = unsupported.map((field) => `\`${field}\``).join(" and ");
+      return new InvalidRequestError(
+        `The bridge is too old for ${names} (${label}): it speaks protocol 1 and refused ${unsupported.length === 1 ? "it as an unknown field" : "them as unknown fields"}. Update the bridge to protocol 2, or leave ${unsupported.length === 1 ? "that option" : "those options"} out.`,
+        {
+          ...base,
+          issues: [
+            ...unsupported.map((field) => ({
+              path: [field],
+              message: "not supported by this bridge (protocol 1)",
+            })),
+            ...issues.filter((issue) => unknownNewFields([issue]).length === 0),
+          ],
+        },
+      );
+    }
+    const stdinBytes = context.stdinBytes ?? 0;
+    const stdinTooLarge =
+      status === 413 &&
+      stdinBytes > 0 &&
+      issues.every((issue) => issue.path.length === 0 || issue.path[0] === "stdin");
     return new InvalidRequestError(
-      `The bridge refused the request (${label})${reason(bridgeMessage)}${issueList(issues)}. Fix the request; sending it again unchanged will fail the same way.`,
+      stdinTooLarge
+        ? `The bridge refused the request as too large (${label})${reason(bridgeMessage)}${issueList(issues)}. Its stdin (${formatSize(stdinBytes)}) is too large for this bridge: send less (the bridge's /health reports its limit as \`limits.maxStdinBytes\`).`
+        : `The bridge refused the request (${label})${reason(bridgeMessage)}${issueList(issues)}. Fix the request; sending it again unchanged will fail the same way.`,
       { ...base, issues },
     );
   }

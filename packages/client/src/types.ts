@@ -1,6 +1,7 @@
-import type { HealthResponse, Outcome, StreamEvent } from "@remote-task/protocol";
+import type { HealthResponse, NetworkPolicy, Outcome, StreamEvent } from "@remote-task/protocol";
 import type { Dispatcher } from "undici";
 import type { RemoteTaskError } from "./errors.js";
+import type { StdinInput } from "./stdin.js";
 
 export interface RetryOptions {
   /** Most attempts in all, the first included (default 4). */
@@ -97,6 +98,17 @@ export interface RunOptions {
   maxOutputBytes?: number | undefined;
   /** Use this sandbox id instead of a fresh one (it must follow the protocol's id rules). */
   sandboxId?: string | undefined;
+  /**
+   * Where the command may connect: `"none"`, `"open"` or `{allow: ["pypi.org", "*.example.com:443"]}`
+   * (default: the bridge's default). More than the bridge's ceiling is a `ForbiddenError` (403).
+   * Needs a protocol 2 bridge.
+   */
+  network?: NetworkPolicy | undefined;
+  /**
+   * The command's standard input, then end of input: a string is sent as UTF-8 text, bytes as
+   * base64. Without it stdin is empty. Needs a protocol 2 bridge.
+   */
+  stdin?: StdinInput | undefined;
 }
 
 export interface TaskResult {

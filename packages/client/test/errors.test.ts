@@ -7,6 +7,7 @@ const kinds = [
   "ConfigurationError",
   "AuthenticationError",
   "InvalidRequestError",
+  "ForbiddenError",
   "CapacityError",
   "BridgeError",
   "ProtocolError",

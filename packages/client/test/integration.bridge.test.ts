@@ -2,7 +2,7 @@ import { execFileSync } from "node:child_process";
 import { silentLogger } from "@remote-task/bridge";
 import { createLocalBackend } from "@remote-task/bridge/local";
 import { startLocalBridge } from "@remote-task/bridge/node";
-import { formatOutput, truncateTail } from "@remote-task/protocol";
+import { formatOutput, PROTOCOL_VERSION, truncateTail } from "@remote-task/protocol";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   AbortError,
@@ -38,7 +38,7 @@ function processesMatching(text: string): string[] {
 describe("against the embedded local bridge (loopback, real commands)", () => {
   it("reports its health", async () => {
     const health = await client.health();
-    expect(health).toMatchObject({ ok: true, protocol: 1, backend: "local" });
+    expect(health).toMatchObject({ ok: true, protocol: PROTOCOL_VERSION, backend: "local" });
     expect(health.limits?.maxOutputBytes).toBe(256 * 1024);
   });
 
@@ -197,6 +197,21 @@ describe("against the embedded local bridge (loopback, real commands)", () => {
       await small.close();
     }
   }, 60_000);
+
+  // Runs once the local bridge takes stdin (it reports `limits.maxStdinBytes`); the bridge of
+  // protocol 1 does not.
+  it("delivers stdin byte-exact to a real command", async (context) => {
+    const health = await client.health();
+    if (health.limits?.maxStdinBytes === undefined) context.skip("the bridge takes no stdin yet");
+    const bytes = Uint8Array.from({ length: 512 }, (_, i) => (i * 7) % 256);
+    const binary = await client.run("od -An -v -tx1 | tr -d ' \\n'", { stdin: bytes });
+    expect(binary.stdout).toBe(Buffer.from(bytes).toString("hex"));
+    const text = await client.run("wc -l", { stdin: "a,b\n1,2\n" });
+    expect(text.stdout.trim()).toBe("2");
+    // A command that does not read its stdin is not held up by it.
+    const ignored = await client.run("echo done", { stdin: new Uint8Array(64 * 1024) });
+    expect(ignored).toMatchObject({ stdout: "done\n", exitCode: 0 });
+  });
 
   it("refuses a wrong token", async () => {
     const wrong = createClient({ url: bridge.url, token: "not-the-token" });

@@ -42,6 +42,14 @@ export const BRIDGE_TEXTS = {
   unreadableRequest: "The HTTP request could not be read.",
   malformedRequestIssue: "malformed HTTP request",
   bodyBrokenOffIssue: "the request body broke off before its end",
+  networkUncontrolled:
+    "This bridge does not control network access, so it cannot honour `network`; leave the field out.",
+  networkBeyondCeiling: (requested: string, ceiling: string) =>
+    `The call asks for network ${requested}, more than this bridge allows (${ceiling}), so the command did not run. Ask for less, or have the deployer widen the network ceiling.`,
+  networkModeUnsupported: (mode: string, modes: string) =>
+    `This bridge cannot enforce network ${mode} (it enforces ${modes}), so the command did not run.`,
+  stdinTooLarge: (bytes: number, maxBytes: number) =>
+    `stdin is ${bytes} bytes; this bridge takes at most ${maxBytes}, so the command did not run. Send less, or have the command fetch its data.`,
 } as const;
 
 /** Texts of the Cloudflare backend (apps/worker). */
@@ -70,6 +78,11 @@ export const CLOUDFLARE_TEXTS = {
   brokenStream: (detail: string) =>
     "The connection to the sandbox broke while the command ran (its container may have " +
     `stopped), so how the command ended is unknown (${detail}).`,
+  /** With the reason the file could not be written (already safe to show). */
+  stdinNotWritten: (reason: string) =>
+    `The call's stdin could not be written into the sandbox, so the command did not run (${reason}).`,
+  allowlistUnsupported:
+    "This Worker cannot hold a container to a host allowlist (it enforces network none and open), so the command did not run.",
   /** With the SDK's error code and its (redacted) message, each when there is one. */
   failed: (code: string | undefined, detail: string) =>
     `The sandbox failed${code ? ` (${code})` : ""}${detail ? `: ${detail}` : ""}`,

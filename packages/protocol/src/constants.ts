@@ -1,5 +1,8 @@
-/** Version of the wire protocol spoken by this package. */
-export const PROTOCOL_VERSION = 1;
+/**
+ * Version of the wire protocol spoken by this package. 2 adds `network` and `stdin` to
+ * `ExecRequest` (a version 1 bridge refuses them as unknown fields) and `network` to `/health`.
+ */
+export const PROTOCOL_VERSION = 2;
 
 /** Working directory of a command inside its sandbox when the caller names none. */
 export const DEFAULT_CWD = "/workspace";
@@ -24,3 +27,6 @@ export const SANDBOX_ID_MAX_LENGTH = 63;
 
 /** Longest interval between two SSE events of a running command. */
 export const MAX_HEARTBEAT_INTERVAL_MS = 15_000;
+
+/** Network policy of a call when neither the caller nor the deployer names one. */
+export const DEFAULT_NETWORK_POLICY = "none";

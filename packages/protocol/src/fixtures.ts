@@ -1,3 +1,4 @@
+import { PROTOCOL_VERSION } from "./constants.js";
 import type { WireSchemaName } from "./openapi.js";
 
 /** An example wire message, labelled with the schema it is checked against. */
@@ -30,7 +31,10 @@ const limits = {
   maxEnvEntryBytes: 8_192,
   maxTimeoutSeconds: 3_600,
   maxOutputBytes: 1_048_576,
+  maxStdinBytes: 1_048_576,
 };
+
+const network = { default: "none", ceiling: { allow: ["pypi.org", "*.pythonhosted.org:443"] } };
 
 const admission = { maxConcurrent: 8, maxQueued: 32, running: 8, queued: 3 };
 
@@ -65,7 +69,14 @@ export const validFixtures: readonly Fixture[] = [
       ...referenceExecRequest,
       env: { GREETING: "hi", _X1: "" },
       maxOutputBytes: 65_536,
+      network: { allow: ["pypi.org", "*.pythonhosted.org:443", "10.0.0.7:8080", "[::1]:9000"] },
+      stdin: "a,b\n1,2\n",
     },
+  },
+  {
+    name: "exec request with open network and binary stdin",
+    schema: "ExecRequest",
+    value: { sandboxId: "a", command: "wc -c", network: "open", stdin: { base64: "AAH/" } },
   },
   {
     name: "minimal exec request",
@@ -90,12 +101,13 @@ export const validFixtures: readonly Fixture[] = [
     schema: "HealthResponse",
     value: {
       ok: true,
-      protocol: 1,
+      protocol: PROTOCOL_VERSION,
       backend: "local",
       isolation: "bwrap",
       limits,
       admission,
       sandbox,
+      network,
       version: "0.1.0",
     },
   },
@@ -111,6 +123,14 @@ export const validFixtures: readonly Fixture[] = [
   },
   { name: "warm pool off", schema: "WarmPool", value: { target: 0, ready: 0, starting: 0 } },
   { name: "limits", schema: "Limits", value: limits },
+  {
+    name: "limits of a protocol 1 bridge",
+    schema: "Limits",
+    value: Object.fromEntries(Object.entries(limits).filter(([name]) => name !== "maxStdinBytes")),
+  },
+  { name: "network report", schema: "NetworkReport", value: network },
+  { name: "network policy none", schema: "NetworkPolicy", value: "none" },
+  { name: "wildcard host pattern with a port", schema: "HostPattern", value: "*.example.com:443" },
   { name: "admission", schema: "Admission", value: admission },
   { name: "sandbox report", schema: "SandboxReport", value: sandbox },
   {
@@ -142,7 +162,11 @@ export const validFixtures: readonly Fixture[] = [
   {
     name: "start event",
     schema: "StreamEvent",
-    value: { type: "start", sandboxId: referenceExecRequest.sandboxId, protocol: 1 },
+    value: {
+      type: "start",
+      sandboxId: referenceExecRequest.sandboxId,
+      protocol: PROTOCOL_VERSION,
+    },
   },
   { name: "stdout event", schema: "StreamEvent", value: { type: "stdout", data: "line\n" } },
   { name: "stderr event", schema: "StreamEvent", value: { type: "stderr", data: "oops 💥\n" } },
@@ -278,6 +302,36 @@ export const invalidFixtures: readonly InvalidFixture[] = [
     schema: "ErrorBody",
     value: { error: "x", code: "teapot" },
     failingPath: ["code"],
+  },
+  {
+    name: "network policy of an unknown kind",
+    schema: "ExecRequest",
+    value: { sandboxId: "a", command: "true", network: "internet" },
+    failingPath: ["network"],
+  },
+  {
+    name: "host pattern with a scheme",
+    schema: "ExecRequest",
+    value: { sandboxId: "a", command: "true", network: { allow: ["https://pypi.org"] } },
+    failingPath: ["network", "allow", 0],
+  },
+  {
+    name: "empty allowlist",
+    schema: "NetworkPolicy",
+    value: { allow: [] },
+    failingPath: ["allow"],
+  },
+  {
+    name: "host pattern with port 0",
+    schema: "HostPattern",
+    value: "example.com:0",
+    failingPath: [],
+  },
+  {
+    name: "stdin that is not base64",
+    schema: "ExecRequest",
+    value: { sandboxId: "a", command: "cat", stdin: { base64: "not base64!" } },
+    failingPath: ["stdin", "base64"],
   },
   {
     name: "error body without message",

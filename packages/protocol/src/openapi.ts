@@ -13,8 +13,11 @@ import {
   execRequestSchema,
   execResultSchema,
   healthResponseSchema,
+  hostPatternSchema,
   issueSchema,
   limitsSchema,
+  networkPolicySchema,
+  networkReportSchema,
   outcomeSchema,
   sandboxReportSchema,
   streamEventSchema,
@@ -27,6 +30,9 @@ export const wireSchemas = {
   Limits: limitsSchema,
   WarmPool: warmPoolSchema,
   Admission: admissionSchema,
+  HostPattern: hostPatternSchema,
+  NetworkPolicy: networkPolicySchema,
+  NetworkReport: networkReportSchema,
   EnforcedLimit: enforcedLimitSchema,
   SandboxReport: sandboxReportSchema,
   HealthResponse: healthResponseSchema,
@@ -53,7 +59,7 @@ function registry(uri: (id: string) => string): Record<string, JsonSchema> {
 
 /** A standalone JSON Schema (draft 2020-12) for each wire message, cross-referenced by file name. */
 export function jsonSchemas(): Record<WireSchemaName, JsonSchema> {
-  return registry((id) => `urn:remote-task:protocol:v1:${id}`) as Record<
+  return registry((id) => `urn:remote-task:protocol:v${PROTOCOL_VERSION}:${id}`) as Record<
     WireSchemaName,
     JsonSchema
   >;
@@ -117,7 +123,8 @@ export function openApiDocument(): Record<string, unknown> {
             "`stderr`, `heartbeat` (at least every 15 s), then `exit` (the result) or `error`. " +
             "Output a reader had no room for is skipped and counted in the next output event's " +
             "`skippedBytes`; the result keeps it. A 429 or 503 `capacity_exceeded` means the " +
-            "command did not run: send the same request again after `Retry-After`.",
+            "command did not run: send the same request again after `Retry-After`. A 403 " +
+            "`forbidden` means the request asked for a wider `network` than the bridge allows.",
           requestBody: { required: true, content: json("ExecRequest") },
           responses: {
             "200": {
@@ -130,6 +137,7 @@ export function openApiDocument(): Record<string, unknown> {
             ...errorResponses([
               "invalid_request",
               "unauthorized",
+              "forbidden",
               "conflict",
               "payload_too_large",
               "sandbox_error",

@@ -15,6 +15,11 @@ export const limitsSchema = z.object({
   maxOutputBytes: positiveInt.describe(
     "Bytes of each output stream the bridge retains (the tail); byte totals stay exact.",
   ),
+  maxStdinBytes: nonNegativeInt
+    .optional()
+    .describe(
+      "Largest `stdin` accepted, in bytes once decoded (protocol 2; 0: the bridge takes no stdin).",
+    ),
 });
 export type Limits = z.infer<typeof limitsSchema>;
 
@@ -85,6 +90,45 @@ export const sandboxReportSchema = z.object({
 });
 export type SandboxReport = z.infer<typeof sandboxReportSchema>;
 
+const HOST_LABEL = "[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?";
+const HOST_PATTERN = new RegExp(
+  `^(?:(?:\\*\\.)?(?:${HOST_LABEL}\\.)*${HOST_LABEL}|\\[[0-9a-f:.]+\\])(?::(?:6553[0-5]|655[0-2]\\d|65[0-4]\\d{2}|6[0-4]\\d{3}|[1-5]\\d{4}|[1-9]\\d{0,3}))?$`,
+);
+
+/**
+ * A host a call may reach: `example.com` (that name only), `*.example.com` (any name under it,
+ * not the name itself), an IPv4 address, or an IPv6 address in brackets, each optionally with
+ * `:port` (without one, any port). Lower case; no scheme, path or user.
+ */
+export const hostPatternSchema = z
+  .string()
+  .max(260)
+  .regex(
+    HOST_PATTERN,
+    "a host pattern is `name`, `*.name`, an IPv4 address or `[IPv6]`, optionally with `:port`, in lower case",
+  );
+export type HostPattern = z.infer<typeof hostPatternSchema>;
+
+/**
+ * Where a call's command may connect: `none` (nowhere), `open` (the internet, never the bridge's
+ * host or private ranges unless the deployer allows them) or `{allow}` (only the listed hosts).
+ * Ordered `none` < `{allow}` < `open`.
+ */
+export const networkPolicySchema = z.union([
+  z.enum(["none", "open"]),
+  z.strictObject({ allow: z.array(hostPatternSchema).min(1).max(256) }),
+]);
+export type NetworkPolicy = z.infer<typeof networkPolicySchema>;
+
+/** A bridge's network policies, as `GET /health` reports them (protocol 2). */
+export const networkReportSchema = z.object({
+  default: networkPolicySchema.describe("The policy of a call that names none."),
+  ceiling: networkPolicySchema.describe(
+    "The most a call may ask for; asking for more is refused with 403 `forbidden`.",
+  ),
+});
+export type NetworkReport = z.infer<typeof networkReportSchema>;
+
 /** `GET /health`. The reference bridge answers only `{ok: true}`, so the rest is optional. */
 export const healthResponseSchema = z.object({
   ok: z.literal(true),
@@ -101,6 +145,11 @@ export const healthResponseSchema = z.object({
   warmPool: warmPoolSchema
     .optional()
     .describe("The pool of sandboxes started ahead of calls, on a bridge that keeps one."),
+  network: networkReportSchema
+    .optional()
+    .describe(
+      "The network policies the bridge enforces; absent when it controls no network access (then `network` in a request is refused).",
+    ),
 });
 export type HealthResponse = z.infer<typeof healthResponseSchema>;
 
@@ -130,6 +179,25 @@ export const execRequestSchema = z.strictObject({
   maxOutputBytes: positiveInt
     .optional()
     .describe("Retain at most this many bytes per stream (capped by the bridge's limit)."),
+  network: networkPolicySchema
+    .optional()
+    .describe("Where the command may connect (protocol 2; default: the bridge's default)."),
+  stdin: z
+    .union([
+      z.string(),
+      z.strictObject({
+        base64: z
+          .string()
+          .regex(
+            /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/,
+            "stdin.base64 must be standard base64 (with padding)",
+          ),
+      }),
+    ])
+    .optional()
+    .describe(
+      "Standard input of the command, then end of input (protocol 2): UTF-8 text, or `{base64}` for bytes. Without it stdin is empty.",
+    ),
 });
 export type ExecRequest = z.infer<typeof execRequestSchema>;
 
@@ -161,6 +229,7 @@ export const ERROR_STATUS = {
   not_found: 404,
   method_not_allowed: 405,
   conflict: 409,
+  forbidden: 403,
   payload_too_large: 413,
   capacity_exceeded: 503,
   sandbox_error: 502,

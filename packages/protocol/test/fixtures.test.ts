@@ -1,12 +1,12 @@
 import Ajv2020 from "ajv/dist/2020.js";
 import { describe, expect, it } from "vitest";
 import { type Fixture, invalidFixtures, validFixtures } from "../src/fixtures.js";
-import { jsonSchemas, wireSchemas } from "../src/index.js";
+import { jsonSchemas, PROTOCOL_VERSION, wireSchemas } from "../src/index.js";
 
 const ajv = new Ajv2020({ strict: true, allErrors: true });
 for (const schema of Object.values(jsonSchemas())) ajv.addSchema(schema);
 const ajvValidate = (fixture: Fixture) => {
-  const validate = ajv.getSchema(`urn:remote-task:protocol:v1:${fixture.schema}`);
+  const validate = ajv.getSchema(`urn:remote-task:protocol:v${PROTOCOL_VERSION}:${fixture.schema}`);
   if (!validate) throw new Error(`no JSON Schema for ${fixture.schema}`);
   return validate(fixture.value);
 };

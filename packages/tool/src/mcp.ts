@@ -8,6 +8,7 @@ import type { Readable, Writable } from "node:stream";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import { clientFromEnv, type RemoteTaskClient } from "@remote-task/client";
+import type { NetworkPolicy } from "@remote-task/protocol";
 import { version } from "../package.json";
 import {
   createRemoteTaskTool,
@@ -45,6 +46,7 @@ export function createRemoteTaskMcpServer(options: RemoteTaskMcpServerOptions = 
         client: owned,
         defaultTimeoutSeconds: toolOptions.defaultTimeoutSeconds,
         description: toolOptions.description,
+        network: toolOptions.network,
       });
     }
   }
@@ -87,6 +89,8 @@ export function createRemoteTaskMcpServer(options: RemoteTaskMcpServerOptions = 
 export interface McpStdioOptions {
   /** Variables configuring the bridge (default `process.env`). */
   env?: EnvLike | undefined;
+  /** Where every call's command may connect (default: the bridge's default). */
+  network?: NetworkPolicy | undefined;
   /** Streams to speak MCP over (default `process.stdin` / `process.stdout`). */
   stdin?: Readable | undefined;
   stdout?: Writable | undefined;
@@ -97,7 +101,10 @@ export interface McpStdioOptions {
  * `remote-task mcp` run. Throws `ConfigurationError` when the environment configures no bridge.
  */
 export async function runMcpStdio(options: McpStdioOptions = {}): Promise<McpServer> {
-  const server = createRemoteTaskMcpServer({ env: options.env ?? process.env });
+  const server = createRemoteTaskMcpServer({
+    env: options.env ?? process.env,
+    network: options.network,
+  });
   const stdin = options.stdin ?? process.stdin;
   await server.connect(new StdioServerTransport(stdin, options.stdout ?? process.stdout));
   // The MCP client ends a stdio session by closing our input: shut down (and close the client).

@@ -4,6 +4,7 @@ import {
   BridgeError,
   CapacityError,
   clientFromEnv,
+  ForbiddenError,
   InvalidRequestError,
   isConfigured,
   type RemoteTaskClient,
@@ -11,7 +12,11 @@ import {
   TimeoutError,
 } from "@remote-task/client";
 import { issuesOf, type SchemaIssue } from "@remote-task/internal";
-import { DEFAULT_TIMEOUT_SECONDS } from "@remote-task/protocol";
+import {
+  DEFAULT_TIMEOUT_SECONDS,
+  type NetworkPolicy,
+  networkPolicySchema,
+} from "@remote-task/protocol";
 import {
   REMOTE_TASK_TOOL_NAME,
   REMOTE_TASK_TOOL_TITLE,
@@ -43,6 +48,11 @@ interface CommonToolOptions {
   defaultTimeoutSeconds?: number | undefined;
   /** Replaces the description the model reads. */
   description?: string | undefined;
+  /**
+   * Where every call's command may connect: `"none"`, `"open"` or `{allow: [host patterns]}`
+   * (default: the bridge's default). Sent on every call; the model's arguments cannot change it.
+   */
+  network?: NetworkPolicy | undefined;
 }
 
 /**
@@ -99,9 +109,13 @@ function describeIssues(error: { issues: ReadonlyArray<SchemaIssue> }): string {
  */
 function answerText(error: RemoteTaskError): string | undefined {
   if (error.bridgeMessage !== undefined) return error.bridgeMessage;
-  const answered = [AuthenticationError, InvalidRequestError, CapacityError, BridgeError].some(
-    (kind) => kind.isInstance(error),
-  );
+  const answered = [
+    AuthenticationError,
+    ForbiddenError,
+    InvalidRequestError,
+    CapacityError,
+    BridgeError,
+  ].some((kind) => kind.isInstance(error));
   return answered && error.status !== undefined
     ? `remote sandbox returned HTTP ${error.status}`
     : undefined;
@@ -118,6 +132,12 @@ export function createRemoteTaskTool(options: RemoteTaskToolOptions = {}): Remot
   const defaultTimeoutSeconds = options.defaultTimeoutSeconds ?? DEFAULT_TIMEOUT_SECONDS;
   if (!(defaultTimeoutSeconds > 0) || !Number.isFinite(defaultTimeoutSeconds)) {
     throw new RangeError("defaultTimeoutSeconds must be a positive number of seconds");
+  }
+  const network = options.network;
+  if (network !== undefined && !networkPolicySchema.safeParse(network).success) {
+    throw new TypeError(
+      `network must be "none", "open" or {allow: [host patterns]}; got ${JSON.stringify(network)}`,
+    );
   }
   const parameters = remoteTaskParameters(defaultTimeoutSeconds);
   const injected = options.client;
@@ -143,8 +163,13 @@ export function createRemoteTaskTool(options: RemoteTaskToolOptions = {}): Remot
       const { command, timeout } = parsed.data;
       if (signal?.aborted) return abortedResult();
       try {
-        // Only the command and its deadline leave the host: never `env`, never a cwd from the model.
-        const result = await clientFor().run(command, { timeoutSeconds: timeout, signal });
+        // Only the command and its deadline come from the model: never `env`, a cwd or a network
+        // policy (unknown arguments are dropped by the schema); the integrator's policy goes as is.
+        const result = await clientFor().run(command, {
+          timeoutSeconds: timeout,
+          signal,
+          ...(network === undefined ? {} : { network }),
+        });
         return resultFromTask(result, timeout);
       } catch (error) {
         if (signal?.aborted || AbortError.isInstance(error)) return abortedResult();

@@ -81,6 +81,18 @@ export interface ContainerRecord {
   log: string;
   /** The container's /workspace on the host (removed with the container). */
   workspace?: string;
+  /**
+   * The egress settings workerd sent to the container's `-proxy` sidecar (`PUT /egress`), in
+   * order: `internet.enabled` is the start's `enableInternet`, which the real sidecar enforces.
+   */
+  egress: EgressConfig[];
+}
+
+/** What workerd's container client sends as a sidecar's egress settings (`PUT /egress`). */
+export interface EgressConfig {
+  port?: number;
+  dns?: { allowHostnames?: string[] };
+  internet?: { enabled?: boolean };
 }
 
 interface AppContainer {
@@ -103,7 +115,8 @@ interface Sidecar {
   record: ContainerRecord;
   server?: Server | undefined;
   port?: number;
-  egress: unknown[];
+  /** Shared with the app container's record (`ContainerRecord.egress`). */
+  egress: EgressConfig[];
 }
 
 const SIDECAR_INGRESS_PORT = 39001;
@@ -158,6 +171,7 @@ export class FakeDockerEngine {
   readonly #options: EngineOptions;
   readonly #containers = new Map<string, AppContainer>();
   readonly #sidecars = new Map<string, Sidecar>();
+  readonly #egress = new Map<string, EgressConfig[]>();
   /** Every app container ever created, in order (also refused ones). */
   readonly records: ContainerRecord[] = [];
   /** Requests the engine or a container server did not know; a test fails if any. */
@@ -266,7 +280,21 @@ export class FakeDockerEngine {
       requests: [],
       deleted: false,
       log: "",
+      egress: [],
     };
+  }
+
+  /**
+   * The egress settings of the app container `name`, one list shared by its record and its
+   * sidecar, whichever workerd creates first.
+   */
+  #egressOf(name: string): EgressConfig[] {
+    let egress = this.#egress.get(name);
+    if (egress === undefined) {
+      egress = [];
+      this.#egress.set(name, egress);
+    }
+    return egress;
   }
 
   #create(name: string, body: string, response: ServerResponse) {
@@ -280,7 +308,8 @@ export class FakeDockerEngine {
       if (this.#sidecars.has(decoded)) return send(response, 409, { message: "Conflict" });
       const record = this.#newRecord(decoded, config.Image ?? "", config.Env ?? []);
       this.#note(record, "create");
-      this.#sidecars.set(decoded, { name: decoded, record, egress: [] });
+      const egress = this.#egressOf(decoded.replace(/-proxy$/, ""));
+      this.#sidecars.set(decoded, { name: decoded, record, egress });
       return send(response, 201, { Id: record.id, Warnings: [] });
     }
     const existing = this.#containers.get(decoded);
@@ -288,6 +317,8 @@ export class FakeDockerEngine {
       return send(response, 409, { message: `Conflict: name ${decoded} is in use` });
     }
     const record = this.#newRecord(decoded, config.Image ?? "", config.Env ?? []);
+    // Shared with its sidecar, whichever workerd creates first (both live as long as the name).
+    record.egress = this.#egressOf(decoded);
     this.records.push(record);
     const faults = {
       ...this.faults,
@@ -489,7 +520,7 @@ export class FakeDockerEngine {
       void readBody(request).then((body) => {
         if (request.method === "GET" && request.url === "/ca") return send(response, 200, FAKE_CA);
         if (request.method === "PUT" && request.url === "/egress") {
-          sidecar.egress.push(JSON.parse(body));
+          sidecar.egress.push(JSON.parse(body) as EgressConfig);
           return send(response, 200, {});
         }
         this.problems.push(`unknown sidecar ingress request: ${request.method} ${request.url}`);

@@ -205,6 +205,18 @@ export class WorkerHarness {
     return namespace.idFromName(sandboxId).toString();
   }
 
+  /**
+   * Sends `path` to the `Sandbox` Durable Object `name` itself, as a request no call made: the
+   * SDK forwards it to the container's server, starting the container on its own if needed.
+   */
+  async fetchSandbox(name: string, path: string): Promise<Response> {
+    const namespace = await this.#mf.getDurableObjectNamespace("Sandbox");
+    const response = await namespace
+      .get(namespace.idFromName(name))
+      .fetch(new URL(path, "http://sandbox.test").toString());
+    return response as unknown as Response;
+  }
+
   /** What each warm pool shard reports of itself (its share, ready, starting, claims served). */
   async shardStats(shards: number): Promise<ShardReport[]> {
     const namespace = await this.#mf.getDurableObjectNamespace("WarmPool");

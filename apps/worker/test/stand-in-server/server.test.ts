@@ -154,6 +154,29 @@ describe("stand-in container server", () => {
     expect(body.message).toContain("posix_spawn '/bin/bash'");
   });
 
+  it("writes a file from base64 byte for byte (the SDK's writeFile), as the real server", async () => {
+    const bytes = Buffer.from([0, 1, 2, 0x80, 0xfe, 0xff, 10]);
+    const path = "/tmp/written-by-test";
+    const reply = await send("POST", "/api/write", {
+      path,
+      content: bytes.toString("base64"),
+      sessionId: "__DISABLE_SESSION__",
+      encoding: "base64",
+    });
+    expect(reply.status).toBe(200);
+    expect(JSON.parse(reply.text)).toMatchObject({ success: true, path });
+    const dump = await exec(`od -An -tx1 ${path} | tr -d ' \n'`);
+    expect(output(frames(dump.text), "stdout")).toBe(bytes.toString("hex"));
+    const invalid = await send("POST", "/api/write", {
+      path,
+      content: "not base64!",
+      sessionId: "__DISABLE_SESSION__",
+      encoding: "base64",
+    });
+    expect(invalid.status).toBe(400);
+    expect(JSON.parse(invalid.text)).toMatchObject({ code: "VALIDATION_FAILED" });
+  });
+
   it("fails loudly on a request it does not implement", async () => {
     const before = container.log.length;
     const route = await send("GET", "/api/ping");

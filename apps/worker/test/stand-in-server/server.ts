@@ -15,6 +15,10 @@
  *   pipes are closed. Like the real server it ignores `timeoutMs` on this route and does not
  *   stop the command when the client goes away. A spawn failure (a missing cwd) answers HTTP 500
  *   `STREAM_START_ERROR`, whose message, like the real one, blames `/bin/bash`.
+ * - `POST /api/write` with `sessionId: "__DISABLE_SESSION__"` (the SDK's `writeFile`, which the
+ *   Worker uses for a call's stdin): writes `content` to the absolute `path`, decoded from base64
+ *   when `encoding` is `base64` (content other than base64 characters answers 400
+ *   `VALIDATION_FAILED`, as the real server does); answers `{success, path, timestamp}`.
  *
  * Any other request answers 501 and is written to stderr as `STAND-IN UNKNOWN REQUEST`, which the
  * harness reports as a failure: an SDK upgrade that changes the wire fails the suite instead of
@@ -23,6 +27,7 @@
  * Runs on Node's type stripping inside a harness container: node: modules only.
  */
 import { spawn } from "node:child_process";
+import { writeFile } from "node:fs/promises";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import { constants } from "node:os";
 
@@ -65,6 +70,41 @@ function isExecuteRequest(value: unknown): value is ExecuteRequest {
     (body.cwd === undefined || typeof body.cwd === "string") &&
     (body.env === undefined || (typeof body.env === "object" && body.env !== null))
   );
+}
+
+interface WriteRequest {
+  path: string;
+  content: string;
+  sessionId?: string;
+  encoding?: string;
+}
+
+function isWriteRequest(value: unknown): value is WriteRequest {
+  if (typeof value !== "object" || value === null) return false;
+  const body = value as Record<string, unknown>;
+  const known = new Set(["path", "content", "sessionId", "encoding"]);
+  return (
+    typeof body.path === "string" &&
+    body.path.startsWith("/") &&
+    typeof body.content === "string" &&
+    Object.keys(body).every((key) => known.has(key)) &&
+    (body.encoding === undefined || ["base64", "utf-8", "utf8"].includes(body.encoding as string))
+  );
+}
+
+async function write(body: WriteRequest, response: ServerResponse): Promise<void> {
+  const base64 = body.encoding === "base64";
+  if (base64 && !/^[A-Za-z0-9+/=]*$/.test(body.content)) {
+    json(response, 400, {
+      code: "VALIDATION_FAILED",
+      message: `Invalid base64 content for '${body.path}': must contain only A-Z, a-z, 0-9, +, /, =`,
+      httpStatus: 400,
+      timestamp: new Date().toISOString(),
+    });
+    return;
+  }
+  await writeFile(body.path, base64 ? Buffer.from(body.content, "base64") : body.content);
+  json(response, 200, { success: true, path: body.path, timestamp: new Date().toISOString() });
 }
 
 function frame(event: Record<string, unknown>): string {
@@ -149,6 +189,26 @@ const server = createServer((request, response) => {
           return unknown(request, response, `sessions are not implemented (${body.sessionId})`);
         }
         executeStream(body, response);
+      },
+      () => unknown(request, response, "body is not JSON"),
+    );
+    return;
+  }
+  if (request.method === "POST" && path === "/api/write") {
+    readJson(request).then(
+      (body) => {
+        if (!isWriteRequest(body)) return unknown(request, response, "unexpected body shape");
+        if (body.sessionId !== SESSIONLESS) {
+          return unknown(request, response, `sessions are not implemented (${body.sessionId})`);
+        }
+        write(body, response).catch((error: unknown) =>
+          json(response, 500, {
+            code: "FILESYSTEM_ERROR",
+            message: `Failed to write file '${body.path}': ${String(error)}`,
+            httpStatus: 500,
+            timestamp: new Date().toISOString(),
+          }),
+        );
       },
       () => unknown(request, response, "body is not JSON"),
     );

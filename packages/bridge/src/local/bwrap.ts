@@ -75,6 +75,8 @@ export interface BwrapCall {
   cwd: string;
   /** Directories to create inside (a cwd that does not exist yet). */
   extraDirs: readonly string[];
+  /** Host paths bound read-only inside: `[host, inside]`. */
+  binds?: ReadonlyArray<readonly [string, string]> | undefined;
   /** Descriptors on which bwrap reports the sandbox's first pid, and then waits to start it. */
   infoFd?: number;
   blockFd?: number;
@@ -130,6 +132,7 @@ export function bwrapBaseArgs(config: BwrapConfig): string[] {
 export function bwrapArgs(base: readonly string[], call: BwrapCall): string[] {
   const args = [...base];
   for (const dir of call.extraDirs) args.push("--dir", dir);
+  for (const [host, inside] of call.binds ?? []) args.push("--ro-bind", host, inside);
   args.push("--remount-ro", "/", "--chdir", call.cwd);
   if (call.infoFd !== undefined) args.push("--info-fd", String(call.infoFd));
   if (call.blockFd !== undefined) args.push("--block-fd", String(call.blockFd));

@@ -1,15 +1,24 @@
 import { spawnSync } from "node:child_process";
-import { chmodSync, closeSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  chownSync,
+  closeSync,
+  mkdirSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { availableParallelism } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { hasBrand } from "@remote-task/internal";
-import type { SandboxReport } from "@remote-task/protocol";
+import { hostPatternSchema, type SandboxReport } from "@remote-task/protocol";
 import {
   BackendError,
   type ExecSpec,
   type RunningCommand,
   type SandboxBackend,
 } from "../backend.js";
+import { type NetworkMode, type ParsedHostPattern, parseHostPattern } from "../network.js";
 import {
   bwrapArgs,
   bwrapBaseArgs,
@@ -23,6 +32,7 @@ import {
 import { createCgroupSet, sweepCgroups } from "./cgroups.js";
 import { refuseNul, resolveCwd } from "./cwd.js";
 import { inheritedDescriptors, openDevNull, sandboxStdio } from "./descriptors.js";
+import { type EgressOptions, type EgressProxy, type Endpoint, startEgressProxy } from "./egress.js";
 import {
   checkUidRange,
   DEFAULT_SANDBOX_LIMITS,
@@ -42,6 +52,7 @@ import {
   settleWithin,
   signal,
 } from "./processes.js";
+import { proxyEnvironment, relayPrelude, SANDBOX_NODE, SANDBOX_PROXY_SOCKET } from "./relay.js";
 import { GATE_FD, processLimitFlag, shellScript } from "./shell.js";
 import {
   type Slot,
@@ -63,6 +74,7 @@ import {
 } from "./state-dir.js";
 
 export { DEFAULT_ETC_ENTRIES } from "./bwrap.js";
+export type { EgressOptions, Endpoint } from "./egress.js";
 export { DEFAULT_SANDBOX_LIMITS, DEFAULT_SANDBOX_UIDS, type SandboxLimits } from "./limits.js";
 export type { UidRange } from "./slots.js";
 
@@ -95,6 +107,11 @@ export interface LocalBackendOptions {
   cgroups?: boolean | undefined;
   /** Entries of the host's `/etc` visible inside bubblewrap (default {@link DEFAULT_ETC_ENTRIES}). */
   etc?: readonly string[] | undefined;
+  /**
+   * The egress proxy of calls with network `open` or an allowlist (bwrap only): which hosts may
+   * be reached at non-public addresses (default: none).
+   */
+  egress?: EgressOptions | undefined;
 }
 
 export interface LocalBackendStats {
@@ -117,6 +134,11 @@ export interface LocalBackend extends SandboxBackend {
   /** Sandboxes started and not yet destroyed (0 after every call has ended). */
   liveSandboxes(): number;
   stats(): LocalBackendStats;
+  /**
+   * Never let a sandbox connect to `endpoint` (where the bridge itself listens: its port on any
+   * address of this machine). `startLocalBridge` calls it with its own address.
+   */
+  excludeFromEgress(endpoint: Endpoint): void;
   /** Stops every sandbox and removes everything the backend made. Idempotent. */
   close(): Promise<void>;
 }
@@ -162,6 +184,41 @@ interface Sandbox {
   drained?: boolean;
   startup: Promise<unknown>;
   destroying?: Promise<void>;
+  /** The egress proxy of a call with network `open` or an allowlist. */
+  egress?: EgressProxy;
+}
+
+/**
+ * Why the sandboxes' uids cannot run this Node binary inside bubblewrap (the network relay runs
+ * on it), or undefined when they can.
+ */
+function relayUnavailable(root: boolean): string | undefined {
+  if (!root) return undefined; // commands run as the bridge's own uid, which runs this binary
+  try {
+    checkTraversable(
+      dirname(process.execPath),
+      "Install Node where every user may run it (e.g. /usr/local/bin) to give sandboxes network access.",
+    );
+  } catch (error) {
+    return (error as Error).message;
+  }
+  const mode = statSync(process.execPath).mode;
+  if ((mode & 0o005) !== 0o005) {
+    return `${process.execPath} has mode ${(mode & 0o777).toString(8)}: the sandboxes' uids cannot run it.`;
+  }
+  return undefined;
+}
+
+function checkedPatterns(patterns: readonly string[] | undefined): ParsedHostPattern[] {
+  return (patterns ?? []).map((pattern, index) => {
+    const parsed = hostPatternSchema.safeParse(pattern);
+    if (!parsed.success) {
+      throw new TypeError(
+        `egress.allowPrivate[${index}] (${JSON.stringify(pattern)}) is not a host pattern: ${parsed.error.issues[0]?.message ?? "invalid"}.`,
+      );
+    }
+    return parseHostPattern(parsed.data);
+  });
 }
 
 /**
@@ -172,6 +229,7 @@ interface Sandbox {
  */
 export function createLocalBackend(options: LocalBackendOptions = {}): LocalBackend {
   const limits = resolveSandboxLimits(options.limits);
+  const allowPrivate = checkedPatterns(options.egress?.allowPrivate);
   const tmpRoot = options.tmpRoot ?? defaultTmpRoot(limits);
   const onTmpfs = isTmpfs(tmpRoot);
   const killGraceMs = options.killGraceMs ?? DEFAULT_KILL_GRACE_MS;
@@ -249,6 +307,20 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
     rmSync(stateDir, { recursive: true, force: true });
     throw error;
   }
+
+  // Only bubblewrap gives a sandbox a network namespace of its own; without it nothing is enforced.
+  let networkModes: NetworkMode[] | undefined;
+  if (isolation === "bwrap") {
+    const reason = relayUnavailable(root);
+    if (reason !== undefined) {
+      process.stderr.write(
+        `remote-task: warning: sandboxes get no network access at all (network "none" only): ${reason}\n`,
+      );
+    }
+    networkModes = reason === undefined ? ["none", "allow", "open"] : ["none"];
+  }
+  const bridgeEndpoints: Endpoint[] = [];
+  let egressSockets = 0;
 
   const cgroups = options.cgroups === false ? undefined : createCgroupSet(instance);
   const processFlag =
@@ -354,11 +426,30 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
     if (spec.signal.aborted)
       throw new BackendError("sandbox_error", "The call ended before the command started.");
 
+    const network = spec.network ?? "none";
+    let binds: [string, string][] = [];
+    if (bwrap && network !== "none") {
+      const socketPath = join(stateDir, `egress-${++egressSockets}.sock`);
+      sandbox.egress = await startEgressProxy({
+        socketPath,
+        policy: network,
+        allowPrivate,
+        protectedEndpoints: () => bridgeEndpoints,
+      });
+      // Only the sandbox's uid may connect to it.
+      if (slot.uid !== undefined) chownSync(socketPath, slot.uid, slot.uid);
+      chmodSync(socketPath, 0o600);
+      binds = [
+        [socketPath, SANDBOX_PROXY_SOCKET],
+        [process.execPath, SANDBOX_NODE],
+      ];
+    }
     const env: Record<string, string> = {
       PATH: SANDBOX_PATH,
       HOME: dirs?.workspace ?? SANDBOX_WORKSPACE,
       LANG: "C.UTF-8",
       TMPDIR: dirs?.tmp ?? "/tmp",
+      ...(binds.length > 0 ? proxyEnvironment() : {}),
       ...spec.env,
     };
     const extraDirs =
@@ -374,14 +465,19 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
           args: [
             "--args",
             "3",
-            ...bwrapArgs(bwrapBase, { cwd: cwd.inside, extraDirs, infoFd: 4, blockFd: 5 }),
+            ...bwrapArgs(bwrapBase, { cwd: cwd.inside, extraDirs, binds, infoFd: 4, blockFd: 5 }),
             "--",
             "/bin/sh",
             "-c",
-            shellScript(spec.command, { gate: false, ulimits }),
+            shellScript(spec.command, {
+              gate: false,
+              ulimits,
+              setup: binds.length > 0 ? relayPrelude() : [],
+            }),
           ],
           cwd: stateDir,
           env: { PATH: SANDBOX_PATH },
+          stdin: spec.stdin !== undefined,
           extraPipes: 3,
           input: { fd: 3, data: `${settings.join("\0")}\0` },
           infoFd: 4,
@@ -393,6 +489,7 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
           args: ["-c", shellScript(spec.command, { gate: true, ulimits })],
           cwd: dirs?.hostCwd ?? stateDir,
           env,
+          stdin: spec.stdin !== undefined,
           extraPipes: 1,
           gate: { fd: GATE_FD, data: "\n" },
           cgroups: slot.cgroup?.dirs ?? [],
@@ -409,12 +506,16 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
     }
     sandbox.proc = proc;
     if (bwrap) sandbox.nsInit = proc.first;
+    // A command that does not read its input ends with it unwritten: EPIPE here is no error.
+    proc.stdin?.on("error", () => {});
+    proc.stdin?.end(spec.stdin);
     const exit = proc.exit.then(({ code, signal: name, error }) => {
       if (error !== undefined)
         throw new BackendError("sandbox_error", `Could not confine the command: ${error}`);
       // Background processes the command left behind must not outlive it (or hold its pipes).
       signal(-proc.pid, "SIGKILL");
       slot.cgroup?.killNow();
+      proc.stdin?.destroy();
       setTimeout(() => {
         proc.stdout.destroy();
         proc.stderr.destroy();
@@ -530,6 +631,7 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
   return {
     name: "local",
     isolation,
+    networkModes,
     sandbox: report,
     stateDir,
     ready,
@@ -554,6 +656,9 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
 
     liveSandboxes: () => sandboxes.size,
     stats: () => ({ live: sandboxes.size, started, destroyed }),
+    excludeFromEgress(endpoint) {
+      bridgeEndpoints.push({ host: endpoint.host, port: endpoint.port });
+    },
 
     async close() {
       if (closed) return;
@@ -577,6 +682,7 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
         gone = await terminate(sandbox);
         if (sandbox.root !== undefined) await removeCallDir(sandbox.root, onTmpfs);
       } finally {
+        await sandbox.egress?.close();
         // A slot whose processes could not all be stopped is never handed out again.
         if (sandbox.slot !== undefined && gone) {
           if (sandbox.drained === true) pool.release(sandbox.slot);

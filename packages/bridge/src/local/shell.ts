@@ -6,13 +6,16 @@ import { spawnSync } from "node:child_process";
  *
  * - the gate: `read` blocks until the bridge has put the shell in the sandbox's cgroups, so not one
  *   process of the command starts outside them; then the gate descriptor is closed;
- * - `ulimit`: the per-process limits where no cgroup enforces them.
+ * - `ulimit`: the per-process limits where no cgroup enforces them;
+ * - setup lines, such as starting the network relay (relay.ts).
  */
 export interface ShellPrelude {
   /** Wait for one line on descriptor 3 before running the command. */
   gate: boolean;
   /** `ulimit` options and values, e.g. `[["-d", 1048576]]`. */
   ulimits: ReadonlyArray<readonly [string, number]>;
+  /** Lines run after the limits, before the command (the network relay's start). */
+  setup?: readonly string[] | undefined;
 }
 
 /** Descriptor of the gate in the sandbox's shell. */
@@ -24,6 +27,7 @@ export function shellScript(command: string, prelude: ShellPrelude): string {
   if (prelude.gate) parts.push(`read -r _ <&${GATE_FD} || exit 125`, `exec ${GATE_FD}<&-`);
   // One resource per `ulimit`: dash takes no more.
   for (const [flag, value] of prelude.ulimits) parts.push(`ulimit ${flag} ${value}`);
+  parts.push(...(prelude.setup ?? []));
   return parts.length === 0 ? command : `${parts.join("; ")}; ${command}`;
 }
 

@@ -1,6 +1,6 @@
 import { type ChildProcess, type StdioOptions, spawn } from "node:child_process";
 import type { Socket } from "node:net";
-import type { Readable } from "node:stream";
+import type { Readable, Writable } from "node:stream";
 
 /**
  * Sandboxes are started by a small helper process, not by the bridge itself. Node starts a
@@ -21,6 +21,11 @@ export interface SpawnRequest {
   cwd: string;
   env: Record<string, string>;
   uid?: number;
+  /**
+   * Whether the command's standard input is a pipe the bridge writes (handed over like the
+   * output pipes); otherwise it is `/dev/null`.
+   */
+  stdin: boolean;
   /** How many pipes after stdout and stderr (descriptors 3, 4, ...). */
   extraPipes: number;
   /** Written to a pipe right after the start, then closed (bubblewrap's `--args`). */
@@ -50,6 +55,8 @@ export interface SandboxProcess {
    * (undefined if bubblewrap failed before it had one).
    */
   readonly first: Promise<number | undefined>;
+  /** The command's standard input, when the request asked for a pipe. */
+  readonly stdin: Writable | undefined;
   readonly stdout: Readable;
   readonly stderr: Readable;
   /**
@@ -62,6 +69,7 @@ export interface SandboxProcess {
 }
 
 type HelperMessage =
+  | { t: "fd"; id: number; fd: 0 }
   | { t: "fd"; id: number; fd: 1; pid: number }
   | { t: "fd"; id: number; fd: 2 }
   | { t: "first"; id: number; first: number | null }
@@ -105,7 +113,7 @@ function helperMain(): void {
   });
   process.on("message", (request: SpawnRequest & { id: number }) => {
     const { id } = request;
-    const stdio: ("ignore" | "pipe")[] = ["ignore", "pipe", "pipe"];
+    const stdio: ("ignore" | "pipe")[] = [request.stdin ? "pipe" : "ignore", "pipe", "pipe"];
     for (let i = 0; i < request.extraPipes; i++) stdio.push("pipe");
     let child: ReturnType<typeof start>;
     try {
@@ -140,10 +148,11 @@ function helperMain(): void {
     });
     for (const pipe of pipes.slice(3)) pipe?.on("error", () => {});
     if (request.input !== undefined) pipes[request.input.fd]?.end(request.input.data);
-    // The output pipes go to the bridge at once (what the command writes before the bridge
-    // reads waits in them, unread here). Once the sandbox's first process is known it joins the
+    // The pipes go to the bridge at once (what the command writes before the bridge reads waits
+    // in them, unread here; the bridge writes its input). Once the sandbox's first process is known it joins the
     // cgroups (a migration waits for an RCU grace period: off this loop, so that other spawns go
     // on; under bubblewrap it overlaps the sandbox's setup), then the gate opens.
+    if (child.stdin !== null) send({ t: "fd", id, fd: 0 }, child.stdin);
     send({ t: "fd", id, fd: 1, pid }, child.stdout);
     send({ t: "fd", id, fd: 2 }, child.stderr);
     const known = (first: number | undefined) => {
@@ -190,6 +199,7 @@ function deferred<T>(): { promise: Promise<T>; resolve(value: T): void } {
 interface Call {
   resolve(process: SandboxProcess): void;
   reject(error: Error): void;
+  stdin?: Writable | undefined;
   stdout?: Readable | undefined;
   pid?: number;
   first: ReturnType<typeof deferred<number | undefined>>;
@@ -252,6 +262,10 @@ class Helper {
     if (call === undefined) return;
     switch (message.t) {
       case "fd": {
+        if (message.fd === 0) {
+          call.stdin = handle;
+          return;
+        }
         if (message.fd === 1) {
           call.stdout = handle;
           call.pid = message.pid;
@@ -264,6 +278,7 @@ class Helper {
         call.resolve({
           pid,
           first: call.first.promise,
+          stdin: call.stdin,
           stdout,
           stderr: handle,
           exit: call.exit.promise,
@@ -283,6 +298,7 @@ class Helper {
           call.exit.resolve({ code: null, signal: null, error: message.message });
           return;
         }
+        call.stdin?.destroy();
         call.stdout?.destroy();
         handle?.destroy();
         call.reject(new Error(message.message));
@@ -306,7 +322,11 @@ class Helper {
   private failAll(): void {
     for (const [id, call] of this.calls) {
       this.calls.delete(id);
-      if (!call.started) call.reject(new Error("the process that starts sandboxes exited"));
+      if (!call.started) {
+        call.stdin?.destroy();
+        call.stdout?.destroy();
+        call.reject(new Error("the process that starts sandboxes exited"));
+      }
       call.first.resolve(undefined);
       call.exit.resolve({ code: null, signal: "SIGKILL" });
     }

@@ -46,12 +46,15 @@ export async function removeCallDir(root: string, onTmpfs: boolean): Promise<voi
 }
 
 /** Every directory from `/` to `dir` must let other users through, or a sandbox uid cannot reach it. */
-export function checkTraversable(dir: string): void {
+export function checkTraversable(
+  dir: string,
+  advice = "Use a tmpRoot that every user may traverse (mode 0711 or 0755 on each directory of its path).",
+): void {
   for (let path = dir; ; path = dirname(path)) {
     const mode = statSync(path).mode;
     if ((mode & 0o001) === 0) {
       throw new TypeError(
-        `The sandboxes' uids cannot reach ${dir}: ${path} has mode ${(mode & 0o777).toString(8)}. Use a tmpRoot that every user may traverse (mode 0711 or 0755 on each directory of its path).`,
+        `The sandboxes' uids cannot reach ${dir}: ${path} has mode ${(mode & 0o777).toString(8)}. ${advice}`,
       );
     }
     if (path === dirname(path)) return;

@@ -24,7 +24,8 @@ export type ConformanceCheck =
   | "conflict"
   | "stream-disconnect"
   | "request-abort"
-  | "heartbeat";
+  | "heartbeat"
+  | "stdin";
 
 export interface ConformanceOptions {
   /**
@@ -50,6 +51,9 @@ function recording(inner: SandboxBackend) {
     },
     get isolation() {
       return inner.isolation;
+    },
+    get networkModes() {
+      return inner.networkModes;
     },
     start(spec: ExecSpec) {
       started.push(spec.sandboxId);
@@ -108,7 +112,8 @@ async function startSleeping(bridge: BridgeHandler) {
  * Registers vitest tests that drive `makeBackend()` through `createBridge` and check the
  * behaviour every backend owes the bridge. Commands use a small vocabulary that a real shell and
  * `createFakeBackend()` both understand: `echo WORDS`, `echo WORDS >&2`, `exit N`, `sleep N`,
- * `yes | head -c N`, `pwd`, joined by `; `. No `node:` import, so it also runs inside workerd.
+ * `yes | head -c N`, `pwd`, `cat` (copies stdin), joined by `; `. No `node:` import, so it also
+ * runs inside workerd.
  */
 export function backendConformanceSuite(
   name: string,
@@ -337,5 +342,24 @@ export function backendConformanceSuite(
         }
       },
     );
+
+    check("stdin", "delivers stdin exactly, then end of input", async () => {
+      const { exec, rec } = await setup();
+      const text = "naïve 💥\nno newline at the end";
+      expect(await exec({ command: "cat", stdin: text })).toMatchObject({ stdout: text, code: 0 });
+      // Bytes that are not text: NUL and control bytes, sent as base64.
+      const bytes = Uint8Array.from({ length: 128 }, (_, i) => i);
+      const base64 = btoa(String.fromCharCode(...bytes));
+      const result = await exec({ command: "cat", stdin: { base64 } });
+      expect(result.stdoutBytes).toBe(128);
+      expect(result.stdout).toBe(String.fromCharCode(...bytes));
+      expect(rec.destroyed).toEqual(rec.started);
+    });
+
+    check("stdin", "is not held up by stdin the command never reads", async () => {
+      const { exec } = await setup();
+      const result = await exec({ command: "echo done", stdin: "x".repeat(1_000_000) });
+      expect(result).toMatchObject({ stdout: "done\n", code: 0, outcome: "exited" });
+    });
   });
 }

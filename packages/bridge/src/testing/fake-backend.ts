@@ -1,4 +1,5 @@
 import { BackendError, type ExecSpec, type OutputChunk, type SandboxBackend } from "../backend.js";
+import type { NetworkMode } from "../network.js";
 
 /** One piece of scripted output. */
 export interface FakeChunk {
@@ -37,6 +38,8 @@ export interface FakeBackendOptions {
   isolation?: string | undefined;
   /** Per-command behaviour (default: {@link interpretCommand}, the conformance vocabulary). */
   script?: FakeScriptFor | undefined;
+  /** Network policies the fake claims to enforce (it records them in `starts`; default: none). */
+  networkModes?: readonly NetworkMode[] | undefined;
   /** Added before every start, like a cold start. */
   startLatencyMs?: number | undefined;
   /** Added before every destroy completes. */
@@ -73,10 +76,14 @@ const SIGTERM_STATUS = 143;
 /**
  * Interprets the conformance command vocabulary, statements joined by `; `:
  * `echo WORDS`, `echo WORDS >&2`, `exit N`, `sleep SECONDS`, `yes | head -c BYTES` (optionally
- * `>&2`), `pwd`, `true`, `false`. Anything else writes `fake: unsupported command` to stderr and
- * exits 127.
+ * `>&2`), `pwd`, `true`, `false`, `cat` (writes `stdin`). Anything else writes
+ * `fake: unsupported command` to stderr and exits 127.
  */
-export function interpretCommand(command: string, cwd = "/workspace"): FakeScript {
+export function interpretCommand(
+  command: string,
+  cwd = "/workspace",
+  stdin?: Uint8Array,
+): FakeScript {
   const chunks: FakeChunk[] = [];
   let pendingDelay = 0;
   let exitCode = 0;
@@ -86,7 +93,7 @@ export function interpretCommand(command: string, cwd = "/workspace"): FakeScrip
     const toStderr = /\s+>&2$/.test(statement);
     const stream = toStderr ? "stderr" : "stdout";
     const body = statement.replace(/\s+>&2$/, "");
-    const push = (data: string) => {
+    const push = (data: string | Uint8Array) => {
       chunks.push({ stream, data, delayMs: pendingDelay });
       pendingDelay = 0;
     };
@@ -106,6 +113,8 @@ export function interpretCommand(command: string, cwd = "/workspace"): FakeScrip
       for (let remaining = Number(yes[1]); remaining > 0; remaining -= block.length) {
         push(block.slice(0, Math.min(remaining, block.length)));
       }
+    } else if (body === "cat") {
+      if (stdin !== undefined) push(stdin);
     } else if (body === "pwd") {
       push(`${cwd}\n`);
     } else if (body === "false") {
@@ -126,11 +135,13 @@ export function createFakeBackend(options: FakeBackendOptions = {}): FakeBackend
   const starts: ExecSpec[] = [];
   const destroys: string[] = [];
   const live = new Map<string, AbortController>();
-  const script = options.script ?? ((spec: ExecSpec) => interpretCommand(spec.command, spec.cwd));
+  const script =
+    options.script ?? ((spec: ExecSpec) => interpretCommand(spec.command, spec.cwd, spec.stdin));
 
   return {
     name: options.name ?? "fake",
     isolation: options.isolation ?? "none",
+    ...(options.networkModes === undefined ? {} : { networkModes: options.networkModes }),
     starts,
     destroys,
     liveSandboxes: () => live.size,

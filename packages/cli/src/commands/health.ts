@@ -24,6 +24,12 @@ export async function healthCommand(flags: ConnectionFlags & { json?: boolean })
       ["version", health.version ?? "unknown"],
     ];
     for (const [key, value] of Object.entries(health.limits ?? {})) rows.push([key, String(value)]);
+    if (health.network === undefined) {
+      rows.push(["network", "not controlled by this bridge (it takes no --network)"]);
+    } else {
+      rows.push(["network default", JSON.stringify(health.network.default)]);
+      rows.push(["network ceiling", JSON.stringify(health.network.ceiling)]);
+    }
     for (const [key, value] of rows) process.stdout.write(`${key.padEnd(18)} ${value}\n`);
     return EXIT.ok;
   } catch (error) {

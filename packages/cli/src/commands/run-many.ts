@@ -1,7 +1,7 @@
 import { readFile } from "node:fs/promises";
 import { text } from "node:stream/consumers";
 import type { SettledTask } from "@remote-task/client";
-import { DEFAULT_TIMEOUT_SECONDS } from "@remote-task/protocol";
+import { DEFAULT_TIMEOUT_SECONDS, type NetworkPolicy } from "@remote-task/protocol";
 import { type Connection, type ConnectionFlags, connect } from "../connect.js";
 import { EXIT } from "../exit-codes.js";
 import { abortOnInterrupt } from "../interrupt.js";
@@ -19,6 +19,7 @@ export interface RunManyFlags extends ConnectionFlags {
   concurrency: number;
   file?: string;
   json?: boolean;
+  network?: NetworkPolicy;
 }
 
 /** Commands are the non-empty lines that do not start with `#`. */
@@ -84,7 +85,7 @@ export async function runManyCommand(flags: RunManyFlags): Promise<number> {
     connection = await connect(flags);
     const bar = createProgressBar(process.stderr, commands.length);
     const results = await connection.client.runMany(
-      commands.map((command) => ({ command, timeoutSeconds })),
+      commands.map((command) => ({ command, timeoutSeconds, network: flags.network })),
       {
         concurrency: flags.concurrency,
         signal: interrupt.signal,

@@ -1,14 +1,26 @@
 import type { OutputEvent } from "@remote-task/client";
+import type { NetworkPolicy } from "@remote-task/protocol";
 import { DEFAULT_TIMEOUT_SECONDS, formatSize } from "@remote-task/protocol";
 import { type Connection, type ConnectionFlags, connect } from "../connect.js";
 import { EXIT } from "../exit-codes.js";
 import { abortOnInterrupt } from "../interrupt.js";
-import { describeError, exitCodeOf, exitCodeOfError, resultJson, resultNotes } from "../report.js";
+import {
+  describeError,
+  exitCodeOf,
+  exitCodeOfError,
+  refusedStdin,
+  resultJson,
+  resultNotes,
+} from "../report.js";
 import { commandFromWords } from "../shell.js";
+import { readStdinData, StdinTooLargeError } from "../stdin.js";
 
 export interface RunFlags extends ConnectionFlags {
   json?: boolean;
   stream?: boolean;
+  network?: NetworkPolicy;
+  /** False with `--no-stdin`. */
+  stdin?: boolean;
 }
 
 /** Most characters of each stream kept to show when the run is interrupted. */
@@ -63,6 +75,15 @@ export async function runCommand(words: string[], flags: RunFlags): Promise<numb
       (event.stream === "stdout" ? process.stdout : process.stderr).write(event.data);
     else tails[event.stream].add(event.data);
   };
+  let stdin: Uint8Array | undefined;
+  try {
+    // Read before Ctrl-C is handled: until the input ends, Ctrl-C just stops the program.
+    stdin = flags.stdin === false ? undefined : await readStdinData();
+  } catch (error) {
+    if (!(error instanceof StdinTooLargeError)) throw error;
+    process.stderr.write(`remote-task: ${error.message}\n`);
+    return EXIT.bridge;
+  }
   let connection: Connection | undefined;
   const interrupt = abortOnInterrupt();
   try {
@@ -70,6 +91,8 @@ export async function runCommand(words: string[], flags: RunFlags): Promise<numb
     const result = await connection.client.run(command, {
       timeoutSeconds,
       signal: interrupt.signal,
+      network: flags.network,
+      stdin,
       ...(flags.json ? {} : { onOutput }),
     });
     if (flags.json) {
@@ -89,6 +112,12 @@ export async function runCommand(words: string[], flags: RunFlags): Promise<numb
       if (!flags.stream && !flags.json) showArrived(tails);
       process.stderr.write("remote-task: interrupted; the remote command was cancelled.\n");
       return EXIT.interrupted;
+    }
+    if (stdin !== undefined && refusedStdin(error)) {
+      process.stderr.write(
+        `remote-task: ${describeError(error)} Or pass --no-stdin to run without it.\n`,
+      );
+      return EXIT.bridge;
     }
     process.stderr.write(`remote-task: ${describeError(error)}\n`);
     return exitCodeOfError(error);

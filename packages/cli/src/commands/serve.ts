@@ -1,4 +1,4 @@
-import type { SandboxReport } from "@remote-task/protocol";
+import type { NetworkPolicy, SandboxReport } from "@remote-task/protocol";
 import { EXIT } from "../exit-codes.js";
 import { cliLogger } from "../log.js";
 
@@ -13,6 +13,9 @@ export interface ServeFlags {
   workspaceMib?: number;
   tmpMib?: number;
   uids?: { first: number; count: number };
+  networkDefault?: NetworkPolicy;
+  networkCeiling?: NetworkPolicy;
+  allowPrivate?: string[];
 }
 
 const MiB = 1024 * 1024;
@@ -47,18 +50,32 @@ export async function serveCommand(flags: ServeFlags): Promise<number> {
       isolation: flags.isolation,
       limits: sandboxLimits(flags),
       ...(flags.uids === undefined ? {} : { uids: flags.uids }),
+      ...(flags.allowPrivate === undefined ? {} : { egress: { allowPrivate: flags.allowPrivate } }),
     });
   } catch (error) {
     process.stderr.write(`remote-task: ${(error as Error).message}\n`);
     return error instanceof TypeError ? EXIT.usage : EXIT.bridge;
   }
-  const bridge = await startLocalBridge({
-    backend,
-    port: flags.port,
-    host: flags.host,
-    logger: cliLogger(true),
-    ...(flags.token ? { token: flags.token } : {}),
-  });
+  const network =
+    flags.networkDefault === undefined && flags.networkCeiling === undefined
+      ? undefined
+      : { default: flags.networkDefault, ceiling: flags.networkCeiling };
+  let bridge: Awaited<ReturnType<typeof startLocalBridge>>;
+  try {
+    bridge = await startLocalBridge({
+      backend,
+      port: flags.port,
+      host: flags.host,
+      logger: cliLogger(true),
+      ...(flags.token ? { token: flags.token } : {}),
+      ...(network === undefined ? {} : { network }),
+    });
+  } catch (error) {
+    // E.g. a network setting the backend cannot enforce (isolation none): a usage error.
+    await backend.close();
+    process.stderr.write(`remote-task: ${(error as Error).message}\n`);
+    return error instanceof TypeError ? EXIT.usage : EXIT.bridge;
+  }
   if (!LOOPBACK.has(flags.host)) {
     process.stderr.write(
       `remote-task: warning: listening on ${flags.host}; anyone who can reach it with the token can run commands on this machine.\n`,
@@ -67,6 +84,7 @@ export async function serveCommand(flags: ServeFlags): Promise<number> {
   process.stdout.write(
     `remote-task local bridge on ${bridge.url} (backend ${backend.name}, isolation ${backend.isolation})\n` +
       `sandbox: ${describeSandbox(backend.sandbox)}\n` +
+      `network: ${describeNetwork(network, backend.networkModes)}\n` +
       `token: ${bridge.token}\n\n` +
       `export CLOUDFLARE_SANDBOX_URL=${bridge.url} CLOUDFLARE_SANDBOX_TOKEN=${bridge.token}\n\n` +
       "Press Ctrl-C to stop.\n",
@@ -93,4 +111,20 @@ function describeSandbox(report: SandboxReport): string {
     limit("/tmp MiB", report.tmpBytes, MiB),
     `teardown ${report.teardown ?? "unknown"}`,
   ].join(", ");
+}
+
+function policyText(policy: NetworkPolicy): string {
+  return typeof policy === "string" ? policy : policy.allow.join(",");
+}
+
+/** The network line of the banner: what calls get by default and the most they may ask for. */
+function describeNetwork(
+  network: { default?: NetworkPolicy | undefined; ceiling?: NetworkPolicy | undefined } | undefined,
+  modes: readonly string[] | undefined,
+): string {
+  if (modes === undefined || modes.length === 0) {
+    return "not controlled (isolation none: commands share this machine's network)";
+  }
+  const fallback = network?.default ?? "none";
+  return `default ${policyText(fallback)}, ceiling ${policyText(network?.ceiling ?? fallback)}`;
 }

@@ -3,6 +3,7 @@ import {
   AuthenticationError,
   BridgeError,
   CapacityError,
+  ForbiddenError,
   InvalidRequestError,
   type RemoteTaskError,
 } from "../../src/index.js";
@@ -33,6 +34,7 @@ export const expectedErrorClass: Record<ErrorCode, { isInstance(v: unknown): boo
   not_found: InvalidRequestError,
   method_not_allowed: InvalidRequestError,
   conflict: InvalidRequestError,
+  forbidden: ForbiddenError,
   payload_too_large: InvalidRequestError,
   capacity_exceeded: CapacityError,
   sandbox_error: BridgeError,

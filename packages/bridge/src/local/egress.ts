@@ -1,0 +1,350 @@
+import { lookup } from "node:dns/promises";
+import {
+  createServer,
+  request as httpRequest,
+  type IncomingHttpHeaders,
+  type IncomingMessage,
+  type ServerResponse,
+} from "node:http";
+import { connect, isIP, type Socket } from "node:net";
+import { networkInterfaces } from "node:os";
+import type { Duplex } from "node:stream";
+import type { NetworkPolicy } from "@remote-task/protocol";
+import ipaddr from "ipaddr.js";
+import {
+  hostMatches,
+  isPublicAddress,
+  type ParsedHostPattern,
+  parseHostPattern,
+} from "../network.js";
+
+/**
+ * The egress proxy of one sandbox: an HTTP forward proxy (CONNECT tunnels, and plain HTTP with
+ * absolute-URI requests) on a unix socket that only that sandbox has (bind-mounted into it). For
+ * each connection it checks the destination against the call's policy, resolves the name itself,
+ * checks every address it got, and connects to the address it checked (so no second lookup can
+ * answer differently). Addresses that are not public (loopback, private, link-local such as
+ * 169.254.169.254, carrier-grade NAT, unique-local...) are refused unless the deployer allowed
+ * them: an IP-literal pattern of the call's allowlist (by the bridge's rule only a deployer's
+ * ceiling can hold one) or a pattern of `allowPrivate`. The bridge's own listening port is never
+ * reachable.
+ */
+
+/** What the deployer sets for the local backend's egress proxy. */
+export interface EgressOptions {
+  /**
+   * Host patterns (as in an allowlist: `name`, `*.name`, an IP address, `[IPv6]`, with an
+   * optional `:port`) that may be reached at non-public addresses, under `open` or when an
+   * allowlist lets the call reach them. Empty by default: no private, loopback or link-local
+   * destination.
+   */
+  allowPrivate?: readonly string[] | undefined;
+}
+
+/** An address and port the bridge listens on (never reachable from a sandbox). */
+export interface Endpoint {
+  host: string;
+  port: number;
+}
+
+export interface EgressProxyOptions {
+  socketPath: string;
+  /** The call's policy: `open` or an allowlist. */
+  policy: Exclude<NetworkPolicy, "none">;
+  allowPrivate: readonly ParsedHostPattern[];
+  /** Where the bridge itself listens, looked up on every connection. */
+  protectedEndpoints: () => readonly Endpoint[];
+}
+
+export interface EgressProxy {
+  /** Connections refused by the policy so far. */
+  readonly refused: number;
+  /** Closes the socket and every connection through it. */
+  close(): Promise<void>;
+}
+
+/** How long a connection to a destination may take to open. */
+const CONNECT_TIMEOUT_MS = 15_000;
+/** Headers that concern one hop only (RFC 9110 7.6.1), never forwarded. */
+const HOP_BY_HOP = new Set([
+  "connection",
+  "keep-alive",
+  "proxy-connection",
+  "proxy-authenticate",
+  "proxy-authorization",
+  "te",
+  "trailer",
+  "transfer-encoding",
+  "upgrade",
+]);
+
+type Decision =
+  | { ok: true; address: string }
+  | { ok: false; status: 403 | 400 | 502; reason: string };
+
+/** ipaddr.js's range names, as a message says them. */
+const RANGE_WORDS: Record<string, string> = {
+  linkLocal: "link-local",
+  carrierGradeNat: "carrier-grade NAT",
+  uniqueLocal: "unique-local",
+  ipv4Mapped: "IPv4-mapped",
+  rfc6145: "IPv4-translated",
+  rfc6052: "IPv4-embedded",
+  "6to4": "6to4",
+  teredo: "Teredo",
+};
+
+function rangeOf(address: string): string {
+  const range = ipaddr.process(address).range();
+  return RANGE_WORDS[range] ?? range;
+}
+
+function canonical(address: string): string {
+  return ipaddr.process(address).toString();
+}
+
+function describePolicy(policy: Exclude<NetworkPolicy, "none">): string {
+  return policy === "open" ? "open" : `allow ${policy.allow.join(", ")}`;
+}
+
+/** True for this machine's own addresses (any of them may be where the bridge listens). */
+function isOwnAddress(address: string): boolean {
+  const parsed = ipaddr.process(address);
+  if (parsed.range() === "loopback" || parsed.range() === "unspecified") return true;
+  for (const list of Object.values(networkInterfaces())) {
+    for (const info of list ?? []) {
+      if (ipaddr.isValid(info.address) && canonical(info.address) === parsed.toString())
+        return true;
+    }
+  }
+  return false;
+}
+
+function isBridge(address: string, port: number, endpoints: readonly Endpoint[]): boolean {
+  return endpoints.some(
+    (endpoint) =>
+      endpoint.port === port &&
+      (isOwnAddress(address) ||
+        (ipaddr.isValid(endpoint.host) && canonical(endpoint.host) === canonical(address))),
+  );
+}
+
+export async function startEgressProxy(options: EgressProxyOptions): Promise<EgressProxy> {
+  const { policy, allowPrivate } = options;
+  const allowlist = policy === "open" ? [] : policy.allow.map(parseHostPattern);
+  const sockets = new Set<Duplex>();
+  let refused = 0;
+
+  const track = (socket: Duplex) => {
+    sockets.add(socket);
+    socket.once("close", () => sockets.delete(socket));
+  };
+
+  async function decide(host: string, port: number): Promise<Decision> {
+    const target = `${host.includes(":") ? `[${host}]` : host}:${port}`;
+    const refuse = (reason: string): Decision => {
+      refused++;
+      return {
+        ok: false,
+        status: 403,
+        reason: `remote-task egress proxy: connection to ${target} refused: ${reason} (network policy: ${describePolicy(policy)}).`,
+      };
+    };
+    if (!Number.isInteger(port) || port < 1 || port > 65535 || host === "") {
+      return {
+        ok: false,
+        status: 400,
+        reason: `remote-task egress proxy: bad destination ${target}.`,
+      };
+    }
+    if (policy !== "open" && !allowlist.some((pattern) => hostMatches(pattern, host, port))) {
+      return refuse("not in the call's allowlist");
+    }
+    let addresses: string[];
+    if (isIP(host) !== 0) addresses = [host];
+    else {
+      try {
+        addresses = (await lookup(host, { all: true })).map((entry) => entry.address);
+      } catch (error) {
+        return {
+          ok: false,
+          status: 502,
+          reason: `remote-task egress proxy: cannot resolve ${host}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}.`,
+        };
+      }
+    }
+    const explicitlyAllowed = (address: string) =>
+      allowlist.some((pattern) => pattern.literal && hostMatches(pattern, address, port)) ||
+      allowPrivate.some(
+        (pattern) => hostMatches(pattern, host, port) || hostMatches(pattern, address, port),
+      );
+    const endpoints = options.protectedEndpoints();
+    let reason = "";
+    for (const address of addresses) {
+      if (isBridge(address, port, endpoints)) {
+        reason ||= `${address} port ${port} is the bridge itself`;
+        continue;
+      }
+      if (isPublicAddress(address) || explicitlyAllowed(address)) return { ok: true, address };
+      reason ||= `${address} is not public (${rangeOf(address)}) and the deployer has not allowed it`;
+    }
+    return refuse(reason || "no address");
+  }
+
+  /** Answers on a raw socket (a CONNECT request) and closes it. */
+  function answerRaw(socket: Duplex, status: number, reason: string): void {
+    const title = status === 403 ? "Forbidden" : status === 400 ? "Bad Request" : "Bad Gateway";
+    const body = `${reason}\n`;
+    socket.end(
+      `HTTP/1.1 ${status} ${title}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    );
+  }
+
+  function answer(res: ServerResponse, status: number, reason: string): void {
+    if (res.headersSent) {
+      res.destroy();
+      return;
+    }
+    res.writeHead(status, { "content-type": "text/plain; charset=utf-8", connection: "close" });
+    res.end(`${reason}\n`);
+  }
+
+  /** Opens a TCP connection to the address that was checked (a tunnel's far end). */
+  function open(
+    address: string,
+    port: number,
+    onOpen: (upstream: Socket) => void,
+    onFail: (message: string) => void,
+  ): void {
+    const upstream = connect({ host: address, port, allowHalfOpen: true });
+    track(upstream);
+    upstream.setTimeout(CONNECT_TIMEOUT_MS, () =>
+      upstream.destroy(new Error(`no connection within ${CONNECT_TIMEOUT_MS / 1000} s`)),
+    );
+    const fail = (error: NodeJS.ErrnoException) =>
+      onFail(
+        `remote-task egress proxy: cannot connect to ${address} port ${port}: ${error.code ?? error.message}.`,
+      );
+    upstream.once("error", fail);
+    upstream.once("connect", () => {
+      upstream.off("error", fail);
+      upstream.setTimeout(0);
+      onOpen(upstream);
+    });
+  }
+
+  async function onConnect(req: IncomingMessage, client: Duplex, head: Buffer): Promise<void> {
+    track(client);
+    client.on("error", () => client.destroy());
+    // `host:port` or `[IPv6]:port` (not through URL, which drops a port that is the default).
+    const authority = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(req.url ?? "");
+    if (authority === null) {
+      return answerRaw(client, 400, `remote-task egress proxy: bad CONNECT target ${req.url}.`);
+    }
+    const host = (authority[1] ?? authority[2] ?? "").toLowerCase();
+    const port = Number(authority[3]);
+    const decision = await decide(host, port);
+    if (!decision.ok) return answerRaw(client, decision.status, decision.reason);
+    open(
+      decision.address,
+      port,
+      (upstream) => {
+        if (client.destroyed) {
+          upstream.destroy();
+          return;
+        }
+        client.write("HTTP/1.1 200 Connection Established\r\n\r\n");
+        if (head.length > 0) upstream.write(head);
+        upstream.on("error", () => client.destroy());
+        client.on("error", () => upstream.destroy());
+        client.once("close", () => upstream.destroy());
+        upstream.once("close", () => client.destroy());
+        client.pipe(upstream);
+        upstream.pipe(client);
+      },
+      (message) => answerRaw(client, 502, message),
+    );
+  }
+
+  function forwardHeaders(headers: IncomingHttpHeaders): IncomingHttpHeaders {
+    const kept: IncomingHttpHeaders = {};
+    for (const [name, value] of Object.entries(headers))
+      if (!HOP_BY_HOP.has(name)) kept[name] = value;
+    return kept;
+  }
+
+  async function onRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    let url: URL | undefined;
+    try {
+      url = new URL(req.url ?? "");
+    } catch {}
+    if (url?.protocol !== "http:") {
+      return answer(
+        res,
+        400,
+        "remote-task egress proxy: send plain HTTP as an absolute-URI request (http://host/path) and HTTPS as CONNECT host:443.",
+      );
+    }
+    const host = url.hostname.replace(/^\[|\]$/g, "");
+    const port = Number(url.port || 80);
+    const decision = await decide(host, port);
+    if (!decision.ok) return answer(res, decision.status, decision.reason);
+    const upstream = httpRequest({
+      host: decision.address,
+      port,
+      method: req.method,
+      path: `${url.pathname}${url.search}`,
+      headers: { ...forwardHeaders(req.headers), host: url.host },
+      setHost: false,
+      agent: false,
+      timeout: CONNECT_TIMEOUT_MS,
+    });
+    upstream.once("socket", track);
+    upstream.once("timeout", () => upstream.destroy(new Error("timed out")));
+    upstream.once("error", (error: NodeJS.ErrnoException) =>
+      answer(
+        res,
+        502,
+        `remote-task egress proxy: ${url.host} (${decision.address}): ${error.code ?? error.message}.`,
+      ),
+    );
+    // A client that goes away takes its request to the destination with it.
+    res.once("close", () => upstream.destroy());
+    upstream.once("response", (response) => {
+      res.writeHead(response.statusCode ?? 502, forwardHeaders(response.headers));
+      response.pipe(res);
+      response.once("error", () => res.destroy());
+    });
+    req.pipe(upstream);
+  }
+
+  const server = createServer({ requestTimeout: 0 });
+  server.on("connection", track);
+  server.on("connect", (req: IncomingMessage, client: Duplex, head: Buffer) => {
+    void onConnect(req, client, head);
+  });
+  server.on("request", (req: IncomingMessage, res: ServerResponse) => {
+    void onRequest(req, res);
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(options.socketPath, () => {
+      server.off("error", reject);
+      resolve();
+    });
+  });
+
+  let closing: Promise<void> | undefined;
+  return {
+    get refused() {
+      return refused;
+    },
+    close() {
+      closing ??= new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        for (const socket of sockets) socket.destroy();
+      });
+      return closing;
+    },
+  };
+}

@@ -1,0 +1,210 @@
+import { existsSync } from "node:fs";
+import { rm } from "node:fs/promises";
+import { request } from "node:http";
+import { createServer, type Server, type Socket } from "node:net";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parseHostPattern } from "../src/index.js";
+import { type EgressProxy, startEgressProxy } from "../src/local/egress.js";
+import { makeTmpRoot } from "./helpers.js";
+
+/** A loopback TCP server that counts connections and answers `pong` to anything. */
+let target: { server: Server; port: number; connections: number };
+let dir: string;
+
+beforeAll(async () => {
+  dir = await makeTmpRoot("rt-egress-");
+  const server = createServer((socket) => {
+    target.connections++;
+    socket.on("data", () => socket.end("pong"));
+  });
+  await new Promise<void>((resolve) => server.listen(0, "::", resolve));
+  target = { server, port: (server.address() as { port: number }).port, connections: 0 };
+});
+
+afterAll(async () => {
+  target.server.close();
+  await rm(dir, { recursive: true, force: true });
+});
+
+let sockets = 0;
+async function proxy(
+  policy: Parameters<typeof startEgressProxy>[0]["policy"],
+  allowPrivate: string[] = [],
+  bridgePort?: number,
+): Promise<EgressProxy & { socketPath: string }> {
+  const socketPath = join(dir, `p${++sockets}.sock`);
+  const started = await startEgressProxy({
+    socketPath,
+    policy,
+    allowPrivate: allowPrivate.map(parseHostPattern),
+    protectedEndpoints: () =>
+      bridgePort === undefined ? [] : [{ host: "0.0.0.0", port: bridgePort }],
+  });
+  return Object.assign(started, { socketPath });
+}
+
+/** Sends `CONNECT authority` through the proxy; resolves with the status and what followed. */
+function connectThrough(
+  socketPath: string,
+  authority: string,
+): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request({ socketPath, method: "CONNECT", path: authority });
+    req.once("connect", (response, socket: Socket, head: Buffer) => {
+      // What arrived with the answer's head (a refusal's body) is in `head`.
+      let body = head.toString();
+      if (response.statusCode === 200) socket.end("ping");
+      socket.on("data", (chunk) => {
+        body += chunk;
+      });
+      socket.on("close", () => resolve({ status: response.statusCode ?? 0, body }));
+    });
+    req.once("error", reject);
+    req.end();
+  });
+}
+
+function getThrough(socketPath: string, path: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request({ socketPath, method: "GET", path }, (response) => {
+      let body = "";
+      response.on("data", (chunk) => {
+        body += chunk;
+      });
+      response.on("end", () => resolve({ status: response.statusCode ?? 0, body }));
+    });
+    req.once("error", reject);
+    req.end();
+  });
+}
+
+describe("the egress proxy refuses what is not public before connecting", () => {
+  it("loopback in every spelling, private, carrier-grade NAT, unique-local, link-local and unspecified addresses, under open", {
+    timeout: 20_000,
+  }, async () => {
+    const open = await proxy("open");
+    const before = target.connections;
+    const port = target.port;
+    for (const authority of [
+      `127.0.0.1:${port}`,
+      `127.1.2.3:${port}`,
+      `[::1]:${port}`,
+      `[::ffff:127.0.0.1]:${port}`,
+      `0.0.0.0:${port}`,
+      `[::]:${port}`,
+      `localhost:${port}`,
+      "10.1.2.3:80",
+      "172.16.0.1:80",
+      "192.168.1.1:80",
+      "100.64.0.1:80",
+      "169.254.169.254:80",
+      "[fe80::1]:80",
+      "[fd00::1]:80",
+    ]) {
+      const answer = await connectThrough(open.socketPath, authority);
+      expect(answer.status, authority).toBe(403);
+      expect(answer.body, authority).toMatch(
+        /is not public \(\w[\w -]*\) and the deployer has not allowed it \(network policy: open\)/,
+      );
+    }
+    expect(target.connections).toBe(before);
+    expect(open.refused).toBe(14);
+    await open.close();
+    expect(existsSync(open.socketPath)).toBe(false);
+  });
+
+  it("an IP-literal pattern of the allowlist or allowPrivate lets a private address through", {
+    timeout: 20_000,
+  }, async () => {
+    const listed = await proxy({ allow: [`127.0.0.1:${target.port}`] });
+    expect(await connectThrough(listed.socketPath, `127.0.0.1:${target.port}`)).toEqual({
+      status: 200,
+      body: "pong",
+    });
+    // The same address under another name is not what the pattern names.
+    expect((await connectThrough(listed.socketPath, `localhost:${target.port}`)).status).toBe(403);
+    await listed.close();
+
+    const deployer = await proxy("open", ["localhost"]);
+    expect(await connectThrough(deployer.socketPath, `localhost:${target.port}`)).toEqual({
+      status: 200,
+      body: "pong",
+    });
+    expect((await connectThrough(deployer.socketPath, `127.0.0.1:${target.port}`)).status).toBe(
+      403,
+    );
+    await deployer.close();
+  });
+
+  it("the bridge's own port is refused on every local address, even where private hosts are allowed", {
+    timeout: 20_000,
+  }, async () => {
+    const guarded = await proxy("open", ["127.0.0.1", "[::1]", "localhost"], target.port);
+    const before = target.connections;
+    for (const authority of [
+      `127.0.0.1:${target.port}`,
+      `[::1]:${target.port}`,
+      `localhost:${target.port}`,
+    ]) {
+      const answer = await connectThrough(guarded.socketPath, authority);
+      expect(answer.status, authority).toBe(403);
+      expect(answer.body).toMatch(/is the bridge itself/);
+    }
+    expect(target.connections).toBe(before);
+    await guarded.close();
+  });
+
+  it("answers a request that is not for a proxy with 400, and a refused plain request with 403", {
+    timeout: 20_000,
+  }, async () => {
+    const open = await proxy({ allow: ["example.test"] });
+    const relative = await getThrough(open.socketPath, "/index.html");
+    expect(relative.status).toBe(400);
+    expect(relative.body).toMatch(/absolute-URI/);
+    const refused = await getThrough(open.socketPath, `http://127.0.0.1:${target.port}/`);
+    expect(refused).toEqual({
+      status: 403,
+      body: `remote-task egress proxy: connection to 127.0.0.1:${target.port} refused: not in the call's allowlist (network policy: allow example.test).\n`,
+    });
+    await open.close();
+  });
+
+  it("a destination that does not answer is a 502 naming it", { timeout: 20_000 }, async () => {
+    const closedPort = await new Promise<number>((resolve) => {
+      const probe = createServer();
+      probe.listen(0, "127.0.0.1", () => {
+        const { port } = probe.address() as { port: number };
+        probe.close(() => resolve(port));
+      });
+    });
+    const open = await proxy("open", ["127.0.0.1"]);
+    const answer = await connectThrough(open.socketPath, `127.0.0.1:${closedPort}`);
+    expect(answer).toEqual({
+      status: 502,
+      body: `remote-task egress proxy: cannot connect to 127.0.0.1 port ${closedPort}: ECONNREFUSED.\n`,
+    });
+    expect(open.refused).toBe(0);
+    await open.close();
+  });
+
+  it("close() ends tunnels that are still open", { timeout: 20_000 }, async () => {
+    const open = await proxy("open", ["127.0.0.1"]);
+    const closed = new Promise<void>((resolve, reject) => {
+      const req = request({
+        socketPath: open.socketPath,
+        method: "CONNECT",
+        path: `127.0.0.1:${target.port}`,
+      });
+      req.once("connect", (response, socket: Socket) => {
+        expect(response.statusCode).toBe(200);
+        socket.on("error", () => {});
+        socket.on("close", () => resolve());
+        void open.close();
+      });
+      req.once("error", reject);
+      req.end();
+    });
+    await closed;
+  });
+});
