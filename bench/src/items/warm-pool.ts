@@ -14,7 +14,10 @@ import { round, type Summary, summarize } from "../lib/stats.ts";
 const COLD_START_MS = 2000;
 const TASK = "sleep 0.05";
 /** Worker variables every harness here runs with: room for two pools of 64 and the calls. */
-const BASE_VARS = { MAX_INSTANCES: "400" };
+// Admission sized above the largest batch: this item measures the pool, not the Worker's
+// per-isolate admission (whose defaults, 32 running and 32 waiting, refuse a 64-wide batch whose
+// previous calls still hold their slots while their containers are destroyed).
+const BASE_VARS = { MAX_INSTANCES: "400", MAX_CONCURRENT_CALLS: "256", MAX_QUEUED_CALLS: "256" };
 const LOG_LINES = 500_000;
 
 function sleep(ms: number): Promise<void> {
