@@ -70,12 +70,17 @@ export function refusedRequest(error: unknown): error is InvalidRequestError | F
 }
 
 /**
- * True when the bridge refused a call for the stdin it carried: too large (413), or a bridge too
- * old to take stdin (an issue at `stdin`). Not a usage error: the input, not a flag, is at fault.
+ * True when a call was refused for the stdin it carried: too large (413), or a bridge that takes
+ * no stdin (the bridge's 400 at `stdin`, or the client's check of its `/health`). Not a usage
+ * error: the input, not a flag, is at fault.
  */
 export function refusedStdin(error: unknown): boolean {
-  if (!InvalidRequestError.isInstance(error) || error.status === undefined) return false;
-  return error.status === 413 || error.issues.some((issue) => issue.path[0] === "stdin");
+  if (!InvalidRequestError.isInstance(error)) return false;
+  const atStdin = error.issues.filter((issue) => issue.path[0] === "stdin");
+  if (error.status === undefined) {
+    return atStdin.some((issue) => issue.message.startsWith("not supported by this bridge"));
+  }
+  return error.status === 413 || atStdin.length > 0;
 }
 
 /** One line for an error, with the error's kind so a script can tell them apart. */

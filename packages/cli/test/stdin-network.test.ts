@@ -31,8 +31,32 @@ function stdinHex(request: ExecRequest): string {
   return bytes.toString("hex");
 }
 
+const fakeHealth = {
+  ok: true,
+  protocol: 2,
+  network: { default: "none", ceiling: "open" },
+  limits: {
+    maxRequestBytes: 2_097_152,
+    maxCommandBytes: 65_536,
+    maxEnvEntries: 64,
+    maxEnvEntryBytes: 8_192,
+    maxTimeoutSeconds: 3_600,
+    maxOutputBytes: 1_048_576,
+    maxStdinBytes: 1_048_576,
+  },
+};
+
+/** What the fake's `/health` answers (reset to {@link fakeHealth} before each test). */
+let health: object = fakeHealth;
+
 beforeAll(async () => {
   fake = createServer(async (req, res) => {
+    if (req.method === "GET" && req.url === "/health") {
+      // A protocol 2 bridge that takes network policies and stdin (the client asks first).
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(JSON.stringify(health));
+      return;
+    }
     const chunks: Buffer[] = [];
     for await (const chunk of req) chunks.push(chunk as Buffer);
     const request = execRequestSchema.parse(JSON.parse(Buffer.concat(chunks).toString("utf8")));
@@ -54,6 +78,7 @@ afterAll(() => {
 beforeEach(() => {
   received.length = 0;
   answer = undefined;
+  health = fakeHealth;
 });
 
 /** What a protocol 1 bridge answers to a request with `field`: its strict schema lacks it. */
@@ -201,6 +226,18 @@ describe("--network", () => {
     expect(stderr).toContain(words);
     expect(stderr).toContain("Check --network");
     expect(received).toHaveLength(1);
+  });
+
+  it("a bridge whose /health reports neither (the reference bridge) is sent no call with them", async () => {
+    health = { ok: true };
+    const piped = await runPiped(await dataFile("a\n"), fakeRun("--", "wc -l"));
+    expect(piped.code).toBe(125);
+    expect(piped.stderr).toContain("does not take stdin");
+    expect(piped.stderr).toContain("--no-stdin");
+    const network = await runCli(fakeRun("--network", "none", "--", "true"));
+    expect(network.code).toBe(2);
+    expect(network.stderr).toContain("does not control network access");
+    expect(received).toEqual([]);
   });
 
   it("a bridge too old for --network: says so, exit 2", async () => {

@@ -28,6 +28,7 @@ import {
 import {
   AbortError,
   ConfigurationError,
+  ForbiddenError,
   InvalidRequestError,
   ProtocolError,
   RemoteTaskError,
@@ -153,6 +154,8 @@ class Client implements RemoteTaskClient {
   readonly #config: ResolvedConfig;
   readonly #transport: Transport;
   readonly #backgroundCancels = new Set<Promise<void>>();
+  /** The bridge's `/health`, asked once before the first call with `network` or `stdin`. */
+  #support: Promise<HealthResponse> | undefined;
   #closed = false;
 
   constructor(config: ResolvedConfig) {
@@ -320,8 +323,39 @@ class Client implements RemoteTaskClient {
     };
   }
 
-  #runJson(command: string, options: RunOptions): Promise<TaskResult> {
+  /**
+   * A bridge that does not know `network` or `stdin` may ignore them (the reference bridge does)
+   * and run the command without the policy, or with empty input. Before the first call with
+   * either, the bridge's `/health` is asked once whether it takes them; if not, nothing is sent.
+   */
+  async #assertBridgeTakes(request: ExecRequest): Promise<void> {
+    if (request.network === undefined && request.stdin === undefined) return;
+    this.#support ??= this.health().catch((error: unknown) => {
+      this.#support = undefined;
+      throw error;
+    });
+    const health = await this.#support;
+    const protocol = health.protocol ?? 1;
+    if (request.network !== undefined && health.network === undefined) {
+      throw new ForbiddenError(
+        `The bridge does not control network access (its /health reports no \`network\`; protocol ${protocol}), so it could run the command without the policy asked for; the call was not sent. Leave \`network\` out to run with the bridge's own network, or use a bridge that enforces policies.`,
+      );
+    }
+    if (request.stdin !== undefined && health.limits?.maxStdinBytes === undefined) {
+      throw new InvalidRequestError(
+        `The bridge does not take stdin (its /health reports no \`limits.maxStdinBytes\`; protocol ${protocol}), so the command could run with empty input; the call was not sent. Leave \`stdin\` out, or use a protocol 2 bridge.`,
+        {
+          issues: [
+            { path: ["stdin"], message: `not supported by this bridge (protocol ${protocol})` },
+          ],
+        },
+      );
+    }
+  }
+
+  async #runJson(command: string, options: RunOptions): Promise<TaskResult> {
     const call = this.#prepare(command, options);
+    await this.#assertBridgeTakes(call.request);
     const scope = this.#execScope(call, options.signal);
     const started = performance.now();
     const exchange = this.#execExchange(call, "application/json");
@@ -342,6 +376,7 @@ class Client implements RemoteTaskClient {
     meta: { sandboxId: string; keptBytes: number },
   ): AsyncGenerator<StreamEvent, void, undefined> {
     const call = this.#prepare(command, options);
+    await this.#assertBridgeTakes(call.request);
     const { sandboxId } = call;
     meta.sandboxId = sandboxId;
     meta.keptBytes = call.keptBytes;

@@ -15,9 +15,35 @@ import { mswFetch } from "./helpers/msw.js";
 
 const URL_BASE = "https://bridge.test";
 
+/** What a protocol 2 bridge that takes both reports on `/health`. */
+const protocol2Health = {
+  ok: true,
+  protocol: 2,
+  network: { default: "none", ceiling: "open" },
+  limits: {
+    maxRequestBytes: 2_097_152,
+    maxCommandBytes: 65_536,
+    maxEnvEntries: 64,
+    maxEnvEntryBytes: 8_192,
+    maxTimeoutSeconds: 3_600,
+    maxOutputBytes: 1_048_576,
+    maxStdinBytes: 1_048_576,
+  },
+};
+
+/** `/health` answering `health` (default: a protocol 2 bridge that takes network and stdin). */
+function healthHandler(health: object = protocol2Health) {
+  return http.get(`${URL_BASE}/health`, () => HttpResponse.json(health));
+}
+
 /** A bridge that answers every exec with `answer` (default: the full result). */
 function bridge(answer: () => Response = () => HttpResponse.json(fullResult)) {
-  return mswFetch(http.post(`${URL_BASE}/exec`, answer));
+  return mswFetch(healthHandler(), http.post(`${URL_BASE}/exec`, answer));
+}
+
+/** The exec requests among those sent (the `/health` check before the first call is not one). */
+function execRequests(f: { requests: Request[] }): Request[] {
+  return f.requests.filter((r) => new URL(r.url).pathname === "/exec");
 }
 
 function client(f: typeof globalThis.fetch) {
@@ -35,7 +61,7 @@ function streamedExec(last: StreamEvent) {
 
 /** The exec request bodies the bridge received, checked against the protocol schema. */
 async function sentBodies(f: { requests: Request[] }) {
-  return Promise.all(f.requests.map(async (r) => execRequestSchema.parse(await r.json())));
+  return Promise.all(execRequests(f).map(async (r) => execRequestSchema.parse(await r.json())));
 }
 
 /** Every byte value, then a NUL-heavy tail: what text transports tend to break. */
@@ -93,7 +119,7 @@ describe("network and stdin are sent as the protocol says", () => {
   });
 
   it("stream() and runMany's tasks send them too", async () => {
-    const streamed = mswFetch(streamedExec({ type: "exit", result: fullResult }));
+    const streamed = mswFetch(healthHandler(), streamedExec({ type: "exit", result: fullResult }));
     for await (const _ of client(streamed).stream("cat", { network: "open", stdin: "in" })) {
       // drain
     }
@@ -117,6 +143,7 @@ describe("network and stdin are sent as the protocol says", () => {
     const f = bridge();
     await client(f).run("true");
     const [raw] = await Promise.all(f.requests.map((r) => r.json()));
+    expect(f.requests).toHaveLength(1); // no /health check for a call without them
     expect(Object.keys(raw as object).sort()).toEqual([
       "command",
       "cwd",
@@ -196,11 +223,12 @@ describe("the bridge refusing network or stdin", () => {
     });
     expect(error.message).toContain(words);
     expect(error.message).toContain("network.ceiling");
-    expect(f.requests).toHaveLength(1);
+    expect(execRequests(f)).toHaveLength(1);
   });
 
   it("a forbidden stream error event is a ForbiddenError that did not run", async () => {
     const f = mswFetch(
+      healthHandler(),
       streamedExec({ type: "error", error: errorBody("forbidden") }),
       http.post(`${URL_BASE}/cancel`, () =>
         HttpResponse.json({ ok: true, sandboxId: "x", cancelled: false }),
@@ -252,9 +280,11 @@ describe("the bridge refusing network or stdin", () => {
   });
 
   it("a protocol 1 bridge's unknown-field 400 says the bridge is too old for the option", async () => {
-    // What a protocol 1 bridge answers: its strict schema has neither field.
+    // What a protocol 1 bridge answers: its strict schema has neither field. Its /health claims
+    // protocol 2, as behind a load balancer in the middle of an upgrade.
     const protocol1 = execRequestSchema.omit({ network: true, stdin: true });
     const f = mswFetch(
+      healthHandler(),
       http.post(`${URL_BASE}/exec`, async ({ request }) => {
         const parsed = protocol1.safeParse(await request.json());
         if (parsed.success) return HttpResponse.json(fullResult);
@@ -299,5 +329,67 @@ describe("the bridge refusing network or stdin", () => {
     const error = await failure(client(f).run("cat", { network: "none" }));
     expect(error.message).not.toMatch(/too old/);
     expect(error.message).toMatch(/Unrecognized key: "priority"/);
+  });
+});
+
+describe("a bridge that would ignore network or stdin is found out before the call is sent", () => {
+  const referenceHealth = { ok: true };
+
+  it("the reference bridge's /health: a call with network is a ForbiddenError, one with stdin an InvalidRequestError, nothing sent", async () => {
+    const f = mswFetch(
+      healthHandler(referenceHealth),
+      http.post(`${URL_BASE}/exec`, () => HttpResponse.json(fullResult)),
+    );
+    const c = client(f);
+    const network = await failure(c.run("curl -sI https://example.com", { network: "none" }));
+    expect(ForbiddenError.isInstance(network)).toBe(true);
+    expect(network.mayHaveRun).toBe(false);
+    expect(network.message).toMatch(/does not control network access .*protocol 1.*was not sent/);
+    const stdin = await failure(c.run("wc -l", { stdin: "a\nb\n" }));
+    expect(InvalidRequestError.isInstance(stdin)).toBe(true);
+    expect(stdin.message).toMatch(/does not take stdin .*was not sent/);
+    const streamed = c.stream("cat", { network: "open" });
+    expect(ForbiddenError.isInstance(await failure(streamed[Symbol.asyncIterator]().next()))).toBe(
+      true,
+    );
+    expect(execRequests(f)).toHaveLength(0);
+    // Without them the same bridge runs the call.
+    expect((await c.run("true")).exitCode).toBe(fullResult.code);
+    expect(execRequests(f)).toHaveLength(1);
+  });
+
+  it("a bridge that controls no network but takes stdin: stdin goes, network does not", async () => {
+    const { network: _, ...noNetwork } = protocol2Health;
+    const f = mswFetch(
+      healthHandler(noNetwork),
+      http.post(`${URL_BASE}/exec`, () => HttpResponse.json(fullResult)),
+    );
+    const c = client(f);
+    expect((await c.run("cat", { stdin: "x" })).exitCode).toBe(fullResult.code);
+    expect(ForbiddenError.isInstance(await failure(c.run("cat", { network: "none" })))).toBe(true);
+    expect(execRequests(f)).toHaveLength(1);
+  });
+
+  it("asks /health once for many calls, and again after a failed check", async () => {
+    let healthAnswers = 0;
+    let healthy = false;
+    const f = mswFetch(
+      http.get(`${URL_BASE}/health`, () => {
+        healthAnswers++;
+        return healthy
+          ? HttpResponse.json(protocol2Health)
+          : HttpResponse.json(errorBody("internal"), { status: 500 });
+      }),
+      http.post(`${URL_BASE}/exec`, () => HttpResponse.json(fullResult)),
+    );
+    const c = client(f);
+    await failure(c.run("cat", { stdin: "x" }));
+    healthy = true;
+    const settled = await c.runMany(
+      Array.from({ length: 8 }, () => ({ command: "cat", stdin: "x", network: "none" as const })),
+    );
+    expect(settled.every((s) => s.status === "fulfilled")).toBe(true);
+    expect(healthAnswers).toBe(2);
+    expect(execRequests(f)).toHaveLength(8);
   });
 });

@@ -77,6 +77,14 @@ describe("the integrator's network policy", () => {
   it("the MCP server configured from env sends it with each call", async () => {
     const received: ExecRequest[] = [];
     const bridge = createServer(async (req, res) => {
+      if (req.method === "GET" && req.url === "/health") {
+        // A bridge that enforces network policies (the client asks before the first one).
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end(
+          JSON.stringify({ ok: true, protocol: 2, network: { default: "none", ceiling: "open" } }),
+        );
+        return;
+      }
       const chunks: Buffer[] = [];
       for await (const chunk of req) chunks.push(chunk as Buffer);
       received.push(execRequestSchema.parse(JSON.parse(Buffer.concat(chunks).toString("utf8"))));
