@@ -225,7 +225,7 @@ async function run(options: BenchOptions): Promise<ItemResult> {
     return `${m.isolation}: of the ${ms(total)} ms p50 gap to the bare spawn, the backend alone accounts for ${ms(backend)} ms and the rest (${ms(total - backend)} ms) is the HTTP request path, client included (the fake backend's whole call takes ${ms(m.requestPath.p50)} ms).`;
   });
   return {
-    id: "8",
+    id: "10",
     title: "Local sandbox per-call cost with its limits in force",
     target: `p50 <= ${P50_TARGET.none}x bare sh -c (none), <= ${P50_TARGET.bwrap}x bare bwrap (bwrap); ${CONCURRENCY}-way throughput >= ${THROUGHPUT_TARGET}x bare`,
     met,
