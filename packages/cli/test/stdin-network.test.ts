@@ -11,6 +11,7 @@ import { silentLogger } from "@remote-task/bridge";
 import type { LocalBackend } from "@remote-task/bridge/local";
 import { type LocalBridge, startLocalBridge } from "@remote-task/bridge/node";
 import { type ErrorBody, type ExecRequest, execRequestSchema } from "@remote-task/protocol";
+import { fullHealthResponse } from "@remote-task/protocol/fixtures";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { BIN, type CliResult, cleanEnv, collectCli, runCli } from "./helpers.js";
 
@@ -31,20 +32,8 @@ function stdinHex(request: ExecRequest): string {
   return bytes.toString("hex");
 }
 
-const fakeHealth = {
-  ok: true,
-  protocol: 2,
-  network: { default: "none", ceiling: "open" },
-  limits: {
-    maxRequestBytes: 2_097_152,
-    maxCommandBytes: 65_536,
-    maxEnvEntries: 64,
-    maxEnvEntryBytes: 8_192,
-    maxTimeoutSeconds: 3_600,
-    maxOutputBytes: 1_048_576,
-    maxStdinBytes: 1_048_576,
-  },
-};
+/** A protocol 2 bridge that takes network policies and stdin. */
+const fakeHealth: object = fullHealthResponse;
 
 /** What the fake's `/health` answers (reset to {@link fakeHealth} before each test). */
 let health: object = fakeHealth;

@@ -1,4 +1,5 @@
 import { errorBodySchema, execRequestSchema, type StreamEvent } from "@remote-task/protocol";
+import { fullHealthResponse } from "@remote-task/protocol/fixtures";
 import { HttpResponse, http } from "msw";
 import { describe, expect, it } from "vitest";
 import {
@@ -16,20 +17,7 @@ import { mswFetch } from "./helpers/msw.js";
 const URL_BASE = "https://bridge.test";
 
 /** What a protocol 2 bridge that takes both reports on `/health`. */
-const protocol2Health = {
-  ok: true,
-  protocol: 2,
-  network: { default: "none", ceiling: "open" },
-  limits: {
-    maxRequestBytes: 2_097_152,
-    maxCommandBytes: 65_536,
-    maxEnvEntries: 64,
-    maxEnvEntryBytes: 8_192,
-    maxTimeoutSeconds: 3_600,
-    maxOutputBytes: 1_048_576,
-    maxStdinBytes: 1_048_576,
-  },
-};
+const protocol2Health = fullHealthResponse;
 
 /** `/health` answering `health` (default: a protocol 2 bridge that takes network and stdin). */
 function healthHandler(health: object = protocol2Health) {

@@ -60,6 +60,19 @@ const fullResult = {
   stderrTruncated: false,
 };
 
+/** A protocol 2 bridge's `/health` with every field: it takes stdin and enforces network policies. */
+export const fullHealthResponse = {
+  ok: true,
+  protocol: PROTOCOL_VERSION,
+  backend: "local",
+  isolation: "bwrap",
+  limits,
+  admission,
+  sandbox,
+  network,
+  version: "0.1.0",
+} as const;
+
 export const validFixtures: readonly Fixture[] = [
   { name: "reference exec request", schema: "ExecRequest", value: referenceExecRequest },
   {
@@ -96,21 +109,7 @@ export const validFixtures: readonly Fixture[] = [
     value: { ...referenceExecResponse, futureField: 1 },
   },
   { name: "reference health", schema: "HealthResponse", value: { ok: true } },
-  {
-    name: "full health",
-    schema: "HealthResponse",
-    value: {
-      ok: true,
-      protocol: PROTOCOL_VERSION,
-      backend: "local",
-      isolation: "bwrap",
-      limits,
-      admission,
-      sandbox,
-      network,
-      version: "0.1.0",
-    },
-  },
+  { name: "full health", schema: "HealthResponse", value: fullHealthResponse },
   {
     name: "health with a warm pool",
     schema: "HealthResponse",

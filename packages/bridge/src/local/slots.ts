@@ -43,34 +43,50 @@ export function withTrialUid<T>(
   instance: string,
   trial: (uid: number) => T,
 ): T {
-  for (let uid = uids.first; uid < uids.first + uids.count; uid++) {
-    const claim = join(claimsDir, String(uid));
+  const uid = claimFirstFree(claimsDir, uids.first, uids.first + uids.count, instance);
+  if (uid === null) {
+    throw new Error(
+      `Every uid from ${uids.first} to ${uids.first + uids.count - 1} is held by running sandboxes; none is free for a trial run.`,
+    );
+  }
+  try {
+    return trial(uid);
+  } finally {
+    spawnSync("/bin/sh", ["-c", "kill -KILL -1 2>/dev/null"], {
+      uid,
+      gid: uid,
+      cwd: "/",
+      env: {},
+      stdio: "ignore",
+    });
     try {
-      symlinkSync(instance, claim);
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code === "EEXIST") continue;
-      throw error;
-    }
-    try {
-      return trial(uid);
-    } finally {
-      spawnSync("/bin/sh", ["-c", "kill -KILL -1 2>/dev/null"], {
-        uid,
-        gid: uid,
-        cwd: "/",
-        env: {},
-        stdio: "ignore",
-      });
-      try {
-        unlinkSync(claim);
-      } catch {
-        // already gone
-      }
+      unlinkSync(join(claimsDir, String(uid)));
+    } catch {
+      // already gone
     }
   }
-  throw new Error(
-    `Every uid from ${uids.first} to ${uids.first + uids.count - 1} is held by running sandboxes; none is free for a trial run.`,
-  );
+}
+
+/**
+ * Claims the first uid from `from` (inclusive) to `end` (exclusive) that no backend holds, for
+ * `instance`; null when every one is held. A claim is held by another backend, or by a dead one
+ * whose claims only a sweep (which first kills what still runs under the uid) may release.
+ */
+function claimFirstFree(
+  claimsDir: string,
+  from: number,
+  end: number,
+  instance: string,
+): number | null {
+  for (let uid = from; uid < end; uid++) {
+    try {
+      symlinkSync(instance, join(claimsDir, String(uid)));
+      return uid;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+    }
+  }
+  return null;
 }
 
 /** A sandbox's place: its host uid (when the bridge drops privileges) and its cgroups. */
@@ -150,22 +166,14 @@ export class SlotPool {
   private claimUid(): number | undefined | null {
     const { uids, claimsDir, instance } = this.options;
     if (uids === undefined || claimsDir === undefined) return undefined;
-    const end = uids.first + uids.count;
-    while (this.nextUid < end) {
-      const uid = this.nextUid++;
-      const claim = join(claimsDir, String(uid));
-      try {
-        symlinkSync(instance, claim);
-      } catch (error) {
-        // Held by another backend, or by a dead one whose claims only a sweep (which first kills
-        // what still runs under the uid) may release.
-        if ((error as NodeJS.ErrnoException).code === "EEXIST") continue;
-        throw error;
-      }
-      this.claimed.add(uid);
-      return uid;
+    const uid = claimFirstFree(claimsDir, this.nextUid, uids.first + uids.count, instance);
+    if (uid === null) {
+      this.nextUid = uids.first + uids.count;
+      return null;
     }
-    return null;
+    this.nextUid = uid + 1;
+    this.claimed.add(uid);
+    return uid;
   }
 
   private unclaim(uid: number): void {
