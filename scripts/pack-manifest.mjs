@@ -35,7 +35,10 @@ function prepack() {
   const published = { ...pkg, exports: withoutSourceCondition(pkg.exports) };
   const leftover = JSON.stringify(published.exports ?? {}).match(/"\.\/src\/[^"]*"/);
   if (leftover) throw new Error(`${pkg.name}: an export still points into src/: ${leftover[0]}`);
-  writeFileSync(MANIFEST, `${JSON.stringify(published, null, 2)}\n`);
+  // Replaced in one step: npm processes of other packages' tasks read every workspace's
+  // package.json meanwhile, and one caught half written fails with EJSONPARSE.
+  writeFileSync(`${MANIFEST}.published`, `${JSON.stringify(published, null, 2)}\n`);
+  renameSync(`${MANIFEST}.published`, MANIFEST);
   copyFileSync(join(root, "LICENSE"), "LICENSE");
 }
 
