@@ -119,7 +119,8 @@ export interface NetworkSettings extends NetworkReport {
   modes: readonly NetworkMode[];
 }
 
-function describe(policy: NetworkPolicy): string {
+/** A policy as messages say it: `none`, `open` or `allow a, b`. */
+export function describeNetworkPolicy(policy: NetworkPolicy): string {
   return typeof policy === "string" ? policy : `allow ${policy.allow.join(", ")}`;
 }
 
@@ -165,7 +166,7 @@ export function resolveNetwork(
   }
   if (!networkAllows(ceiling, defaultPolicy)) {
     throw new TypeError(
-      `network.default (${describe(defaultPolicy)}) is wider than network.ceiling (${describe(ceiling)}).`,
+      `network.default (${describeNetworkPolicy(defaultPolicy)}) is wider than network.ceiling (${describeNetworkPolicy(ceiling)}).`,
     );
   }
   return { default: defaultPolicy, ceiling, modes };
@@ -188,7 +189,10 @@ export function callNetwork(
   if (!networkAllows(settings.ceiling, requested)) {
     throw new HttpError(
       "forbidden",
-      BRIDGE_TEXTS.networkBeyondCeiling(describe(requested), describe(settings.ceiling)),
+      BRIDGE_TEXTS.networkBeyondCeiling(
+        describeNetworkPolicy(requested),
+        describeNetworkPolicy(settings.ceiling),
+      ),
     );
   }
   if (!settings.modes.includes(networkMode(requested))) {

@@ -5,6 +5,7 @@ import {
   type IncomingHttpHeaders,
   type IncomingMessage,
   type ServerResponse,
+  STATUS_CODES,
 } from "node:http";
 import { connect, isIP, type Socket } from "node:net";
 import { networkInterfaces } from "node:os";
@@ -12,6 +13,7 @@ import type { Duplex } from "node:stream";
 import type { NetworkPolicy } from "@remote-task/protocol";
 import ipaddr from "ipaddr.js";
 import {
+  describeNetworkPolicy,
   hostMatches,
   isPublicAddress,
   type ParsedHostPattern,
@@ -103,10 +105,6 @@ function canonical(address: string): string {
   return ipaddr.process(address).toString();
 }
 
-function describePolicy(policy: Exclude<NetworkPolicy, "none">): string {
-  return policy === "open" ? "open" : `allow ${policy.allow.join(", ")}`;
-}
-
 /** True for this machine's own addresses (any of them may be where the bridge listens). */
 function isOwnAddress(address: string): boolean {
   const parsed = ipaddr.process(address);
@@ -147,7 +145,7 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
       return {
         ok: false,
         status: 403,
-        reason: `remote-task egress proxy: connection to ${target} refused: ${reason} (network policy: ${describePolicy(policy)}).`,
+        reason: `remote-task egress proxy: connection to ${target} refused: ${reason} (network policy: ${describeNetworkPolicy(policy)}).`,
       };
     };
     if (!Number.isInteger(port) || port < 1 || port > 65535 || host === "") {
@@ -193,10 +191,9 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
 
   /** Answers on a raw socket (a CONNECT request) and closes it. */
   function answerRaw(socket: Duplex, status: number, reason: string): void {
-    const title = status === 403 ? "Forbidden" : status === 400 ? "Bad Request" : "Bad Gateway";
     const body = `${reason}\n`;
     socket.end(
-      `HTTP/1.1 ${status} ${title}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
     );
   }
 
