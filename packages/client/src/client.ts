@@ -26,6 +26,15 @@ import {
   WHOLE_RESULT_BYTES,
 } from "./config.js";
 import {
+  connectionFailure,
+  errorFromBody,
+  errorFromResponse,
+  notJson,
+  protocolMismatch,
+  type SchemaError,
+  statusForCode,
+} from "./error-mapping.js";
+import {
   AbortError,
   ConfigurationError,
   ForbiddenError,
@@ -33,20 +42,11 @@ import {
   ProtocolError,
   RemoteTaskError,
 } from "./errors.js";
-import {
-  connectionFailure,
-  errorFromBody,
-  errorFromResponse,
-  notJson,
-  protocolMismatch,
-  type SchemaError,
-  Secrets,
-  statusForCode,
-  toTaskResult,
-} from "./responses.js";
+import { toTaskResult } from "./result.js";
 import { withRetries } from "./retry.js";
 import { runMany } from "./run-many.js";
 import { CallScope } from "./scope.js";
+import { Secrets } from "./secrets.js";
 import { sseEvents } from "./sse.js";
 import { stdinField } from "./stdin.js";
 import {
