@@ -539,7 +539,7 @@ describe("run: refused before sending", () => {
     ["a relative cwd", "x", { cwd: "rel" }, ["cwd"]],
     ["an invalid env name", "x", { env: { "BAD-NAME": "v" } }, ["env", "BAD-NAME"]],
     ["a non-positive timeout", "x", { timeoutSeconds: 0 }, ["timeoutSeconds"]],
-    ["an invalid sandbox id", "x", { sandboxId: "Not-Valid" }, ["sandboxId"]],
+    ["an invalid sandbox id", "x", { sandboxId: "not_valid!" }, ["sandboxId"]],
     ["a fractional maxOutputBytes", "x", { maxOutputBytes: 1.5 }, ["maxOutputBytes"]],
   ])("%s is an InvalidRequestError and nothing is sent", async (_, command, options, path) => {
     const f = mswFetch(http.post(`${URL_BASE}/exec`, () => HttpResponse.json(fullResult)));
@@ -582,12 +582,12 @@ describe("retries: only what provably did not run", () => {
     expect(CapacityError.isInstance(retries[0]?.error)).toBe(true);
   });
 
-  it("retries 429 (any body) up to maxAttempts, then throws CapacityError", async () => {
+  it("with patient: false, retries 429 (any body) up to maxAttempts, then throws CapacityError", async () => {
     const f = mswFetch(
       http.post(`${URL_BASE}/exec`, () => HttpResponse.text("slow down", { status: 429 })),
     );
     const error = await failure(
-      client(f, { retry: { maxAttempts: 3, initialDelayMs: 1 } }).run("x"),
+      client(f, { retry: { maxAttempts: 3, initialDelayMs: 1, patient: false } }).run("x"),
     );
     expect(CapacityError.isInstance(error)).toBe(true);
     expect(error.status).toBe(429);

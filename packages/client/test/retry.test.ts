@@ -13,6 +13,7 @@ const policy: RetryPolicy = {
   initialDelayMs: 100,
   maxDelayMs: 1_000,
   maxTotalMs: 10_000,
+  patient: true,
   onRetry: undefined,
 };
 
