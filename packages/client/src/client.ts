@@ -46,7 +46,7 @@ import {
   ProtocolError,
   RemoteTaskError,
 } from "./errors.js";
-import { toTaskResult } from "./result.js";
+import { referenceTimeout, toTaskResult } from "./result.js";
 import { backoffDelay, capacityDelay, outOfPatience, withRetries } from "./retry.js";
 import { runMany } from "./run-many.js";
 import { CallScope } from "./scope.js";
@@ -55,6 +55,7 @@ import { sseEvents } from "./sse.js";
 import { stdinField } from "./stdin.js";
 import {
   fetchTransport,
+  jsonResponse,
   type Transport,
   type TransportResponse,
   undiciTransport,
@@ -792,6 +793,9 @@ class Client implements RemoteTaskClient {
       readBounded(response, MAX_ERROR_BODY_BYTES, scope.signal, context),
       () => undefined,
     );
+    const timedOut =
+      exchange.path === "/exec" ? referenceTimeout(response.status, bytes) : undefined;
+    if (timedOut !== undefined) return jsonResponse(timedOut);
     throw errorFromResponse(
       bytes,
       { status: response.status, contentType: response.header("content-type") },

@@ -4,8 +4,39 @@
  * call keeps.
  */
 import { TailBuffer } from "@remote-task/internal";
-import { type ExecResult, utf8ByteLength } from "@remote-task/protocol";
+import {
+  type ExecResult,
+  referenceErrorBodySchema,
+  TIMEOUT_EXIT_CODE,
+  utf8ByteLength,
+} from "@remote-task/protocol";
+import { parseJson } from "./json.js";
 import type { TaskResult } from "./types.js";
+
+/**
+ * The Cloudflare sandbox SDK's words for a command that ran out of its time ("Failed to execute
+ * command '…' in session '…': Command timeout after 5000ms"), which the reference bridge passes on
+ * as HTTP 500 `{error}`.
+ */
+const SDK_TIMEOUT = /\bcommand timeout after \d+\s*ms\b/i;
+
+/**
+ * The exec result a reference bridge's error answer stands for when it reports the command's
+ * timeout (HTTP 500 `{error}` with the SDK's text, no protocol `code`): the command timed out
+ * (outcome `timeout`, exit code 124), as a remote-task bridge reports it. Undefined otherwise.
+ */
+export function referenceTimeout(
+  status: number,
+  bytes: Uint8Array | undefined,
+): ExecResult | undefined {
+  if (status !== 500 || bytes === undefined) return undefined;
+  const parsed = parseJson(bytes);
+  if (!parsed.ok || typeof parsed.value !== "object" || parsed.value === null) return undefined;
+  if ("code" in parsed.value) return undefined;
+  const body = referenceErrorBodySchema.safeParse(parsed.value);
+  if (!body.success || !SDK_TIMEOUT.test(body.data.error)) return undefined;
+  return { stdout: "", stderr: "", code: TIMEOUT_EXIT_CODE, outcome: "timeout" };
+}
 
 /**
  * A `TaskResult` from a protocol (or reference) exec result; missing extensions get defaults.

@@ -141,3 +141,23 @@ export function fetchTransport(fetchImpl: typeof globalThis.fetch): Transport {
     async close() {},
   };
 }
+
+/**
+ * A 200 JSON answer held in memory, read like any other: what the client reads in place of an
+ * answer it translated (a reference bridge's timeout, see `referenceTimeout`).
+ */
+export function jsonResponse(value: unknown): TransportResponse {
+  const bytes = new TextEncoder().encode(JSON.stringify(value));
+  return {
+    status: 200,
+    header: (name) =>
+      ({ "content-type": "application/json", "content-length": String(bytes.byteLength) })[
+        name.toLowerCase()
+      ],
+    body: (async function* () {
+      yield bytes;
+    })(),
+    readAll: async () => bytes,
+    discard() {},
+  };
+}

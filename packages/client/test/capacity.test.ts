@@ -167,7 +167,9 @@ describe("several bridges", () => {
     expect(toA?.headers.get("authorization")).toBe("Bearer ta");
     expect(toB?.headers.get("authorization")).toBe("Bearer tb");
     // The same call, the same id: it ran on B only.
-    expect((await toA?.json()).sandboxId).toBe((await toB?.json()).sandboxId);
+    expect((await (toA as Request).json()).sandboxId).toBe(
+      (await (toB as Request).json()).sandboxId,
+    );
     // A stays closed (Retry-After 5 s): the next call goes straight to B.
     await c.run("echo again");
     expect(execCount(f, A)).toBe(1);
@@ -302,10 +304,10 @@ describe("runMany's adaptive window", () => {
   });
 
   /** A bridge taking `capacity` calls at once and refusing more; counts in flight and refusals. */
-  function boundedBridge(capacity: number, health: unknown) {
+  function boundedBridge(capacity: number, health: Record<string, unknown>) {
     const stats = { inFlight: 0, maxInFlight: 0, refused: 0, ran: 0 };
     const f = mswFetch(
-      http.get(`${A}/health`, () => HttpResponse.json(health)),
+      http.get(`${A}/health`, () => HttpResponse.json(health as never)),
       http.post(`${A}/exec`, async () => {
         if (stats.inFlight >= capacity) {
           stats.refused++;
