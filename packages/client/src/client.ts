@@ -776,6 +776,11 @@ class Client implements RemoteTaskClient {
       });
     } catch (error) {
       if (scope.reason) throw scope.reason;
+      // The transport could not be set up (no undici here): nothing left the client.
+      if (ConfigurationError.isInstance(error)) {
+        scope.unsent();
+        throw error;
+      }
       const failure = connectionFailure(error, true, scope.facts);
       if (failure.retryable) scope.unsent();
       throw failure;

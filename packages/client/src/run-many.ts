@@ -6,7 +6,6 @@
  * halves (at most once per window) when a bridge refuses a call for capacity. A refused call is not
  * lost: it waits for room (see `bridges.ts`) and the window shrinks so no more pile up behind it.
  */
-import { setMaxListeners } from "node:events";
 import { DEFAULT_CONCURRENCY, MAX_DEFAULT_FAN_OUT } from "./config.js";
 import { AbortError, ConfigurationError, RemoteTaskError } from "./errors.js";
 import type {
@@ -92,9 +91,17 @@ export async function runMany(
   const results = new Array<SettledTask>(total);
   if (total === 0) return results;
   const progress: Progress = { done: 0, failed: 0, total };
-  // One signal for every task in flight: the caller's abort, or a throwing onProgress.
+  // Ends every task in flight: the caller's abort, or a throwing onProgress. Each task gets a
+  // signal of its own (one listener each, not hundreds on one signal).
   const controller = new AbortController();
-  setMaxListeners(0, controller.signal);
+  const inFlight = new Set<AbortController>();
+  controller.signal.addEventListener(
+    "abort",
+    () => {
+      for (const task of inFlight) task.abort(controller.signal.reason);
+    },
+    { once: true },
+  );
   const onCallerAbort = () => controller.abort(options.signal?.reason);
   if (options.signal?.aborted) onCallerAbort();
   else options.signal?.addEventListener("abort", onCallerAbort, { once: true });
@@ -116,8 +123,10 @@ export async function runMany(
   const runTask = async (index: number, window: FanOutWindow) => {
     const task = normalized[index] as Task;
     const { command, ...runOptions } = task;
+    const own = new AbortController();
+    inFlight.add(own);
     try {
-      const value = await run(command, { ...runOptions, signal: controller.signal }, () =>
+      const value = await run(command, { ...runOptions, signal: own.signal }, () =>
         window.refused(),
       );
       window.succeeded();
@@ -127,6 +136,8 @@ export async function runMany(
         ? error
         : new RemoteTaskError("The task failed unexpectedly.", { cause: error });
       settle({ status: "rejected", reason, task, index });
+    } finally {
+      inFlight.delete(own);
     }
   };
 

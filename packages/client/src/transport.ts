@@ -1,15 +1,30 @@
 import { raceAbort } from "@remote-task/internal";
 import type { Agent, Dispatcher } from "undici";
+import { ConfigurationError } from "./errors.js";
 
 type Undici = typeof import("undici");
 let undici: Undici | undefined;
 
 /**
+ * The module name in a variable, so that bundlers leave the import to run time: a bundle for a
+ * browser or a Worker that passes `fetch` never contains undici.
+ */
+const UNDICI = "undici";
+
+/**
  * undici is loaded on the first request, not when the client is imported: on a Node.js older
- * than it needs it fails while loading, and `createClient` reports that clearly first.
+ * than it needs it fails while loading, and `createClient` reports that clearly first. Where it
+ * cannot be loaded at all (a Worker, a browser), the request fails before anything is sent.
  */
 async function loadUndici(): Promise<Undici> {
-  undici ??= await import("undici");
+  try {
+    undici ??= (await import(/* webpackIgnore: true */ /* @vite-ignore */ UNDICI)) as Undici;
+  } catch (error) {
+    throw new ConfigurationError(
+      "This runtime cannot load undici, the client's default HTTP stack (it is for Node.js); nothing was sent. Pass the runtime's Fetch API as the `fetch` option: createClient({ url, token, fetch }).",
+      { cause: error },
+    );
+  }
   return undici;
 }
 
