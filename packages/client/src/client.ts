@@ -764,6 +764,9 @@ class Client implements RemoteTaskClient {
     if (token !== undefined) headers.authorization = `Bearer ${token}`;
     const body = exchange.body === undefined ? undefined : JSON.stringify(exchange.body);
     let response: TransportResponse;
+    // Nothing has left yet: a transport that cannot work here, or an abort meanwhile, sends no
+    // cancel for this try.
+    await this.#transport.prepare();
     if (scope.reason) throw scope.reason;
     scope.sent();
     try {
@@ -776,11 +779,6 @@ class Client implements RemoteTaskClient {
       });
     } catch (error) {
       if (scope.reason) throw scope.reason;
-      // The transport could not be set up (no undici here): nothing left the client.
-      if (ConfigurationError.isInstance(error)) {
-        scope.unsent();
-        throw error;
-      }
       const failure = connectionFailure(error, true, scope.facts);
       if (failure.retryable) scope.unsent();
       throw failure;

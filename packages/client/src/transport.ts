@@ -50,6 +50,11 @@ export interface TransportResponse {
 }
 
 export interface Transport {
+  /**
+   * Gets ready to send (loads undici on first use); nothing is sent yet. Rejects with a
+   * `ConfigurationError` when the transport cannot work in this runtime.
+   */
+  prepare(): Promise<void>;
   send(request: TransportRequest): Promise<TransportResponse>;
   /** Releases what the transport owns (not an injected dispatcher). */
   close(): Promise<void>;
@@ -67,6 +72,9 @@ export function undiciTransport(
   let owned: Agent | undefined;
   let dispatcher = injected;
   return {
+    async prepare() {
+      if (undici === undefined) await loadUndici();
+    },
     async send(req) {
       const { Agent, request } = undici ?? (await loadUndici());
       dispatcher ??= owned = new Agent({
@@ -117,6 +125,7 @@ export function undiciTransport(
 /** Any Fetch API implementation (msw in tests, runtimes without undici). Redirects are not followed. */
 export function fetchTransport(fetchImpl: typeof globalThis.fetch): Transport {
   return {
+    async prepare() {},
     async send(req) {
       const init: RequestInit = {
         method: req.method,
