@@ -26,11 +26,7 @@ export class Bridge {
   /** No call is sent before this time (`Date.now()`), after a refusal or an unreachable bridge. */
   closedUntil = 0;
 
-  constructor(
-    readonly target: BridgeTarget,
-    /** Its place in the client's list, 0 for the first. */
-    readonly index: number,
-  ) {}
+  constructor(readonly target: BridgeTarget) {}
 
   hasRoom(now: number): boolean {
     return now >= this.closedUntil && this.inFlight < Math.max(1, Math.floor(this.limit));
@@ -59,7 +55,7 @@ export class BridgePool {
   #timerAt = 0;
 
   constructor(targets: readonly BridgeTarget[]) {
-    this.bridges = targets.map((target, index) => new Bridge(target, index));
+    this.bridges = targets.map((target) => new Bridge(target));
   }
 
   /** The first bridge, the one `health()` asks. */
@@ -110,13 +106,6 @@ export class BridgePool {
       bridge.closedUntil = Math.max(bridge.closedUntil, now + how.delayMs);
     }
     this.#wake();
-  }
-
-  /** Calls the bridges would take now from this client (infinite while any limit is unknown). */
-  room(): number {
-    let room = 0;
-    for (const bridge of this.bridges) room += Math.max(0, bridge.limit - bridge.inFlight);
-    return room;
   }
 
   /**

@@ -706,8 +706,15 @@ class Client implements RemoteTaskClient {
     let failures = 0;
     let waitedMs = 0;
     for (let number = 1; ; number++) {
-      scope.waiting = () => outOfPatience(scope, refusals, Date.now() - startedAt);
-      const bridge = await this.#pool.acquire(scope.signal, number > 1);
+      // The wait for room ends at the call's first deadline, also once a try has restarted it.
+      const patience = () => outOfPatience(scope, refusals, Date.now() - startedAt);
+      scope.waiting = patience;
+      const until = AbortSignal.timeout(Math.max(0, waitUntil - Date.now()));
+      const bridge = await this.#pool
+        .acquire(AbortSignal.any([scope.signal, until]), number > 1)
+        .catch((error: unknown) => {
+          throw scope.reason ?? (until.aborted ? patience() : error);
+        });
       scope.waiting = undefined;
       this.#takenBy.set(sandboxId, bridge);
       scope.answered = false;
