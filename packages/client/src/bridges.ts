@@ -69,10 +69,8 @@ export class BridgePool {
    */
   acquire(signal: AbortSignal, front = false): Promise<Bridge> {
     if (signal.aborted) return Promise.reject(signal.reason);
-    if (this.#waiting.length === 0 || front) {
-      const bridge = this.#withRoom(Date.now());
-      if (bridge !== undefined) return Promise.resolve(this.#take(bridge));
-    }
+    const free = this.tryAcquire(front);
+    if (free !== undefined) return Promise.resolve(free);
     return new Promise<Bridge>((resolve, reject) => {
       const waiter: Waiter = {
         resolve: (bridge) => {
@@ -90,6 +88,13 @@ export class BridgePool {
       else this.#waiting.push(waiter);
       this.#wake();
     });
+  }
+
+  /** A bridge with room taken at once, when one has room and no call waits before this one. */
+  tryAcquire(front = false): Bridge | undefined {
+    if (this.#waiting.length > 0 && !front) return undefined;
+    const bridge = this.#withRoom(Date.now());
+    return bridge === undefined ? undefined : this.#take(bridge);
   }
 
   /** A call sent to `bridge` ended as `how` (see {@link Release}). */

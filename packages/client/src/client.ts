@@ -706,21 +706,16 @@ class Client implements RemoteTaskClient {
     let failures = 0;
     let waitedMs = 0;
     for (let number = 1; ; number++) {
-      // The wait for room ends at the call's first deadline, also once a try has restarted it.
-      const patience = () => outOfPatience(scope, refusals, Date.now() - startedAt);
-      scope.waiting = patience;
-      const until = AbortSignal.timeout(Math.max(0, waitUntil - Date.now()));
-      const bridge = await this.#pool
-        .acquire(AbortSignal.any([scope.signal, until]), number > 1)
-        .catch((error: unknown) => {
-          throw scope.reason ?? (until.aborted ? patience() : error);
-        });
-      scope.waiting = undefined;
+      const bridge =
+        this.#pool.tryAcquire(number > 1) ??
+        (await this.#waitForRoom(scope, refusals, startedAt, waitUntil));
       this.#takenBy.set(sandboxId, bridge);
       scope.answered = false;
       try {
-        if (exchange.body !== undefined)
-          await this.#assertBridgeTakes(exchange.body as ExecRequest, bridge);
+        const request = exchange.body as ExecRequest;
+        if (request.network !== undefined || request.stdin !== undefined) {
+          await this.#assertBridgeTakes(request, bridge);
+        }
         if (number > 1) scope.restartDeadline();
         return await this.#attempt(scope, exchange, bridge);
       } catch (error) {
@@ -763,6 +758,28 @@ class Client implements RemoteTaskClient {
     }
   }
 
+  /**
+   * Waits (at the front of the line after a refusal) for a bridge with room, until the call's
+   * first deadline, also once a try has restarted it; then the call fails with how long it waited.
+   */
+  async #waitForRoom(
+    scope: CallScope,
+    refusals: readonly CapacityError[],
+    startedAt: number,
+    waitUntil: number,
+  ): Promise<Bridge> {
+    const patience = () => outOfPatience(scope, refusals, Date.now() - startedAt);
+    scope.waiting = patience;
+    const until = AbortSignal.timeout(Math.max(0, waitUntil - Date.now()));
+    try {
+      return await this.#pool.acquire(AbortSignal.any([scope.signal, until]), refusals.length > 0);
+    } catch (error) {
+      throw scope.reason ?? (until.aborted ? patience() : error);
+    } finally {
+      scope.waiting = undefined;
+    }
+  }
+
   /** One try of `exchange` at `bridge`; resolves with a 2xx response, or throws its error. */
   async #attempt(scope: CallScope, exchange: Exchange, bridge: Bridge): Promise<TransportResponse> {
     const { token, baseUrl } = bridge.target;
@@ -773,7 +790,8 @@ class Client implements RemoteTaskClient {
     let response: TransportResponse;
     // Nothing has left yet: a transport that cannot work here, or an abort meanwhile, sends no
     // cancel for this try.
-    await this.#transport.prepare();
+    const preparing = this.#transport.prepare();
+    if (preparing !== undefined) await preparing;
     if (scope.reason) throw scope.reason;
     scope.sent();
     try {

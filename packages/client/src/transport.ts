@@ -51,10 +51,10 @@ export interface TransportResponse {
 
 export interface Transport {
   /**
-   * Gets ready to send (loads undici on first use); nothing is sent yet. Rejects with a
-   * `ConfigurationError` when the transport cannot work in this runtime.
+   * Gets ready to send (loads undici on first use); nothing is sent yet. Undefined when ready
+   * already; rejects with a `ConfigurationError` when the transport cannot work in this runtime.
    */
-  prepare(): Promise<void>;
+  prepare(): Promise<void> | undefined;
   send(request: TransportRequest): Promise<TransportResponse>;
   /** Releases what the transport owns (not an injected dispatcher). */
   close(): Promise<void>;
@@ -72,8 +72,8 @@ export function undiciTransport(
   let owned: Agent | undefined;
   let dispatcher = injected;
   return {
-    async prepare() {
-      if (undici === undefined) await loadUndici();
+    prepare() {
+      return undici === undefined ? loadUndici().then(() => {}) : undefined;
     },
     async send(req) {
       const { Agent, request } = undici ?? (await loadUndici());
@@ -125,7 +125,7 @@ export function undiciTransport(
 /** Any Fetch API implementation (msw in tests, runtimes without undici). Redirects are not followed. */
 export function fetchTransport(fetchImpl: typeof globalThis.fetch): Transport {
   return {
-    async prepare() {},
+    prepare: () => undefined,
     async send(req) {
       const init: RequestInit = {
         method: req.method,
