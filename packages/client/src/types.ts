@@ -114,7 +114,10 @@ export interface RunOptions {
    * and kept by the client itself when a bridge sends more.
    */
   maxOutputBytes?: number | undefined;
-  /** Use this sandbox id instead of a fresh one (it must follow the protocol's id rules). */
+  /**
+   * Use this sandbox id instead of a fresh one (it must follow the protocol's id rules; upper-case
+   * letters are lower-cased, as the reference bridge does).
+   */
   sandboxId?: string | undefined;
   /**
    * Where the command may connect: `"none"`, `"open"` or `{allow: ["pypi.org", "*.example.com:443"]}`
