@@ -111,9 +111,3 @@ export async function runMcpStdio(options: McpStdioOptions = {}): Promise<McpSer
   stdin.once("end", () => void server.close());
   return server;
 }
-
-/** @deprecated Renamed {@link createRemoteTaskMcpServer}, like every adapter's factory. */
-export const createMcpServer: typeof createRemoteTaskMcpServer = createRemoteTaskMcpServer;
-
-/** @deprecated Renamed {@link RemoteTaskMcpServerOptions}. */
-export type McpServerOptions = RemoteTaskMcpServerOptions;

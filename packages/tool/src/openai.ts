@@ -150,9 +150,3 @@ export function createRemoteTaskOpenAITool(
     handleToolCall,
   };
 }
-
-/** @deprecated Renamed {@link createRemoteTaskOpenAITool}, like every adapter's factory. */
-export const createRemoteTaskOpenAI: typeof createRemoteTaskOpenAITool = createRemoteTaskOpenAITool;
-
-/** @deprecated Renamed {@link RemoteTaskOpenAITool}. */
-export type RemoteTaskOpenAI = RemoteTaskOpenAITool;

@@ -1,0 +1,12 @@
+/**
+ * `remote_task` as a Model Context Protocol server (official `@modelcontextprotocol/sdk` ^1.32):
+ * the server itself, and the command both `remote-task-mcp` and `remote-task mcp` run.
+ */
+export {
+  createRemoteTaskMcpServer,
+  MCP_SERVER_NAME,
+  type McpStdioOptions,
+  type RemoteTaskMcpServerOptions,
+  runMcpStdio,
+} from "./mcp-server.js";
+export { runMcpCommand } from "./mcp-command.js";
