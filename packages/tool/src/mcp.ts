@@ -2,6 +2,8 @@
  * `remote_task` as a Model Context Protocol server (official `@modelcontextprotocol/sdk` ^1.32):
  * the server itself, and the command both `remote-task-mcp` and `remote-task mcp` run.
  */
+
+export { runMcpCommand } from "./mcp-command.js";
 export {
   createRemoteTaskMcpServer,
   MCP_SERVER_NAME,
@@ -9,4 +11,3 @@ export {
   type RemoteTaskMcpServerOptions,
   runMcpStdio,
 } from "./mcp-server.js";
-export { runMcpCommand } from "./mcp-command.js";
