@@ -1,3 +1,4 @@
+import type { LocalBridge } from "@remote-task/bridge/node";
 import {
   type ClientOptions,
   ConfigurationError,
@@ -6,10 +7,9 @@ import {
   isConfigured,
   type RemoteTaskClient,
 } from "@remote-task/client";
-import type { LocalBridge } from "@remote-task/bridge/node";
 import type { NetworkPolicy } from "@remote-task/protocol";
-import { embeddedLogger } from "./log.js";
 import { warnIsolationNone } from "./isolation.js";
+import { embeddedLogger } from "./log.js";
 import { UsageError } from "./usage-error.js";
 
 export interface ConnectionFlags {
