@@ -7,15 +7,21 @@
 import type { Readable, Writable } from "node:stream";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
+import { CallToolRequestSchema, ErrorCode, McpError } from "@modelcontextprotocol/sdk/types.js";
 import { clientFromEnv, type RemoteTaskClient } from "@remote-task/client";
 import type { NetworkPolicy } from "@remote-task/protocol";
 import { version } from "../package.json";
+import type { RemoteTaskToolResult } from "./result.js";
 import {
   createRemoteTaskTool,
   type EnvLike,
   type RemoteTaskTool,
   type RemoteTaskToolOptions,
 } from "./tool.js";
+
+function toCallResult(result: RemoteTaskToolResult) {
+  return { content: [{ type: "text" as const, text: result.text }], isError: result.isError };
+}
 
 /** Name the server reports in its MCP `serverInfo`. */
 export const MCP_SERVER_NAME = "remote-task";
@@ -70,11 +76,17 @@ export function createRemoteTaskMcpServer(options: RemoteTaskMcpServerOptions = 
         openWorldHint: true,
       },
     },
-    async (args, extra) => {
-      const result = await core.execute(args, { signal: extra.signal });
-      return { content: [{ type: "text", text: result.text }], isError: result.isError };
-    },
+    async (args, extra) => toCallResult(await core.execute(args, { signal: extra.signal })),
   );
+  // The SDK checks arguments against the schema before the handler runs, with its own words
+  // ("Input validation error: …"); the tool's check says the same as every other adapter
+  // ("Invalid remote_task arguments: …"), so calls go to the tool unchecked.
+  server.server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
+    if (request.params.name !== core.name) {
+      throw new McpError(ErrorCode.InvalidParams, `Tool ${request.params.name} not found`);
+    }
+    return toCallResult(await core.execute(request.params.arguments, { signal: extra.signal }));
+  });
   if (owned) {
     const client = owned;
     const previous = server.server.onclose;
