@@ -508,7 +508,7 @@ describe("serve and health", () => {
     expect(none.stderr).toContain("does not control network access");
     const bad = await runCli(["serve", "--local", "--allow-private", "http://10.0.0.7"]);
     expect(bad.code).toBe(2);
-    expect(bad.stderr).toContain('"http://10.0.0.7" is not a host');
+    expect(bad.stderr).toContain('"http://10.0.0.7" is neither a mode nor a host');
   });
 
   it("run --local --network lets the embedded bridge give the command that network, through its proxy", async () => {
