@@ -103,7 +103,7 @@ describe("OpenAI Agents SDK adapter", () => {
 
   it("shows the model why its arguments are invalid", async () => {
     const text = await runAgent({ command: "true", timeout: -1 });
-    expect(text).toMatch(/^Invalid remote_task arguments: timeout: /);
+    expect(text).toMatch(/^Invalid remote_task arguments: timeout must be greater than 0\./);
   });
 
   it("passes the run's abort signal: the remote command stops", async () => {
