@@ -149,7 +149,11 @@ more than the bridge allows is refused (exit 2); remote-task health shows its de
 
 Exit code: the command's own, 124 on timeout, 125 when the bridge or configuration failed (or
 its stdin is too large), 2 for a usage error (a flag value the bridge refuses included), 130
-when interrupted.
+when interrupted, 141 when the reader of stdout went away (| head).
+
+Output travels as text: bytes that are not UTF-8 arrive as U+FFFD (a note says so); for
+binary output, pipe it through base64 in the command and decode it here:
+  $ remote-task run --local -- 'tar cz /etc/os-release | base64' | base64 -d > os-release.tgz
 
 Examples:
   $ remote-task run --local -- uname -a
