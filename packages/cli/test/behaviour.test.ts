@@ -1,33 +1,22 @@
 import { once } from "node:events";
 import { mkdtemp, writeFile } from "node:fs/promises";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { silentLogger } from "@remote-task/bridge";
 import type { LocalBackend } from "@remote-task/bridge/local";
 import { type LocalBridge, startLocalBridge } from "@remote-task/bridge/node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { cleanEnv, collectCli, runCli, startCli } from "./helpers.js";
+import { cleanEnv, closedPort, collectCli, runCli, startCli, startTestBridge } from "./helpers.js";
 
 let bridge: LocalBridge<LocalBackend>;
 let env: NodeJS.ProcessEnv;
 
 beforeAll(async () => {
-  bridge = await startLocalBridge({ logger: silentLogger });
-  env = cleanEnv({ CLOUDFLARE_SANDBOX_URL: bridge.url, CLOUDFLARE_SANDBOX_TOKEN: bridge.token });
+  ({ bridge, env } = await startTestBridge());
 });
 afterAll(async () => {
   await bridge?.close();
 });
-
-async function closedPort(): Promise<number> {
-  const server = createServer().listen(0, "127.0.0.1");
-  await once(server, "listening");
-  const { port } = server.address() as { port: number };
-  server.close();
-  await once(server, "close");
-  return port;
-}
 
 const MiB = 1024 * 1024;
 
