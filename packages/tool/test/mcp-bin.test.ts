@@ -43,48 +43,40 @@ async function failure(args: string[], env: NodeJS.ProcessEnv = getDefaultEnviro
 }
 
 describe("the remote-task-mcp bin", () => {
-  it("--local serves remote_task on its own embedded bridge", async () => {
+  /** The result of one call through the bin started with `args` (no CLOUDFLARE_SANDBOX_*). */
+  async function callThroughBin(args: string[], command: string) {
     const transport = new StdioClientTransport({
       command: process.execPath,
-      args: [BIN, "--local"],
-      // No CLOUDFLARE_SANDBOX_* at all: --local needs none.
+      args: [BIN, ...args],
       env: getDefaultEnvironment(),
       stderr: "pipe",
     });
     const client = new Client({ name: "remote-task-test", version: "1.0.0" });
     await client.connect(transport);
     try {
-      const result = await client.callTool({
-        name: "remote_task",
-        arguments: { command: "echo via-local; exit 3" },
-      });
-      expect(result.isError).toBe(true);
-      expect(result.content).toEqual([
-        { type: "text", text: "via-local\n\n\nCommand exited with code 3" },
-      ]);
+      return await client.callTool({ name: "remote_task", arguments: { command } });
     } finally {
       await client.close();
     }
+  }
+
+  it("--local serves remote_task on its own embedded bridge", async () => {
+    const result = await callThroughBin(["--local"], "echo via-local; exit 3");
+    expect(result.isError).toBe(true);
+    expect(result.content).toEqual([
+      { type: "text", text: "via-local\n\n\nCommand exited with code 3" },
+    ]);
   });
 
   it("takes the bridge from --url and --token", async () => {
     const bridge = await startTestBridge();
-    const transport = new StdioClientTransport({
-      command: process.execPath,
-      args: [BIN, "--url", bridge.url, "--token", bridge.token],
-      env: getDefaultEnvironment(),
-      stderr: "pipe",
-    });
-    const client = new Client({ name: "remote-task-test", version: "1.0.0" });
-    await client.connect(transport);
     try {
-      const result = await client.callTool({
-        name: "remote_task",
-        arguments: { command: "echo via-url" },
-      });
+      const result = await callThroughBin(
+        ["--url", bridge.url, "--token", bridge.token],
+        "echo via-url",
+      );
       expect(result.content).toEqual([{ type: "text", text: "via-url\n" }]);
     } finally {
-      await client.close();
       await bridge.close();
     }
   });
