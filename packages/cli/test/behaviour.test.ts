@@ -1,3 +1,4 @@
+import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { mkdtemp, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -6,7 +7,15 @@ import { silentLogger } from "@remote-task/bridge";
 import type { LocalBackend } from "@remote-task/bridge/local";
 import { type LocalBridge, startLocalBridge } from "@remote-task/bridge/node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { cleanEnv, closedPort, collectCli, runCli, startCli, startTestBridge } from "./helpers.js";
+import {
+  BIN,
+  cleanEnv,
+  closedPort,
+  collectCli,
+  runCli,
+  startCli,
+  startTestBridge,
+} from "./helpers.js";
 
 let bridge: LocalBridge<LocalBackend>;
 let env: NodeJS.ProcessEnv;
@@ -276,5 +285,27 @@ describe("serve: Ctrl-C with calls running", () => {
       expect(result.stderr).toContain("Command was cancelled.");
       expect(result.code).toBe(130);
     }
+  });
+});
+
+describe("run-many on a terminal", () => {
+  it("says it reads the commands from stdin and how to end them", async () => {
+    // `script` gives the command line a terminal; Ctrl-D (EOT) ends the input.
+    const child = spawn(
+      "script",
+      ["-qec", `"${process.execPath}" "${BIN}" run-many --url http://127.0.0.1:9`, "/dev/null"],
+      { env: cleanEnv(), stdio: ["pipe", "pipe", "pipe"] },
+    );
+    let out = "";
+    child.stdout?.setEncoding("utf8").on("data", (d: string) => {
+      out += d;
+      if (out.includes("Ctrl-D")) child.stdin?.end("\x04");
+    });
+    const [code] = await once(child, "exit");
+    expect(out).toContain(
+      "remote-task: reading commands from stdin, one per line; end with Ctrl-D",
+    );
+    expect(out).toContain("no commands given");
+    expect(code).toBe(2);
   });
 });
