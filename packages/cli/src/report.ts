@@ -92,7 +92,7 @@ export function resultNotes(
 }
 
 /** Says that output holding U+FFFD may have lost bytes: the protocol carries text, not bytes. */
-export function replacementNote(streams: readonly string[]): string {
+function replacementNote(streams: readonly string[]): string {
   return `${streams.join(" and ")} contains U+FFFD, which is how bytes that are not UTF-8 arrive: the protocol carries output as text, so binary output is not kept byte for byte. Have the command encode it (e.g. | base64) and decode it here (base64 -d).`;
 }
 
