@@ -4,6 +4,8 @@
  * on SIGPIPE: the remote command is cancelled, nothing more is printed, exit 141.
  */
 
+import { EXIT } from "./exit-codes.js";
+
 type Listener = () => void;
 
 const outputListeners = new Set<Listener>();
@@ -22,6 +24,8 @@ export function watchOutputClosed(): void {
   for (const stream of [process.stdout, process.stderr]) {
     stream.on("error", (error: NodeJS.ErrnoException) => {
       if (error.code !== "EPIPE" && error.code !== "ERR_STREAM_DESTROYED") throw error;
+      // Also when the error arrives after the command has finished (a write still in flight).
+      process.exitCode = EXIT.outputClosed;
       if (outputClosed) return;
       outputClosed = true;
       for (const listener of outputListeners) listener();

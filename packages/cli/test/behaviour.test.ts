@@ -49,7 +49,22 @@ describe("a reader that closes stdout (| head)", () => {
     expect(bridge.backend.liveSandboxes()).toBe(0);
   });
 
-  it.each([["--help"], ["run", "--help"]])("ends %s quietly too", async (...args) => {
+  it("ends run without --stream quietly too: no note after the reader went away", async () => {
+    const child = startCli(["run", "--", "seq 1 300000"], env);
+    child.stdin?.end();
+    let stderr = "";
+    child.stderr?.setEncoding("utf8").on("data", (d: string) => {
+      stderr += d;
+    });
+    await once(child.stdout!, "data");
+    child.stdout?.destroy();
+    const [code] = await once(child, "exit");
+    expect(stderr).toBe("");
+    expect(code).toBe(141);
+  });
+
+  it.each(["--help", "run --help"])("ends %s quietly too", async (line) => {
+    const args = line.split(" ");
     const child = startCli(args);
     child.stdout?.destroy();
     const { stderr } = await collectCli(child, args);

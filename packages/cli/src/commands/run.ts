@@ -120,6 +120,9 @@ export async function runCommand(words: string[], flags: RunFlags): Promise<numb
         process.stdout.write(result.stdout);
         process.stderr.write(result.stderr);
       }
+      // A reader that went away while the output was written hears nothing more (no notes).
+      await new Promise<void>((resolve) => process.stdout.write("", () => resolve()));
+      if (isOutputClosed()) return EXIT.outputClosed;
       const notes = resultNotes(result, timeoutSeconds, flags.stream ? streamed : undefined);
       for (const note of notes) process.stderr.write(`remote-task: ${note}\n`);
     }
