@@ -170,7 +170,11 @@ Examples:
     timingOptions(
       networkOption(program.command("run-many"), "each command")
         .description("Run one command per line (from --file or stdin), each in its own sandbox.")
-        .option("--concurrency <n>", "tasks in flight at once", positiveInteger, 8)
+        .option(
+          "--concurrency <n>",
+          "most tasks in flight at once (default: as many as the bridge says it can take, up to 64)",
+          positiveInteger,
+        )
         .option("--file <path>", "read commands from this file instead of stdin"),
       "per-task timeout in seconds (default 120)",
     )

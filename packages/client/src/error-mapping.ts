@@ -110,9 +110,15 @@ function reasonOf(bridgeMessage: string | undefined): string {
   return bridgeMessage ? `: ${shorten(bridgeMessage, 500).replace(/\.\s*$/, "")}` : "";
 }
 
-/** ` (a.b: message; ...)` for issues already redacted, or nothing. */
-function issueList(issues: Issue[]): string {
-  return issues.length === 0 ? "" : ` (${summarizeIssues(issues)})`;
+/**
+ * ` (a.b: message; ...)` for issues already redacted, or nothing; an issue whose message the
+ * bridge's own words already say is left out, so a message never repeats itself.
+ */
+function issueList(issues: Issue[], bridgeMessage: string | undefined): string {
+  const news = issues.filter(
+    (issue) => !bridgeMessage?.includes(issue.message.replace(/\.\s*$/, "")),
+  );
+  return news.length === 0 ? "" : ` (${summarizeIssues(news)})`;
 }
 
 /** The wait the bridge asked for: its `Retry-After` header, else its body's `retryAfterSeconds`. */
@@ -187,6 +193,7 @@ function tooOldBridge({ label, base }: Failure, issues: Issue[], unsupported: st
 
 const invalidRequest: Build = (failure) => {
   const { status, label, reason, base, context } = failure;
+  const { bridgeMessage } = base;
   const issues = (failure.body?.issues ?? []).map((issue) => ({
     path: issue.path,
     message: context.secrets.redact(issue.message, 200),
@@ -200,8 +207,8 @@ const invalidRequest: Build = (failure) => {
     issues.every((issue) => issue.path.length === 0 || issue.path[0] === "stdin");
   return new InvalidRequestError(
     stdinTooLarge
-      ? `The bridge refused the request as too large (${label})${reason}${issueList(issues)}. Its stdin (${formatSize(stdinBytes)}) is too large for this bridge: send less (the bridge's /health reports its limit as \`limits.maxStdinBytes\`).`
-      : `The bridge refused the request (${label})${reason}${issueList(issues)}. Fix the request; sending it again unchanged will fail the same way.`,
+      ? `The bridge refused the request as too large (${label})${reason}${issueList(issues, bridgeMessage)}. Its stdin (${formatSize(stdinBytes)}) is too large for this bridge: send less (the bridge's /health reports its limit as \`limits.maxStdinBytes\`).`
+      : `The bridge refused the request (${label})${reason}${issueList(issues, bridgeMessage)}. Fix the request; sending it again unchanged will fail the same way.`,
     { ...base, issues },
   );
 };

@@ -24,7 +24,7 @@ import {
 } from "../report.js";
 
 export interface RunManyFlags extends ConnectionFlags {
-  concurrency: number;
+  concurrency?: number | undefined;
   file?: string;
   json?: boolean;
   network?: NetworkPolicy;
