@@ -255,6 +255,22 @@ describe("each tarball", () => {
     expect(new Set(withoutRequire)).toEqual(ESM_ONLY);
   });
 
+  it.each(PACKAGES)("%s has a README whose links work outside the repository", (dir) => {
+    const { files, tarball } = packed[dir];
+    expect(files).toContain("README.md");
+    const readme = execFileSync("tar", ["-xzOf", tarball, "package/README.md"], {
+      encoding: "utf8",
+    });
+    const targets = [...readme.matchAll(/\]\(([^)\s]+)\)/g)].map((m) => m[1] as string);
+    const broken = targets.filter(
+      (target) =>
+        !/^https?:\/\//.test(target) &&
+        !target.startsWith("#") &&
+        !files.includes(target.replace(/^\.\//, "").replace(/#.*$/, "")),
+    );
+    expect(broken).toEqual([]);
+  });
+
   it("ships no file that can never load", () => {
     expect(packed.bridge.files.filter((f) => f.startsWith("dist/testing.c"))).toEqual([]);
     expect(packed.tool.files.filter((f) => f.startsWith("dist/mcp-bin.c"))).toEqual([]);
