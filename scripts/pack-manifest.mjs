@@ -1,7 +1,9 @@
 // prepack / postpack of every published package, run in the package's folder by `npm pack` and
-// `npm publish`: the tarball gets the repository's LICENSE, and a package.json without the
-// `@remote-task/source` export condition (the repository's own source resolution; it points at
-// src/, which is not published). postpack puts the package.json back.
+// `npm publish`: the tarball gets the repository's LICENSE, and a package.json without what only
+// makes sense inside the repository: the `@remote-task/source` export condition (it points at
+// src/, which is not published), `devDependencies` (the private `@remote-task/internal`, test
+// tools) and `scripts` (build, test, lint and these pack steps, all run from the repository).
+// postpack puts the package.json back.
 //
 //   node ../../scripts/pack-manifest.mjs prepack|postpack
 import { copyFileSync, existsSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
@@ -13,14 +15,26 @@ const MANIFEST = "package.json";
 /** The package.json as committed, while the published one is in its place. */
 const KEPT = "package.json.prepack";
 
+/** Scripts npm runs in a consumer's install (the packages have none); every other is the repository's. */
+const INSTALL_SCRIPTS = new Set(["preinstall", "install", "postinstall"]);
+
 /** `exports` without the source condition, at any depth. */
-export function withoutSourceCondition(exports) {
+function withoutSourceCondition(exports) {
   if (typeof exports !== "object" || exports === null) return exports;
   return Object.fromEntries(
     Object.entries(exports)
       .filter(([key]) => key !== SOURCE_CONDITION)
       .map(([key, value]) => [key, withoutSourceCondition(value)]),
   );
+}
+
+/** The manifest as published: `pkg` without the repository's condition, devDependencies and scripts. */
+function publishedManifest(pkg) {
+  const { devDependencies: _dev, scripts = {}, ...rest } = pkg;
+  const installScripts = Object.entries(scripts).filter(([name]) => INSTALL_SCRIPTS.has(name));
+  const published = { ...rest, exports: withoutSourceCondition(pkg.exports) };
+  if (installScripts.length > 0) published.scripts = Object.fromEntries(installScripts);
+  return published;
 }
 
 function prepack() {
@@ -32,7 +46,7 @@ function prepack() {
     throw new Error(`${pkg.name}: "files" lists src/, which must not be published.`);
   }
   writeFileSync(KEPT, text);
-  const published = { ...pkg, exports: withoutSourceCondition(pkg.exports) };
+  const published = publishedManifest(pkg);
   const leftover = JSON.stringify(published.exports ?? {}).match(/"\.\/src\/[^"]*"/);
   if (leftover) throw new Error(`${pkg.name}: an export still points into src/: ${leftover[0]}`);
   // Replaced in one step: npm processes of other packages' tasks read every workspace's

@@ -1,6 +1,7 @@
 import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
+import { PROTOCOL_VERSION } from "@remote-task/protocol";
 import { describe, expect, it } from "vitest";
 
 const repo = new URL("../../", import.meta.url).pathname;
@@ -46,4 +47,32 @@ describe("the command line README", () => {
     expect(run.stdout.trimEnd().endsWith("through-the-alias")).toBe(true);
     expect(run.status).toBe(0);
   });
+});
+
+describe("the package READMEs", () => {
+  const LIBRARIES = ["protocol", "client", "bridge", "tool"];
+  const readme = (dir: string) => readFileSync(join(repo, "packages", dir, "README.md"), "utf8");
+
+  it("name the protocol version the package defines", () => {
+    const text = readme("protocol");
+    expect(text).toContain(`The wire protocol of remote-task, version ${PROTOCOL_VERSION}:`);
+    expect(text).toContain(`\`PROTOCOL_VERSION\` (${PROTOCOL_VERSION})`);
+  });
+
+  it.each(LIBRARIES)(
+    "%s says it is not on npm yet before its npm install, while unreleased",
+    (dir) => {
+      const { name, version } = JSON.parse(
+        readFileSync(join(repo, "packages", dir, "package.json"), "utf8"),
+      );
+      const text = readme(dir);
+      const install = text.indexOf(`npm install ${name}`);
+      expect(install, dir).toBeGreaterThan(0);
+      if (version === "0.0.0") {
+        const note = text.indexOf("The packages are not on npm yet.");
+        expect(note, dir).toBeGreaterThan(0);
+        expect(note, dir).toBeLessThan(install);
+      }
+    },
+  );
 });

@@ -1,4 +1,4 @@
-import { defineConfig } from "tsup";
+import { defineConfig, type Options } from "tsup";
 
 // Optional peers and the openai types package stay imports for the user's install to resolve.
 const peers = [
@@ -9,35 +9,56 @@ const peers = [
   "@openai/agents",
 ];
 
-export default defineConfig([
-  {
-    entry: [
-      "src/index.ts",
-      "src/ai.ts",
-      "src/mcp.ts",
-      "src/pi.ts",
-      "src/openai.ts",
-      "src/openai-agents.ts",
-    ],
-    format: ["esm", "cjs"],
-    dts: true,
-    sourcemap: true,
-    // Both builds write to dist/ at once: this one leaves the bin's files alone.
-    clean: ["!mcp-bin.js", "!mcp-bin.js.map"],
-    target: "node20",
-    external: peers,
-    // The private helpers package is inlined: the published package never depends on it.
-    noExternal: ["@remote-task/internal"],
-  },
-  {
-    // The bin, ESM only (bin/remote-task-mcp.js runs it). It loads the MCP adapter through the
-    // package's own `./mcp` export, so that code is not bundled twice; its `#!/usr/bin/env node`
-    // line stays on this entry only.
-    entry: ["src/mcp-bin.ts"],
-    format: ["esm"],
-    sourcemap: true,
-    target: "node20",
-    external: [...peers, "@remote-task/tool"],
-    noExternal: ["@remote-task/internal"],
-  },
-]);
+const common: Options = {
+  sourcemap: true,
+  target: "node20",
+  external: peers,
+  // The private helpers package is inlined: the published package never depends on it.
+  noExternal: ["@remote-task/internal"],
+};
+
+/**
+ * Every entry as ESM, in one build so the adapters share the root entry's chunks (one
+ * `RemoteTaskToolError` class, one copy of the tool).
+ */
+const esm: Options = {
+  ...common,
+  entry: [
+    "src/index.ts",
+    "src/ai.ts",
+    "src/mcp.ts",
+    "src/pi.ts",
+    "src/openai.ts",
+    "src/openai-agents.ts",
+  ],
+  format: ["esm"],
+  dts: true,
+  // The bin's build writes to dist/ at the same time: this one leaves its files alone.
+  clean: ["!mcp-bin.js", "!mcp-bin.js.map"],
+};
+
+/**
+ * The bin, ESM only (bin/remote-task-mcp.js runs it). It loads the MCP adapter through the
+ * package's own `./mcp` export, so that code is not bundled twice; its `#!/usr/bin/env node` line
+ * stays on this entry only.
+ */
+const bin: Options = {
+  ...common,
+  entry: ["src/mcp-bin.ts"],
+  format: ["esm"],
+  external: [...peers, "@remote-task/tool"],
+};
+
+/**
+ * The CommonJS entries, built after the ESM ones (`tsup --env.ENTRY cjs`), so the ESM build's
+ * clean cannot race them. `./ai` and `./pi` have none: `ai` and pi-agent-core are ESM only, and
+ * CommonJS declarations importing them fail for a `module: node16` consumer (TS1479).
+ */
+const cjs: Options = {
+  ...common,
+  entry: ["src/index.ts", "src/mcp.ts", "src/openai.ts", "src/openai-agents.ts"],
+  format: ["cjs"],
+  dts: true,
+};
+
+export default defineConfig((options) => (options.env?.ENTRY === "cjs" ? cjs : [esm, bin]));

@@ -14,7 +14,7 @@ import {
 } from "@remote-task/protocol";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import type { z } from "zod";
+import type * as z from "zod";
 import { fuzzParameters, hostileText } from "./support/fuzz.js";
 
 const number = fc.oneof(

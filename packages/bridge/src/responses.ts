@@ -7,6 +7,12 @@ import {
   type Issue,
 } from "@remote-task/protocol";
 
+/**
+ * What `new Headers()` takes. The DOM lib's `HeadersInit` is not in Node's or the Workers' types,
+ * and the published declarations must compile without the DOM lib.
+ */
+type HeadersInput = ConstructorParameters<typeof Headers>[0];
+
 /** What an error answer may carry besides its code and message. */
 export interface ErrorDetails {
   /** The failing fields of an invalid request. */
@@ -14,7 +20,7 @@ export interface ErrorDetails {
   /** When to try again; also sent as `Retry-After`. */
   retryAfterSeconds?: number | undefined;
   /** Extra response headers (`Allow`, `WWW-Authenticate`, `Connection`). */
-  headers?: HeadersInit | undefined;
+  headers?: HeadersInput | undefined;
   /**
    * The status, for a code the protocol sends with more than one (`errorStatuses`): 429 for
    * `capacity_exceeded` when the bridge is at its own admission limits. Default: `ERROR_STATUS`.
@@ -23,7 +29,7 @@ export interface ErrorDetails {
 }
 
 /** A JSON response with `cache-control: no-store` (bridge answers are never cacheable). */
-export function jsonResponse(body: unknown, status = 200, headers: HeadersInit = {}): Response {
+export function jsonResponse(body: unknown, status = 200, headers: HeadersInput = {}): Response {
   const all = new Headers(headers);
   all.set("content-type", "application/json; charset=utf-8");
   all.set("cache-control", "no-store");

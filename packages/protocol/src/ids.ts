@@ -1,4 +1,4 @@
-import { z } from "zod";
+import * as z from "zod";
 import { DEFAULT_ID_PREFIX, SANDBOX_ID_MAX_LENGTH } from "./constants.js";
 
 const SANDBOX_ID_PATTERN = /^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$/;

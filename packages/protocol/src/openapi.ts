@@ -1,4 +1,4 @@
-import { z } from "zod";
+import * as z from "zod";
 import { PROTOCOL_VERSION } from "./constants.js";
 import { sandboxIdSchema } from "./ids.js";
 import {

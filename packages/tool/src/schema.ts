@@ -1,5 +1,5 @@
 import { DEFAULT_TIMEOUT_SECONDS, execRequestSchema } from "@remote-task/protocol";
-import { z } from "zod";
+import * as z from "zod";
 
 /**
  * The parameters of `remote_task`, derived from the protocol's exec request so the two cannot

@@ -70,7 +70,10 @@ describe("built entry points", () => {
     expect(loadWithoutPeers("index.js")).toBe("remote_task");
     expect(loadWithoutPeers("index.cjs")).toBe("remote_task");
     // The same check fails for an adapter, so it does detect a peer import.
-    expect(() => loadWithoutPeers("ai.cjs")).toThrow(/optional peer loaded: ai/);
+    expect(() => loadWithoutPeers("mcp.cjs")).toThrow(
+      /optional peer loaded: @modelcontextprotocol/,
+    );
+    expect(() => loadWithoutPeers("ai.js")).toThrow(/optional peer loaded: ai/);
     expect(() => loadWithoutPeers("mcp.js")).toThrow(/optional peer loaded: @modelcontextprotocol/);
   });
 
