@@ -407,10 +407,7 @@ describe("installed from the tarballs", () => {
     expect(bytes).toBeLessThan(160_000);
   });
 
-  // TODO(client bundling, issue 23 item 22): turn on once the client given `fetch` imports
-  // neither undici nor node:events (that change is on another branch). Today each target's bundle
-  // needs `events` and `undici`.
-  it.skip.each([
+  it.each([
     ["browser", { platform: "browser" }],
     ["neutral", { platform: "neutral" }],
     ["a Worker", { platform: "neutral", conditions: ["workerd", "worker", "browser"] }],
