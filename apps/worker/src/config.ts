@@ -7,12 +7,12 @@ import {
   MAX_HEARTBEAT_INTERVAL_MS,
   networkPolicySchema,
 } from "@remote-task/protocol";
-import type { CloudflareSandboxBackendOptions } from "./cloudflare-backend.js";
-import type { WarmPoolShard } from "./warm-pool.js";
+import type { ContainerNetwork, SandboxNamespace } from "./sandbox-sdk.js";
+import type { WarmPoolShardRpc } from "./warm-pool-rpc.js";
 
 /** The Worker's bindings (wrangler.jsonc `vars`, the `BRIDGE_TOKEN` secret, the DO namespace). */
 export interface WorkerEnv {
-  Sandbox: CloudflareSandboxBackendOptions["namespace"];
+  Sandbox: SandboxNamespace;
   /** Secret: `npx wrangler secret put BRIDGE_TOKEN`. Without it exec is refused. */
   BRIDGE_TOKEN?: string;
   /** `"true"` serves without a token (explicit opt-out); `"false"` or unset keeps auth on. */
@@ -44,7 +44,7 @@ export interface WorkerEnv {
   /** `containers[].max_instances` of wrangler.jsonc, repeated here: the pool's ceiling. */
   MAX_INSTANCES?: string;
   /** The warm pool's Durable Object namespace (`WarmPool`). */
-  WarmPool?: DurableObjectNamespace<WarmPoolShard>;
+  WarmPool?: DurableObjectNamespace<WarmPoolShardRpc>;
   /** The Worker's version (wrangler.jsonc `version_metadata`): a deploy drains older warm containers. */
   CF_VERSION_METADATA?: WorkerVersionMetadata;
   /** Most calls one isolate runs at once (default: see {@link workerAdmission}). */
@@ -118,10 +118,9 @@ export interface WorkerConfig {
   sleepAfter?: string | number;
   warmPool: WarmPoolConfig;
   network: NetworkConfig;
+  /** The Worker's version ({@link versionOf}). */
+  version: string;
 }
-
-/** The network policies a Cloudflare container can be held to (README: "Network"). */
-export type ContainerNetwork = "none" | "open";
 
 /** The policy of a call that names none, and the most a call may ask for. */
 export interface NetworkConfig {
@@ -152,6 +151,32 @@ export class ConfigError extends Error {
   }
 }
 
+const configs = new WeakMap<WorkerEnv, WorkerConfig | ConfigError>();
+
+/**
+ * The Worker's configuration from its bindings, read and checked once per bindings object (an
+ * isolate's, or a Durable Object's `env`) and kept: the answer, or the {@link ConfigError}
+ * naming the variable that is wrong.
+ */
+export function workerConfig(env: WorkerEnv): WorkerConfig | ConfigError {
+  let config = configs.get(env);
+  if (config === undefined) {
+    try {
+      config = readConfig(env);
+    } catch (error) {
+      if (!ConfigError.isInstance(error)) throw error;
+      config = error;
+    }
+    configs.set(env, config);
+  }
+  return config;
+}
+
+/** The Worker version a warm container belongs to; a deploy drains the containers of older ones. */
+export function versionOf(env: Pick<WorkerEnv, "CF_VERSION_METADATA">): string {
+  return env.CF_VERSION_METADATA?.id ?? "unversioned";
+}
+
 /** Reads and checks the Worker's configuration; throws a {@link ConfigError} naming the variable. */
 export function readConfig(env: WorkerEnv): WorkerConfig {
   const limits = readLimits(env);
@@ -162,6 +187,7 @@ export function readConfig(env: WorkerEnv): WorkerConfig {
     warmPool: readWarmPool(env),
     network: readNetwork(env),
     admission: readAdmission(env, limits.maxOutputBytes ?? DEFAULT_LIMITS.maxOutputBytes),
+    version: versionOf(env),
   };
   const cwd = present(env.DEFAULT_CWD);
   if (cwd !== undefined) {

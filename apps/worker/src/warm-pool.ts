@@ -17,35 +17,22 @@
  */
 import { DurableObject } from "cloudflare:workers";
 import {
-  destroyPooledContainer,
-  startPooledContainer,
-  toBackendError,
-} from "./cloudflare-backend.js";
-import {
-  type ContainerNetwork,
-  readConfig,
+  ConfigError,
+  versionOf,
   type WarmPoolConfig,
   type WorkerEnv,
+  workerConfig,
 } from "./config.js";
-import { versionOf } from "./warm-pool-client.js";
-
-/** What a call sends to claim a container. */
-export interface ClaimRequest {
-  sandboxId: string;
-  /** The calling Worker's version: only containers of the same version are lent. */
-  version: string;
-  /** The call's timeout: a claim still held long after it counts as orphaned. */
-  timeoutMs: number;
-}
-
-/** One shard's share of the pool, as `/health` sums it up, and the claims it has served. */
-export interface ShardStats {
-  target: number;
-  ready: number;
-  starting: number;
-  /** Containers this shard has lent since it was created. */
-  claims: number;
-}
+import {
+  type ContainerNetwork,
+  destroySandbox,
+  MAX_START_MS,
+  sandboxHandle,
+  startContainer,
+  toBackendError,
+} from "./sandbox-sdk.js";
+import type { ClaimRequest, ShardStats, WarmPoolShardRpc } from "./warm-pool-rpc.js";
+import { withinMs } from "./within.js";
 
 type ContainerState = "starting" | "ready" | "claimed" | "doomed";
 
@@ -71,7 +58,7 @@ interface ContainerRow extends Record<string, SqlStorageValue> {
 }
 
 /** Longest a container start may take (the SDK's own placement and readiness limits). */
-const START_BUDGET_MS = 120_000;
+const START_BUDGET_MS = MAX_START_MS;
 const DESTROY_TIMEOUT_MS = 30_000;
 const DESTROY_RETRY_MS = 30_000;
 /** A claim is orphaned this long after its call's deadline (the call's destroy would be done). */
@@ -93,7 +80,7 @@ export function shareOf(target: number, shards: number, index: number): number {
 }
 
 /** The warm pool's shard Durable Object (binding `WarmPool`); see the top of this file. */
-export class WarmPoolShard extends DurableObject<WorkerEnv> {
+export class WarmPoolShard extends DurableObject<WorkerEnv> implements WarmPoolShardRpc {
   readonly #sql: SqlStorage;
   /** Container starts and destroys in flight in this instance, by container name. */
   readonly #starting = new Map<string, Promise<void>>();
@@ -231,7 +218,10 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> {
     }
   }
 
-  /** The Worker's variables and bindings the shard works to (its own `env`; tests replace it). */
+  /**
+   * The Worker's variables and bindings the shard works to: its own `env` (tests replace it),
+   * the same object on every use, so that its configuration is read once.
+   */
   protected variables(): WorkerEnv {
     return this.env;
   }
@@ -239,17 +229,18 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> {
   /** The shard's share of the pool, from the Worker's variables (none when they are unusable). */
   #pool(): ShardPool {
     const variables = this.variables();
-    let config: WarmPoolConfig;
-    let network: ContainerNetwork = "none";
-    try {
-      const read = readConfig(variables);
-      config = read.warmPool;
-      network = read.network.default;
-    } catch {
-      config = { target: 0, maxIdleSeconds: 60, refillBatch: 1, shards: 0 };
+    const read = workerConfig(variables);
+    if (ConfigError.isInstance(read)) {
+      return {
+        target: 0,
+        config: { target: 0, maxIdleSeconds: 60, refillBatch: 1, shards: 0 },
+        version: versionOf(variables),
+        network: "none",
+      };
     }
+    const config = read.warmPool;
     const target = shareOf(config.target, config.shards, this.#index ?? 0);
-    return { target, config, version: versionOf(variables), network };
+    return { target, config, version: read.version, network: read.network.default };
   }
 
   /** A shard learns its number from the first call that reaches it (its alarm has none). */
@@ -322,7 +313,7 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> {
   }
 
   #destroy(name: string): void {
-    const work = destroyPooledContainer(this.env.Sandbox, name, DESTROY_TIMEOUT_MS)
+    const work = destroySandbox(sandboxHandle(this.env.Sandbox, name), DESTROY_TIMEOUT_MS)
       .then(
         () => {
           this.#sql.exec("DELETE FROM containers WHERE name = ?", name);
@@ -370,12 +361,14 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> {
     const sleepAfterSeconds = pool.config.maxIdleSeconds + SLEEP_MARGIN_SECONDS;
     // Started with the deployment's default network policy: the Worker lends it only to a call
     // with that policy (a change of the policy is a new version, which drains the pool).
-    const work = startPooledContainer(
-      this.env.Sandbox,
-      name,
-      sleepAfterSeconds,
+    const work = withinMs(
+      startContainer(
+        sandboxHandle(this.env.Sandbox, name, sleepAfterSeconds),
+        START_BUDGET_MS,
+        pool.network,
+      ),
       START_BUDGET_MS,
-      pool.network,
+      () => new Error(`the container was not ready within ${START_BUDGET_MS / 1000} s`),
     )
       .then(
         () => {

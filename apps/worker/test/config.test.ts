@@ -1,6 +1,6 @@
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { ConfigError, readConfig, type WorkerEnv } from "../src/config.js";
+import { ConfigError, readConfig, type WorkerEnv, workerConfig } from "../src/config.js";
 import { warmPoolNamespace } from "./helpers.js";
 
 type Vars = Partial<
@@ -68,7 +68,19 @@ describe("readConfig", () => {
       warmPool: { target: 10, maxIdleSeconds: 900, refillBatch: 2, shards: 2 },
       admission: { maxConcurrent: 5, maxQueued: 0 },
       network: { default: "none", ceiling: "open" },
+      version: "unversioned",
     });
+  });
+
+  it("reads one bindings object once, its error too, and each new one afresh", () => {
+    const env = bindings({ WARM_POOL_TARGET: "2", MAX_INSTANCES: "4" });
+    const config = workerConfig(env);
+    expect(workerConfig(env)).toBe(config);
+    expect(workerConfig({ ...env })).not.toBe(config);
+    const wrong = bindings({ WARM_POOL_TARGET: "3", MAX_INSTANCES: "4" });
+    const error = workerConfig(wrong);
+    expect(ConfigError.isInstance(error) && error.variable).toBe("WARM_POOL_TARGET");
+    expect(workerConfig(wrong)).toBe(error);
   });
 
   it("treats empty values as unset and keeps auth on by default", () => {
@@ -83,6 +95,7 @@ describe("readConfig", () => {
       warmPool: { target: 0, maxIdleSeconds: 600, refillBatch: 4, shards: 0 },
       admission: { maxConcurrent: 32, maxQueued: 32 },
       network: { default: "none", ceiling: "none" },
+      version: "unversioned",
     });
     expect(readConfig(bindings({ SANDBOX_SLEEP_AFTER: "2h" })).sleepAfter).toBe("2h");
   });
