@@ -16,6 +16,7 @@ import { sandbox } from "./items/sandbox.ts";
 import { truncation } from "./items/truncation.ts";
 import { warmPool } from "./items/warm-pool.ts";
 import { workerOutput } from "./items/worker.ts";
+import { hedgedStartItem, poolBatchItem } from "./items/worker-cold-starts.ts";
 import { workerLatency } from "./items/worker-latency.ts";
 import {
   type BenchItem,
@@ -37,6 +38,8 @@ const ITEMS: BenchItem[] = [
   coldStart,
   workerLatency,
   warmPool,
+  poolBatchItem,
+  hedgedStartItem,
   sandbox,
 ];
 

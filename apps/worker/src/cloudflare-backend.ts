@@ -12,6 +12,7 @@ import {
 } from "@remote-task/bridge";
 import { CLOUDFLARE_TEXTS, raceAbort } from "@remote-task/internal";
 import type { NetworkPolicy } from "@remote-task/protocol";
+import { HedgePolicy, type HedgeSetting, hedgeName } from "./hedge.js";
 import {
   abortedError,
   CONTAINER_NETWORK_MODES,
@@ -49,6 +50,16 @@ export interface CloudflareSandboxBackendOptions {
    * `none` if unset): only a call with this policy is lent one; any other starts its own.
    */
   pooledNetwork?: ContainerNetwork | undefined;
+  /** When a slow cold start gets a second container started for it (default: observed). */
+  hedge?: HedgeSetting | undefined;
+}
+
+/** One container start of a call: the sandbox, and the SDK's start promise. */
+interface Launch {
+  name: string;
+  sandbox: SandboxHandle;
+  started: Promise<void>;
+  at: number;
 }
 
 /** Extra time given to the SDK's own command timeout so the bridge's deadline always fires first. */
@@ -60,8 +71,11 @@ const DEFAULT_DESTROY_TIMEOUT_MS = 30_000;
  */
 const START_DEADLINE_MARGIN_MS = 250;
 
-/** Where a call's sandbox is: a warm container the pool lent it, its own, or not known yet (a claim in flight). */
-type Placement = { warm: WarmClaim } | { cold: true } | { claiming: true };
+/**
+ * Where a call's sandbox is: a warm container the pool lent it, the containers started for it
+ * (its own, and a hedge), or not known yet (a claim in flight).
+ */
+type Placement = { warm: WarmClaim } | { cold: string[] } | { claiming: true };
 
 /**
  * Runs each command in a fresh Cloudflare container (one `Sandbox` Durable Object per
@@ -74,8 +88,13 @@ export class CloudflareSandboxBackend implements SandboxBackend {
   readonly networkModes = CONTAINER_NETWORK_MODES;
   readonly #options: CloudflareSandboxBackendOptions;
 
+  readonly #hedging: HedgePolicy;
+  /** What `/health` reports of this isolate's starts: warm claims, pool misses, hedges. */
+  readonly #counts = { hits: 0, misses: 0, hedges: 0 };
+
   constructor(options: CloudflareSandboxBackendOptions) {
     this.#options = options;
+    this.#hedging = new HedgePolicy(options.hedge ?? { after: "observed" });
   }
 
   /** SDK and pool calls that may still bring a sandbox's container up, per sandbox id. */
@@ -94,9 +113,7 @@ export class CloudflareSandboxBackend implements SandboxBackend {
       if (sandbox !== undefined) {
         warm = true;
       } else {
-        this.#placed.set(spec.sandboxId, { cold: true });
-        sandbox = this.#sandbox(spec.sandboxId);
-        await this.#startContainer(sandbox, spec, network);
+        sandbox = await this.#startCold(spec, network);
       }
       if (spec.signal.aborted) throw abortedError();
       let stdinFile: string | undefined;
@@ -165,10 +182,17 @@ export class CloudflareSandboxBackend implements SandboxBackend {
       ),
     );
     const claim = await raceAbort(claiming, spec.signal, { abortError: abortedError });
-    if (claim === undefined) return undefined;
+    if (claim === undefined) {
+      this.#counts.misses++;
+      return undefined;
+    }
     const sandbox = this.#sandbox(claim.name);
     const serving = this.#track(spec.sandboxId, isServing(sandbox));
-    if (await raceAbort(serving, spec.signal, { abortError: abortedError })) return sandbox;
+    if (await raceAbort(serving, spec.signal, { abortError: abortedError })) {
+      this.#counts.hits++;
+      return sandbox;
+    }
+    this.#counts.misses++;
     this.#placed.delete(spec.sandboxId);
     this.#track(
       spec.sandboxId,
@@ -178,26 +202,92 @@ export class CloudflareSandboxBackend implements SandboxBackend {
   }
 
   /**
-   * Starts the container before the command is sent, within the call's timeout. Left to
-   * `execStream`, a container that cannot start is retried inside the Durable Object for minutes
-   * (the call would end as a command timeout although nothing ran), and a start that completes
-   * after the call ended would still run the command.
+   * Starts the call's own container before the command is sent, within the call's timeout, and
+   * returns it once its server answers. Left to `execStream`, a container that cannot start is
+   * retried inside the Durable Object for minutes (the call would end as a command timeout
+   * although nothing ran), and a start that completes after the call ended would still run the
+   * command.
+   *
+   * A start still running after the hedge delay (hedge.ts) gets a second container started for
+   * the call: the first of the two to be ready is returned and the other destroyed at once, before
+   * anything is sent to either, so the command runs in one container only. The call fails only
+   * when every container started for it failed (with the first one's error) or its time is up.
    */
-  async #startContainer(
-    sandbox: SandboxHandle,
-    spec: ExecSpec,
-    network: ContainerNetwork,
-  ): Promise<void> {
+  async #startCold(spec: ExecSpec, network: ContainerNetwork): Promise<SandboxHandle> {
+    const names = [spec.sandboxId];
+    this.#placed.set(spec.sandboxId, { cold: names });
     const budgetMs = Math.min(spec.timeoutMs - START_DEADLINE_MARGIN_MS, MAX_START_MS);
-    const starting = this.#track(spec.sandboxId, startContainer(sandbox, budgetMs, network));
+    const launch = (name: string): Launch => {
+      const sandbox = this.#sandbox(name);
+      const started = this.#track(spec.sandboxId, startContainer(sandbox, budgetMs, network));
+      return { name, sandbox, started, at: Date.now() };
+    };
+    const coldStartOver = this.#hedging.starting();
+    let hedgeOver: (() => void) | undefined;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    let ended = false;
+    const ready = new Promise<Launch>((resolve, reject) => {
+      const launches = [launch(spec.sandboxId)];
+      let failed = 0;
+      let firstError: unknown;
+      let hedgePending = false;
+      const watch = (one: Launch) => {
+        one.started.then(
+          () => {
+            if (ended) return;
+            ended = true;
+            this.#hedging.record(Date.now() - one.at);
+            for (const other of launches) {
+              if (other === one) continue;
+              // Given up on: how long it had run is a lower bound of its start time.
+              this.#hedging.record(Date.now() - other.at);
+              this.#abandon(spec.sandboxId, other);
+            }
+            resolve(one);
+          },
+          (error: unknown) => {
+            if (ended) return;
+            failed++;
+            firstError ??= error;
+            // A start that failed is not hedged: the call fails once every start launched did.
+            if (failed === launches.length && !hedgePending) {
+              ended = true;
+              reject(firstError);
+            }
+          },
+        );
+      };
+      watch(launches[0] as Launch);
+      const delayMs = this.#hedging.delayMs();
+      if (delayMs === undefined || delayMs >= budgetMs) return;
+      timer = setTimeout(async () => {
+        hedgePending = true;
+        hedgeOver = ended ? undefined : this.#hedging.tryHedge();
+        const name = hedgeOver === undefined ? undefined : await hedgeName(spec.sandboxId);
+        hedgePending = false;
+        if (ended || name === undefined) {
+          hedgeOver?.();
+          if (!ended && failed === launches.length) {
+            ended = true;
+            reject(firstError);
+          }
+          return;
+        }
+        this.#counts.hedges++;
+        names.push(name);
+        const hedge = launch(name);
+        launches.push(hedge);
+        watch(hedge);
+      }, delayMs);
+    });
     try {
-      await raceAbort(
-        budgetMs > 0
-          ? withinMs(starting, budgetMs, () => notStartedError(spec.timeoutMs))
-          : starting,
-        spec.signal,
-        { abortError: abortedError },
-      );
+      return (
+        await raceAbort(
+          budgetMs > 0 ? withinMs(ready, budgetMs, () => notStartedError(spec.timeoutMs)) : ready,
+          spec.signal,
+          { abortError: abortedError },
+        )
+      ).sandbox;
     } catch (error) {
       if (BackendError.isInstance(error)) throw error;
       const mapped = toBackendError(error, spec.env);
@@ -205,7 +295,33 @@ export class CloudflareSandboxBackend implements SandboxBackend {
         throw mapped;
       }
       throw sandboxError(CLOUDFLARE_TEXTS.notStarted(mapped.message), error);
+    } finally {
+      // Timed out or aborted: no hedge starts after the call gave up (the call's destroy
+      // takes care of those started).
+      ended = true;
+      if (timer !== undefined) clearTimeout(timer);
+      coldStartOver();
+      // The hedge's slot is held while its start runs.
+      if (hedgeOver !== undefined) {
+        const over = hedgeOver;
+        Promise.allSettled([...(this.#inFlight.get(spec.sandboxId) ?? [])]).then(over, over);
+      }
     }
+  }
+
+  /**
+   * Destroys a container started for a call that will not use it (the other one was ready
+   * first), now and again once its start has ended, so it never outlives the call.
+   */
+  #abandon(sandboxId: string, launch: Launch): void {
+    this.#track(
+      sandboxId,
+      (async () => {
+        await this.#destroyNamed(launch.name).catch(() => {});
+        await launch.started.catch(() => {});
+        await this.#destroyNamed(launch.name);
+      })().catch(() => {}),
+    );
   }
 
   /**
@@ -298,16 +414,23 @@ export class CloudflareSandboxBackend implements SandboxBackend {
     const placed = this.#placed.get(sandboxId);
     // A claim still in flight: nothing to destroy yet (the destroy after it settles finds it).
     if (placed !== undefined && "claiming" in placed) return;
+    let destroys: Array<Promise<unknown> | undefined>;
     if (placed !== undefined) {
-      return this.#destroyNamed("warm" in placed ? placed.warm.name : sandboxId);
+      const names = "warm" in placed ? [placed.warm.name] : placed.cold;
+      destroys = names.map((name) => this.#destroyNamed(name));
+    } else {
+      // An id this isolate knows nothing of (a `/cancel` that reached another isolate than its
+      // call): its container is one the pool lent it, or its own (and its hedge's).
+      const pool = this.#options.warmPool;
+      destroys = [
+        this.#destroyNamed(sandboxId),
+        this.#hedging.delayMs() === undefined
+          ? undefined
+          : hedgeName(sandboxId).then((name) => this.#destroyNamed(name)),
+        pool?.lookup(sandboxId).then((claim) => claim && this.#destroyNamed(claim.name)),
+      ];
     }
-    // An id this isolate knows nothing of (a `/cancel` that reached another isolate than its
-    // call): its container is either one the pool lent it, or its own.
-    const pool = this.#options.warmPool;
-    const results = await Promise.allSettled([
-      this.#destroyNamed(sandboxId),
-      pool?.lookup(sandboxId).then((claim) => claim && this.#destroyNamed(claim.name)),
-    ]);
+    const results = await Promise.allSettled(destroys);
     const failed = results.find((result) => result.status === "rejected");
     if (failed !== undefined) throw failed.reason;
   }
@@ -327,12 +450,14 @@ export class CloudflareSandboxBackend implements SandboxBackend {
     return this.#options.destroyTimeoutMs ?? DEFAULT_DESTROY_TIMEOUT_MS;
   }
 
-  /** The warm pool's size, for `GET /health` (all zero without a pool). */
+  /**
+   * The warm pool's size (all zero without a pool), and this isolate's warm claims, pool misses
+   * and hedged starts since it started, for `GET /health`.
+   */
   async health(): Promise<BackendHealth> {
     const pool = this.#options.warmPool;
-    return {
-      warmPool: pool === undefined ? { target: 0, ready: 0, starting: 0 } : await pool.stats(),
-    };
+    const size = pool === undefined ? { target: 0, ready: 0, starting: 0 } : await pool.stats();
+    return { warmPool: { ...size, ...this.#counts } };
   }
 
   /** Wakes every pool shard, so a pool enabled by a deploy fills before its first call. */

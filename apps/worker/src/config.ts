@@ -7,6 +7,7 @@ import {
   MAX_HEARTBEAT_INTERVAL_MS,
   networkPolicySchema,
 } from "@remote-task/protocol";
+import type { HedgeSetting } from "./hedge.js";
 import type { ContainerNetwork, SandboxNamespace } from "./sandbox-sdk.js";
 import type { WarmPoolShardRpc } from "./warm-pool-rpc.js";
 
@@ -41,6 +42,12 @@ export interface WorkerEnv {
   WARM_POOL_MAX_IDLE?: string;
   /** Containers each pool shard starts at once when refilling (default 4). */
   WARM_POOL_REFILL_BATCH?: string;
+  /**
+   * When a slow cold start gets a second container started for it (README: "Hedged starts"):
+   * `auto` (the default: a delay taken from the starts the isolate has seen), `off`, or a
+   * whole number of milliseconds.
+   */
+  HEDGE_START_AFTER_MS?: string;
   /** `containers[].max_instances` of wrangler.jsonc, repeated here: the pool's ceiling. */
   MAX_INSTANCES?: string;
   /** The warm pool's Durable Object namespace (`WarmPool`). */
@@ -92,6 +99,11 @@ export interface WarmPoolConfig {
   refillBatch: number;
   /** Shards the pool is spread over: ceil(target / {@link WARM_POOL_SHARD_SIZE}). */
   shards: number;
+  /**
+   * Most containers the pool holds (ready and starting) while calls drain it faster than its
+   * target refills: half of `MAX_INSTANCES` (the target when that is unset).
+   */
+  ceiling: number;
 }
 
 /** Memory of one isolate (128 MB in all) that the default admission gives to retained output. */
@@ -118,6 +130,7 @@ export interface WorkerConfig {
   sleepAfter?: string | number;
   warmPool: WarmPoolConfig;
   network: NetworkConfig;
+  hedge: HedgeSetting;
   /** The Worker's version ({@link versionOf}). */
   version: string;
 }
@@ -187,6 +200,7 @@ export function readConfig(env: WorkerEnv): WorkerConfig {
     warmPool: readWarmPool(env),
     network: readNetwork(env),
     admission: readAdmission(env, limits.maxOutputBytes ?? DEFAULT_LIMITS.maxOutputBytes),
+    hedge: readHedge(env.HEDGE_START_AFTER_MS),
     version: versionOf(env),
   };
   const cwd = present(env.DEFAULT_CWD);
@@ -261,7 +275,25 @@ function readWarmPool(env: WorkerEnv): WarmPoolConfig {
     maxIdleSeconds,
     refillBatch,
     shards: Math.ceil(target / WARM_POOL_SHARD_SIZE),
+    ceiling: maxInstances === undefined ? target : Math.floor(maxInstances / 2),
   };
+}
+
+/** Longest configured hedge delay: beyond it a start has long failed (MAX_START_MS). */
+const MAX_HEDGE_AFTER_MS = 120_000;
+
+function readHedge(value: string | undefined): HedgeSetting {
+  const text = present(value)?.toLowerCase();
+  if (text === undefined || text === "auto") return { after: "observed" };
+  if (text === "off") return { after: "off" };
+  const ms = Number(text);
+  if (!/^\d+$/.test(text) || ms < 1 || ms > MAX_HEDGE_AFTER_MS) {
+    throw new ConfigError(
+      "HEDGE_START_AFTER_MS",
+      `must be "auto", "off" or a whole number of milliseconds from 1 to ${MAX_HEDGE_AFTER_MS}`,
+    );
+  }
+  return { after: ms };
 }
 
 function readNetwork(env: WorkerEnv): NetworkConfig {

@@ -46,6 +46,7 @@ export function createWorker(options: WorkerHandlerOptions = {}) {
             ? new WarmPoolClient(env.WarmPool, config.warmPool, config.version)
             : undefined,
         pooledNetwork: config.network.default,
+        hedge: config.hedge,
       });
       const handler = createBridge({
         backend,
