@@ -2,9 +2,9 @@
  * Hedged container starts: when a call's cold start runs long, a second container is started for
  * it, and the call runs in whichever is ready first. "Long" is a delay the deployer configures
  * (`HEDGE_START_AFTER_MS`), or by default one taken from the starts this isolate has seen: a
- * quarter more than three starts in four took, so that about one start in four or fewer is
- * hedged. Hedges in flight are capped at a share of the starts in flight, so a platform that is
- * slow for everyone is not asked for twice the containers.
+ * tenth more than three starts in four took, so that only the slowest starts (about one in five
+ * or fewer) are hedged. Hedges in flight are capped at a share of the starts in flight, so a
+ * platform that is slow for everyone is not asked for twice the containers.
  */
 
 /** How the Worker decides when a cold start is slow enough to hedge. */
@@ -19,7 +19,7 @@ const DEFAULT_DELAY_MS = 10_000;
 const MIN_DELAY_MS = 1_000;
 const MAX_DELAY_MS = 30_000;
 const PERCENTILE = 0.75;
-const FACTOR = 1.25;
+const FACTOR = 1.1;
 /** Hedges in flight at most: this share of the cold starts in flight (at least one). */
 const MAX_HEDGE_SHARE = 0.25;
 
@@ -51,28 +51,32 @@ export class HedgePolicy {
     return Math.min(MAX_DELAY_MS, Math.max(MIN_DELAY_MS, Math.round(at * FACTOR)));
   }
 
-  /** A cold start begins; call the returned function when it is over. */
+  /** A cold start begins; call the returned function (once or more) when it is over. */
   starting(): () => void {
     this.#starts++;
-    let over = false;
-    return () => {
-      if (over) return;
-      over = true;
+    return once(() => {
       this.#starts--;
-    };
+    });
   }
 
   /** Takes a hedge slot if one is free; call the returned function when the hedge is over. */
   tryHedge(): (() => void) | undefined {
     if (this.#hedges >= Math.max(1, Math.floor(this.#starts * MAX_HEDGE_SHARE))) return undefined;
     this.#hedges++;
-    let over = false;
-    return () => {
-      if (over) return;
-      over = true;
+    return once(() => {
       this.#hedges--;
-    };
+    });
   }
+}
+
+/** `action`, run the first time the returned function is called only. */
+function once(action: () => void): () => void {
+  let done = false;
+  return () => {
+    if (done) return;
+    done = true;
+    action();
+  };
 }
 
 /**

@@ -10,6 +10,7 @@ import { standInImage } from "../../../apps/worker/test/harness/images.ts";
 import { commandsRun, WorkerHarness } from "../../../apps/worker/test/harness/worker.ts";
 import type { BenchItem, BenchOptions, ItemResult, Table } from "../lib/report.ts";
 import { round, type Summary, summarize } from "../lib/stats.ts";
+import { sleep, until } from "../lib/wait.ts";
 
 const COLD_START_MS = 2000;
 const TASK = "sleep 0.05";
@@ -21,19 +22,6 @@ const BASE_VARS = { MAX_INSTANCES: "400", MAX_CONCURRENT_CALLS: "256", MAX_QUEUE
 /** Most the pool may hold while calls drain it: half of MAX_INSTANCES. */
 const POOL_CEILING = Number(BASE_VARS.MAX_INSTANCES) / 2;
 const LOG_LINES = 500_000;
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
-
-async function until(done: () => boolean | Promise<boolean>, timeoutMs: number): Promise<boolean> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (await done()) return true;
-    await sleep(100);
-  }
-  return done();
-}
 
 /** One call; throws unless it ran and exited 0. */
 async function call(harness: WorkerHarness, sandboxId: string): Promise<number> {

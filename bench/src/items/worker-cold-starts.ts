@@ -11,25 +11,13 @@ import { standInImage } from "../../../apps/worker/test/harness/images.ts";
 import { commandsRun, WorkerHarness } from "../../../apps/worker/test/harness/worker.ts";
 import type { BenchItem, BenchOptions, ItemResult, Table } from "../lib/report.ts";
 import { round, summarize } from "../lib/stats.ts";
+import { until } from "../lib/wait.ts";
 
 const COLD_START_MS = 2_000;
 const SLOW_START_MS = 20_000;
 const TASK = "echo hi";
 /** Room for the pool and the calls; admission above the batch (this measures the starts). */
 const BASE_VARS = { MAX_INSTANCES: "400", MAX_CONCURRENT_CALLS: "256", MAX_QUEUED_CALLS: "256" };
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
-
-async function until(done: () => boolean | Promise<boolean>, timeoutMs: number): Promise<boolean> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (await done()) return true;
-    await sleep(100);
-  }
-  return done();
-}
 
 /** `count` calls at `concurrency`; each call's latency (ms). Throws unless each exited 0. */
 async function batch(harness: WorkerHarness, count: number, concurrency: number) {
@@ -248,7 +236,7 @@ async function hedgedStart(options: BenchOptions): Promise<ItemResult> {
       ],
       notes: [
         "Every 10th container the harness engine creates (hedges included) starts after 20 s, the others after 2 s, plus this machine's real container start.",
-        "With hedged starts on (the default, HEDGE_START_AFTER_MS unset), a start running longer than a quarter more than three in four recent starts took gets a second container; the call runs in whichever is ready first and the other is destroyed.",
+        "With hedged starts on (the default, HEDGE_START_AFTER_MS unset), a start running a tenth longer than three in four recent starts took gets a second container; the call runs in whichever is ready first and the other is destroyed.",
       ],
       raw: series.map(({ harness: _h, ...s }) => ({ ...s, latency: summarize(s.latencyMs) })),
     };

@@ -92,6 +92,26 @@ async function served(answer: Answer): Promise<ContainerRecord> {
   return record as ContainerRecord;
 }
 
+/** Samples the pool every `intervalMs` until stopped: the most it held (ready and starting). */
+function mostHeld(intervalMs: number) {
+  let most = 0;
+  let sampling = true;
+  const sampler = (async () => {
+    while (sampling) {
+      const pool = (await harness.health()).warmPool;
+      most = Math.max(most, (pool?.ready ?? 0) + (pool?.starting ?? 0));
+      await sleep(intervalMs);
+    }
+  })();
+  return {
+    most: () => most,
+    stop: async () => {
+      sampling = false;
+      await sampler;
+    },
+  };
+}
+
 /** Containers started and never sent a command, still running: the pool's ready ones. */
 function waiting(): ContainerRecord[] {
   return harness.engine.live.filter(
@@ -200,15 +220,7 @@ describe("the warm pool, through the real Durable Objects", () => {
       return { hits: pool?.hits ?? 0, misses: pool?.misses ?? 0 };
     };
     const before = await claims();
-    let most = 0;
-    let sampling = true;
-    const sampler = (async () => {
-      while (sampling) {
-        const pool = (await harness.health()).warmPool;
-        most = Math.max(most, (pool?.ready ?? 0) + (pool?.starting ?? 0));
-        await sleep(100);
-      }
-    })();
+    const held = mostHeld(100);
     // A batch four times the pool at twice its width: calls keep claiming while the refill runs.
     const calls = TARGET * 4;
     try {
@@ -226,9 +238,9 @@ describe("the warm pool, through the real Durable Objects", () => {
       };
       await Promise.all(Array.from({ length: TARGET * 2 }, worker));
     } finally {
-      sampling = false;
-      await sampler;
+      await held.stop();
     }
+    const most = held.most();
     const after = await claims();
     expect(after.hits - before.hits + after.misses - before.misses).toBe(calls);
     // More held (ready and starting) than the target: the refill followed the calls (before, a
@@ -267,15 +279,7 @@ describe("a soak of the warm pool", () => {
     // about half of them run warm.
     harness.engine.faults = {};
     const first = harness.engine.records.length;
-    let most = 0;
-    let sampling = true;
-    const sampler = (async () => {
-      while (sampling) {
-        const pool = (await harness.health()).warmPool;
-        most = Math.max(most, (pool?.ready ?? 0) + (pool?.starting ?? 0));
-        await sleep(200);
-      }
-    })();
+    const held = mostHeld(200);
     const ids: string[] = [];
     try {
       let next = 0;
@@ -290,10 +294,10 @@ describe("a soak of the warm pool", () => {
       };
       await Promise.all(Array.from({ length: SOAK_CONCURRENCY }, worker));
     } finally {
-      sampling = false;
-      await sampler;
+      await held.stop();
       harness.engine.faults = { coldStartMs: COLD_START_MS };
     }
+    const most = held.most();
     await until(() => harness.engine.live.every((record) => commandsRun(record) === 0), 30_000);
     const records = harness.engine.records.slice(first);
     // Every call ran in exactly one container (its own or one the pool lent), once.
