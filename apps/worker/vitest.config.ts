@@ -30,7 +30,7 @@ export default defineConfig({
         plugins: [
           cloudflareTest({
             main: "./test/worker-entry.ts",
-            wrangler: { configPath: "./wrangler.jsonc", environment: "ci" },
+            wrangler: { configPath: "./wrangler.jsonc" },
             miniflare: {
               durableObjects: {
                 Sandbox: "FakeSandbox",

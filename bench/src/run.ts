@@ -18,6 +18,7 @@ import { spillOver } from "./items/spill-over.ts";
 import { truncation } from "./items/truncation.ts";
 import { warmPool } from "./items/warm-pool.ts";
 import { workerOutput } from "./items/worker.ts";
+import { hedgedStartItem, poolBatchItem } from "./items/worker-cold-starts.ts";
 import { workerLatency } from "./items/worker-latency.ts";
 import {
   type BenchItem,
@@ -39,6 +40,8 @@ const ITEMS: BenchItem[] = [
   coldStart,
   workerLatency,
   warmPool,
+  poolBatchItem,
+  hedgedStartItem,
   sandbox,
   burstItem,
   spillOver,

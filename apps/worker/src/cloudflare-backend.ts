@@ -1,52 +1,41 @@
 /**
- * The only module that imports `@cloudflare/sandbox`: a move to another SDK version touches
- * this file alone.
+ * The Worker's `SandboxBackend`: runs each command in a fresh Cloudflare container (one `Sandbox`
+ * Durable Object per sandbox id, or a never-used one the warm pool lends), writes its stdin,
+ * streams its output, and destroys every container a call brought up, late starts included.
  */
-import {
-  ContainerUnavailableError,
-  type ExecEvent,
-  getSandbox,
-  parseSSEStream,
-  type SandboxOptions,
-  Sandbox as SdkSandbox,
-} from "@cloudflare/sandbox";
 import {
   BackendError,
   type BackendHealth,
   type ExecSpec,
-  type OutputChunk,
   type RunningCommand,
   type SandboxBackend,
 } from "@remote-task/bridge";
-import { CLOUDFLARE_TEXTS, raceAbort, redact, shorten } from "@remote-task/internal";
+import { CLOUDFLARE_TEXTS, raceAbort } from "@remote-task/internal";
 import type { NetworkPolicy } from "@remote-task/protocol";
-import type { ContainerNetwork } from "./config.js";
+import { HedgePolicy, type HedgeSetting, hedgeName } from "./hedge.js";
+import {
+  abortedError,
+  CONTAINER_NETWORK_MODES,
+  CONTAINERS_DISABLED_MESSAGE,
+  type ContainerNetwork,
+  destroySandbox,
+  isServing,
+  MAX_START_MS,
+  readCommand,
+  type SandboxHandle,
+  type SandboxNamespace,
+  sandboxError,
+  sandboxHandle,
+  startContainer,
+  toBackendError,
+} from "./sandbox-sdk.js";
 import { missingCwdMarker, SCRIPT_CWD, stdinPath, taskScript } from "./task-script.js";
 import type { WarmClaim, WarmPoolClient } from "./warm-pool-client.js";
 import { withinMs } from "./within.js";
 
-/**
- * The SDK's `Sandbox` Durable Object, with the internet off unless a start asks for it. Every
- * start the Worker makes says which it wants (the call's network policy); a start the SDK makes
- * by itself (a request reaching a container that stopped) then gets no internet, where the SDK's
- * default would give it the internet whatever the call asked for.
- */
-export class Sandbox extends SdkSandbox {
-  override enableInternet: boolean | undefined = false;
-}
-
-/** The part of the SDK's sandbox stub this backend uses (typed against the real SDK). */
-export type SandboxHandle = Pick<
-  Sandbox,
-  "startAndWaitForPorts" | "execStream" | "writeFile" | "destroy" | "getState"
->;
-
-/** The network policies a call's container can be held to: the internet off, or on. */
-export const CONTAINER_NETWORK_MODES = ["none", "open"] as const;
-
 export interface CloudflareSandboxBackendOptions {
   /** The `Sandbox` Durable Object namespace binding (`env.Sandbox`). */
-  namespace: DurableObjectNamespace<Sandbox>;
+  namespace: SandboxNamespace;
   /** Passed to `getSandbox` as `sleepAfter`; a backstop, since every sandbox is destroyed. */
   sleepAfter?: string | number | undefined;
   /**
@@ -61,40 +50,32 @@ export interface CloudflareSandboxBackendOptions {
    * `none` if unset): only a call with this policy is lent one; any other starts its own.
    */
   pooledNetwork?: ContainerNetwork | undefined;
+  /** When a slow cold start gets a second container started for it (default: observed). */
+  hedge?: HedgeSetting | undefined;
+}
+
+/** One container start of a call: the sandbox, and the SDK's start promise. */
+interface Launch {
+  name: string;
+  sandbox: SandboxHandle;
+  started: Promise<void>;
+  at: number;
 }
 
 /** Extra time given to the SDK's own command timeout so the bridge's deadline always fires first. */
 const SDK_TIMEOUT_GRACE_MS = 5_000;
-/** What the SDK's container path sends as `Retry-After` when no instance is free. */
-const DEFAULT_RETRY_AFTER_SECONDS = 10;
 const DEFAULT_DESTROY_TIMEOUT_MS = 30_000;
-const MAX_SDK_MESSAGE_LENGTH = 300;
-/** The container server's port, which the SDK sends every command to. */
-const CONTROL_PORT = 3000;
-/** The SDK's own defaults for placing a container and for its server to come up. */
-const MAX_INSTANCE_WAIT_MS = 30_000;
-const MAX_PORT_READY_MS = 90_000;
-const START_POLL_INTERVAL_MS = 300;
 /**
  * A container start may use the call's timeout less this much: a start that runs out is then
  * reported as a start failure before the bridge's deadline would report it as a command timeout.
  */
 const START_DEADLINE_MARGIN_MS = 250;
-/** Longest wait for a warm container's state before it counts as dead. */
-const STATE_TIMEOUT_MS = 5_000;
 
-/** Lower-case fragments of the platform's messages when no container can be placed. */
-const CAPACITY_SIGNATURES = [
-  "there is no container instance that can be provided to this durable object",
-  "there is no container instance available at this time",
-  "maximum number of running container instances exceeded",
-];
-const CONTAINERS_DISABLED_SIGNATURE = "containers have not been enabled";
-
-export const CONTAINERS_DISABLED_MESSAGE = CLOUDFLARE_TEXTS.containersDisabled;
-
-/** Where a call's sandbox is: a warm container the pool lent it, its own, or not known yet (a claim in flight). */
-type Placement = { warm: WarmClaim } | { cold: true } | { claiming: true };
+/**
+ * Where a call's sandbox is: a warm container the pool lent it, the containers started for it
+ * (its own, and a hedge), or not known yet (a claim in flight).
+ */
+type Placement = { warm: WarmClaim } | { cold: string[] } | { claiming: true };
 
 /**
  * Runs each command in a fresh Cloudflare container (one `Sandbox` Durable Object per
@@ -107,8 +88,13 @@ export class CloudflareSandboxBackend implements SandboxBackend {
   readonly networkModes = CONTAINER_NETWORK_MODES;
   readonly #options: CloudflareSandboxBackendOptions;
 
+  readonly #hedging: HedgePolicy;
+  /** What `/health` reports of this isolate's starts: warm claims, pool misses, hedges. */
+  readonly #counts = { hits: 0, misses: 0, hedges: 0 };
+
   constructor(options: CloudflareSandboxBackendOptions) {
     this.#options = options;
+    this.#hedging = new HedgePolicy(options.hedge ?? { after: "observed" });
   }
 
   /** SDK and pool calls that may still bring a sandbox's container up, per sandbox id. */
@@ -127,9 +113,7 @@ export class CloudflareSandboxBackend implements SandboxBackend {
       if (sandbox !== undefined) {
         warm = true;
       } else {
-        this.#placed.set(spec.sandboxId, { cold: true });
-        sandbox = this.#sandbox(spec.sandboxId);
-        await this.#startContainer(sandbox, spec, network);
+        sandbox = await this.#startCold(spec, network);
       }
       if (spec.signal.aborted) throw abortedError();
       let stdinFile: string | undefined;
@@ -198,10 +182,17 @@ export class CloudflareSandboxBackend implements SandboxBackend {
       ),
     );
     const claim = await raceAbort(claiming, spec.signal, { abortError: abortedError });
-    if (claim === undefined) return undefined;
+    if (claim === undefined) {
+      this.#counts.misses++;
+      return undefined;
+    }
     const sandbox = this.#sandbox(claim.name);
     const serving = this.#track(spec.sandboxId, isServing(sandbox));
-    if (await raceAbort(serving, spec.signal, { abortError: abortedError })) return sandbox;
+    if (await raceAbort(serving, spec.signal, { abortError: abortedError })) {
+      this.#counts.hits++;
+      return sandbox;
+    }
+    this.#counts.misses++;
     this.#placed.delete(spec.sandboxId);
     this.#track(
       spec.sandboxId,
@@ -211,29 +202,92 @@ export class CloudflareSandboxBackend implements SandboxBackend {
   }
 
   /**
-   * Starts the container before the command is sent, within the call's timeout. Left to
-   * `execStream`, a container that cannot start is retried inside the Durable Object for minutes
-   * (the call would end as a command timeout although nothing ran), and a start that completes
-   * after the call ended would still run the command.
+   * Starts the call's own container before the command is sent, within the call's timeout, and
+   * returns it once its server answers. Left to `execStream`, a container that cannot start is
+   * retried inside the Durable Object for minutes (the call would end as a command timeout
+   * although nothing ran), and a start that completes after the call ended would still run the
+   * command.
+   *
+   * A start still running after the hedge delay (hedge.ts) gets a second container started for
+   * the call: the first of the two to be ready is returned and the other destroyed at once, before
+   * anything is sent to either, so the command runs in one container only. The call fails only
+   * when every container started for it failed (with the first one's error) or its time is up.
    */
-  async #startContainer(
-    sandbox: SandboxHandle,
-    spec: ExecSpec,
-    network: ContainerNetwork,
-  ): Promise<void> {
-    const budgetMs = Math.min(
-      spec.timeoutMs - START_DEADLINE_MARGIN_MS,
-      MAX_INSTANCE_WAIT_MS + MAX_PORT_READY_MS,
-    );
-    const starting = this.#track(spec.sandboxId, startContainer(sandbox, budgetMs, network));
+  async #startCold(spec: ExecSpec, network: ContainerNetwork): Promise<SandboxHandle> {
+    const names = [spec.sandboxId];
+    this.#placed.set(spec.sandboxId, { cold: names });
+    const budgetMs = Math.min(spec.timeoutMs - START_DEADLINE_MARGIN_MS, MAX_START_MS);
+    const launch = (name: string): Launch => {
+      const sandbox = this.#sandbox(name);
+      const started = this.#track(spec.sandboxId, startContainer(sandbox, budgetMs, network));
+      return { name, sandbox, started, at: Date.now() };
+    };
+    const coldStartOver = this.#hedging.starting();
+    let hedgeOver: (() => void) | undefined;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    let ended = false;
+    const ready = new Promise<Launch>((resolve, reject) => {
+      const launches = [launch(spec.sandboxId)];
+      let failed = 0;
+      let firstError: unknown;
+      let hedgePending = false;
+      const watch = (one: Launch) => {
+        one.started.then(
+          () => {
+            if (ended) return;
+            ended = true;
+            this.#hedging.record(Date.now() - one.at);
+            for (const other of launches) {
+              if (other === one) continue;
+              // Given up on: how long it had run is a lower bound of its start time.
+              this.#hedging.record(Date.now() - other.at);
+              this.#abandon(spec.sandboxId, other);
+            }
+            resolve(one);
+          },
+          (error: unknown) => {
+            if (ended) return;
+            failed++;
+            firstError ??= error;
+            // A start that failed is not hedged: the call fails once every start launched did.
+            if (failed === launches.length && !hedgePending) {
+              ended = true;
+              reject(firstError);
+            }
+          },
+        );
+      };
+      watch(launches[0] as Launch);
+      const delayMs = this.#hedging.delayMs();
+      if (delayMs === undefined || delayMs >= budgetMs) return;
+      timer = setTimeout(async () => {
+        hedgePending = true;
+        hedgeOver = ended ? undefined : this.#hedging.tryHedge();
+        const name = hedgeOver === undefined ? undefined : await hedgeName(spec.sandboxId);
+        hedgePending = false;
+        if (ended || name === undefined) {
+          hedgeOver?.();
+          if (!ended && failed === launches.length) {
+            ended = true;
+            reject(firstError);
+          }
+          return;
+        }
+        this.#counts.hedges++;
+        names.push(name);
+        const hedge = launch(name);
+        launches.push(hedge);
+        watch(hedge);
+      }, delayMs);
+    });
     try {
-      await raceAbort(
-        budgetMs > 0
-          ? withinMs(starting, budgetMs, () => notStartedError(spec.timeoutMs))
-          : starting,
-        spec.signal,
-        { abortError: abortedError },
-      );
+      return (
+        await raceAbort(
+          budgetMs > 0 ? withinMs(ready, budgetMs, () => notStartedError(spec.timeoutMs)) : ready,
+          spec.signal,
+          { abortError: abortedError },
+        )
+      ).sandbox;
     } catch (error) {
       if (BackendError.isInstance(error)) throw error;
       const mapped = toBackendError(error, spec.env);
@@ -241,7 +295,33 @@ export class CloudflareSandboxBackend implements SandboxBackend {
         throw mapped;
       }
       throw sandboxError(CLOUDFLARE_TEXTS.notStarted(mapped.message), error);
+    } finally {
+      // Timed out or aborted: no hedge starts after the call gave up (the call's destroy
+      // takes care of those started).
+      ended = true;
+      if (timer !== undefined) clearTimeout(timer);
+      coldStartOver();
+      // The hedge's slot is held while its start runs.
+      if (hedgeOver !== undefined) {
+        const over = hedgeOver;
+        Promise.allSettled([...(this.#inFlight.get(spec.sandboxId) ?? [])]).then(over, over);
+      }
     }
+  }
+
+  /**
+   * Destroys a container started for a call that will not use it (the other one was ready
+   * first), now and again once its start has ended, so it never outlives the call.
+   */
+  #abandon(sandboxId: string, launch: Launch): void {
+    this.#track(
+      sandboxId,
+      (async () => {
+        await this.#destroyNamed(launch.name).catch(() => {});
+        await launch.started.catch(() => {});
+        await this.#destroyNamed(launch.name);
+      })().catch(() => {}),
+    );
   }
 
   /**
@@ -334,16 +414,23 @@ export class CloudflareSandboxBackend implements SandboxBackend {
     const placed = this.#placed.get(sandboxId);
     // A claim still in flight: nothing to destroy yet (the destroy after it settles finds it).
     if (placed !== undefined && "claiming" in placed) return;
+    let destroys: Array<Promise<unknown> | undefined>;
     if (placed !== undefined) {
-      return this.#destroyNamed("warm" in placed ? placed.warm.name : sandboxId);
+      const names = "warm" in placed ? [placed.warm.name] : placed.cold;
+      destroys = names.map((name) => this.#destroyNamed(name));
+    } else {
+      // An id this isolate knows nothing of (a `/cancel` that reached another isolate than its
+      // call): its container is one the pool lent it, or its own (and its hedge's).
+      const pool = this.#options.warmPool;
+      destroys = [
+        this.#destroyNamed(sandboxId),
+        this.#hedging.delayMs() === undefined
+          ? undefined
+          : hedgeName(sandboxId).then((name) => this.#destroyNamed(name)),
+        pool?.lookup(sandboxId).then((claim) => claim && this.#destroyNamed(claim.name)),
+      ];
     }
-    // An id this isolate knows nothing of (a `/cancel` that reached another isolate than its
-    // call): its container is either one the pool lent it, or its own.
-    const pool = this.#options.warmPool;
-    const results = await Promise.allSettled([
-      this.#destroyNamed(sandboxId),
-      pool?.lookup(sandboxId).then((claim) => claim && this.#destroyNamed(claim.name)),
-    ]);
+    const results = await Promise.allSettled(destroys);
     const failed = results.find((result) => result.status === "rejected");
     if (failed !== undefined) throw failed.reason;
   }
@@ -363,12 +450,14 @@ export class CloudflareSandboxBackend implements SandboxBackend {
     return this.#options.destroyTimeoutMs ?? DEFAULT_DESTROY_TIMEOUT_MS;
   }
 
-  /** The warm pool's size, for `GET /health` (all zero without a pool). */
+  /**
+   * The warm pool's size (all zero without a pool), and this isolate's warm claims, pool misses
+   * and hedged starts since it started, for `GET /health`.
+   */
   async health(): Promise<BackendHealth> {
     const pool = this.#options.warmPool;
-    return {
-      warmPool: pool === undefined ? { target: 0, ready: 0, starting: 0 } : await pool.stats(),
-    };
+    const size = pool === undefined ? { target: 0, ready: 0, starting: 0 } : await pool.stats();
+    return { warmPool: { ...size, ...this.#counts } };
   }
 
   /** Wakes every pool shard, so a pool enabled by a deploy fills before its first call. */
@@ -381,24 +470,6 @@ export class CloudflareSandboxBackend implements SandboxBackend {
   }
 }
 
-/** The SDK's stub for the sandbox `name`, configured for one sessionless command. */
-function sandboxHandle(
-  namespace: DurableObjectNamespace<Sandbox>,
-  name: string,
-  sleepAfter: string | number | undefined,
-): SandboxHandle {
-  const options: SandboxOptions = {
-    // Ids are already lowercase-valid (protocol schema, or the pool's own names), so no
-    // normalisation is needed and the Durable Object key is exactly the name given.
-    normalizeId: false,
-    // One command per sandbox: run it as a fresh process rather than in a shared shell
-    // session, so `exit 3` is an exit code and not a terminated session.
-    enableDefaultSession: false,
-  };
-  if (sleepAfter !== undefined) options.sleepAfter = sleepAfter;
-  return getSandbox(singleUse(namespace), name, options);
-}
-
 /**
  * The container network a call's policy maps onto: `none` has the internet off, `open` on. The
  * bridge refuses every other policy (the backend's `networkModes`) before a call starts.
@@ -407,153 +478,6 @@ function containerNetwork(policy: NetworkPolicy | undefined): ContainerNetwork {
   if (policy === undefined || policy === "none") return "none";
   if (policy === "open") return "open";
   throw sandboxError(CLOUDFLARE_TEXTS.allowlistUnsupported);
-}
-
-/**
- * Starts the sandbox's container on the control port with the internet on or off as `network`
- * says; `budgetMs` bounds placement and readiness.
- */
-function startContainer(
-  sandbox: SandboxHandle,
-  budgetMs: number,
-  network: ContainerNetwork,
-): Promise<void> {
-  return sandbox.startAndWaitForPorts({
-    ports: CONTROL_PORT,
-    startOptions: { enableInternet: network === "open" },
-    cancellationOptions: {
-      // Half the budget for placement, so that "no instance" is reported (capacity) while
-      // the call can still answer it.
-      instanceGetTimeoutMS: Math.max(
-        START_POLL_INTERVAL_MS,
-        Math.min(MAX_INSTANCE_WAIT_MS, budgetMs / 2),
-      ),
-      portReadyTimeoutMS: Math.max(START_POLL_INTERVAL_MS, budgetMs),
-      waitInterval: START_POLL_INTERVAL_MS,
-    },
-  });
-}
-
-/** Whether the sandbox's container is up and its server answered (the SDK's `healthy`). */
-async function isServing(sandbox: SandboxHandle): Promise<boolean> {
-  try {
-    const state = await withinMs(sandbox.getState(), STATE_TIMEOUT_MS, () => new Error("getState"));
-    return state.status === "healthy";
-  } catch {
-    return false;
-  }
-}
-
-/** One `destroy()` of the SDK, bounded: it coalesces destroys but never bounds them. */
-function destroySandbox(sandbox: SandboxHandle, timeoutMs: number): Promise<void> {
-  // A stuck control plane must not keep the Worker's `waitUntil` alive forever.
-  return withinMs(
-    sandbox.destroy(),
-    timeoutMs,
-    () => new Error(`destroy() did not finish within ${timeoutMs} ms`),
-  );
-}
-
-/**
- * Starts the container of the pool's sandbox `name` with the `network` policy and waits until its
- * server answers, within `budgetMs` (for the warm pool's shards). `sleepAfterSeconds` ends it
- * should the pool lose track.
- */
-export function startPooledContainer(
-  namespace: DurableObjectNamespace<Sandbox>,
-  name: string,
-  sleepAfterSeconds: number,
-  budgetMs: number,
-  network: ContainerNetwork,
-): Promise<void> {
-  return withinMs(
-    startContainer(sandboxHandle(namespace, name, sleepAfterSeconds), budgetMs, network),
-    budgetMs,
-    () => new Error(`the container was not ready within ${budgetMs / 1000} s`),
-  );
-}
-
-/** Destroys the pool's sandbox `name`, bounded by `timeoutMs`. */
-export function destroyPooledContainer(
-  namespace: DurableObjectNamespace<Sandbox>,
-  name: string,
-  timeoutMs: number,
-): Promise<void> {
-  return destroySandbox(sandboxHandle(namespace, name, undefined), timeoutMs);
-}
-
-/**
- * A fresh view of the namespace for one `getSandbox` call. The SDK remembers each id's
- * configuration per namespace object for the life of the isolate; with a new id per call that
- * memory would only grow, so each call gets its own short-lived key instead.
- */
-function singleUse(namespace: DurableObjectNamespace<Sandbox>): DurableObjectNamespace<Sandbox> {
-  const view: Pick<DurableObjectNamespace<Sandbox>, "idFromName" | "get"> = {
-    idFromName: (name) => namespace.idFromName(name),
-    get: (id, options) => namespace.get(id, options),
-  };
-  return view as DurableObjectNamespace<Sandbox>;
-}
-
-/**
- * Turns the SDK's SSE stream into the bridge's output iterable and exit promise. `cwdMissing` is
- * what the task script prints, before any output, when it cannot enter the cwd.
- */
-function readCommand(
-  stream: ReadableStream<Uint8Array>,
-  spec: ExecSpec,
-  cwdMissing: string,
-): RunningCommand {
-  let settled = false;
-  let settle!: (outcome: { code: number } | { error: unknown }) => void;
-  const exit = new Promise<number>((resolve, reject) => {
-    settle = (outcome) => {
-      if (settled) return;
-      settled = true;
-      if ("code" in outcome) resolve(outcome.code);
-      else reject(outcome.error);
-    };
-  });
-  // The bridge may stop listening after an abort; a late rejection must not go unhandled.
-  exit.catch(() => {});
-
-  async function* output(): AsyncGenerator<OutputChunk> {
-    try {
-      let first = true;
-      for await (const event of parseSSEStream<ExecEvent>(stream, spec.signal)) {
-        if (event.type === "stdout" || event.type === "stderr") {
-          if (first && event.type === "stderr" && event.data === cwdMissing) {
-            settle({ error: missingCwdError(spec.cwd) });
-            return;
-          }
-          first = false;
-          if (event.data) yield { stream: event.type, data: event.data };
-        } else if (event.type === "complete") {
-          const code = event.exitCode ?? event.result?.exitCode;
-          if (typeof code === "number" && Number.isInteger(code)) settle({ code });
-          else settle({ error: sandboxError(CLOUDFLARE_TEXTS.noExitCode) });
-          return;
-        } else if (event.type === "error") {
-          const reason = event.error ?? event.data ?? "the command could not be run";
-          settle({
-            error: sandboxError(CLOUDFLARE_TEXTS.failed(undefined, safeText(reason, spec.env))),
-          });
-          return;
-        }
-      }
-      settle({
-        error: spec.signal.aborted ? abortedError() : sandboxError(CLOUDFLARE_TEXTS.closedEarly),
-      });
-    } catch (error) {
-      settle({ error: spec.signal.aborted ? abortedError() : brokenStreamError(error, spec.env) });
-    } finally {
-      // Reached early when the reader stops (abort or a consumer that breaks out).
-      if (!settled) settle({ error: abortedError() });
-      stream.cancel().catch(() => {});
-    }
-  }
-
-  return { output: output(), exit };
 }
 
 function base64Of(bytes: Uint8Array): string {
@@ -571,88 +495,4 @@ function isStream(value: unknown): value is ReadableStream {
 
 function notStartedError(timeoutMs: number): BackendError {
   return sandboxError(CLOUDFLARE_TEXTS.notReady(timeoutMs / 1000));
-}
-
-function missingCwdError(cwd: string): BackendError {
-  return new BackendError("invalid_request", CLOUDFLARE_TEXTS.missingCwd(cwd.slice(0, 200)), {
-    path: ["cwd"],
-  });
-}
-
-/** The output stream failed mid-command: the SDK's words say how, not what it means. */
-function brokenStreamError(error: unknown, env: Readonly<Record<string, string>>): BackendError {
-  const mapped = toBackendError(error, env);
-  if (mapped.code !== "sandbox_error") return mapped;
-  return sandboxError(CLOUDFLARE_TEXTS.brokenStream(mapped.message), error);
-}
-
-function abortedError(): BackendError {
-  return sandboxError(CLOUDFLARE_TEXTS.stopped);
-}
-
-function sandboxError(message: string, cause?: unknown): BackendError {
-  return new BackendError("sandbox_error", message, cause === undefined ? {} : { cause });
-}
-
-/**
- * Maps anything the SDK throws to a `BackendError` whose message is safe to show: capacity
- * problems become `capacity_exceeded` (retryable), everything else `sandbox_error`.
- * Errors cross the Durable Object RPC boundary as plain errors, so classes are matched by
- * name, code and the platform's message as well as by `instanceof`.
- */
-export function toBackendError(error: unknown, env: Readonly<Record<string, string>> = {}) {
-  if (BackendError.isInstance(error)) return error;
-  const message = messageOf(error);
-  const lower = message.toLowerCase();
-  if (isCapacityError(error, lower)) {
-    return new BackendError("capacity_exceeded", CLOUDFLARE_TEXTS.noContainer, {
-      retryAfterSeconds: retryAfterSeconds(error),
-      cause: error,
-    });
-  }
-  if (lower.includes(CONTAINERS_DISABLED_SIGNATURE)) {
-    return sandboxError(CONTAINERS_DISABLED_MESSAGE, error);
-  }
-  return sandboxError(CLOUDFLARE_TEXTS.failed(sdkCode(error), safeText(message, env)), error);
-}
-
-function isCapacityError(error: unknown, lowerMessage: string): boolean {
-  if (error instanceof ContainerUnavailableError) return true;
-  if (isRecord(error)) {
-    if (error.name === "ContainerUnavailableError") return true;
-    if (sdkCode(error) === "CONTAINER_UNAVAILABLE") return true;
-  }
-  return CAPACITY_SIGNATURES.some((signature) => lowerMessage.includes(signature));
-}
-
-function retryAfterSeconds(error: unknown): number {
-  const ms =
-    error instanceof ContainerUnavailableError
-      ? error.retryAfterMs
-      : isRecord(error) && isRecord(error.context)
-        ? error.context.retryAfterMs
-        : undefined;
-  return typeof ms === "number" && Number.isFinite(ms) && ms > 0
-    ? Math.ceil(ms / 1000)
-    : DEFAULT_RETRY_AFTER_SECONDS;
-}
-
-function sdkCode(error: unknown): string | undefined {
-  if (!isRecord(error)) return undefined;
-  const code = error.code;
-  return typeof code === "string" && /^[A-Z][A-Z0-9_]{1,63}$/.test(code) ? code : undefined;
-}
-
-function messageOf(error: unknown): string {
-  if (isRecord(error) && typeof error.message === "string") return error.message;
-  return typeof error === "string" ? error : "";
-}
-
-/** Shortens an SDK message and removes any env value the caller sent. */
-function safeText(text: string, env: Readonly<Record<string, string>>): string {
-  return shorten(redact(text, Object.values(env)), MAX_SDK_MESSAGE_LENGTH);
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null;
 }

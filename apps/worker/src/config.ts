@@ -7,12 +7,13 @@ import {
   MAX_HEARTBEAT_INTERVAL_MS,
   networkPolicySchema,
 } from "@remote-task/protocol";
-import type { CloudflareSandboxBackendOptions } from "./cloudflare-backend.js";
-import type { WarmPoolShard } from "./warm-pool.js";
+import type { HedgeSetting } from "./hedge.js";
+import type { ContainerNetwork, SandboxNamespace } from "./sandbox-sdk.js";
+import type { WarmPoolShardRpc } from "./warm-pool-rpc.js";
 
 /** The Worker's bindings (wrangler.jsonc `vars`, the `BRIDGE_TOKEN` secret, the DO namespace). */
 export interface WorkerEnv {
-  Sandbox: CloudflareSandboxBackendOptions["namespace"];
+  Sandbox: SandboxNamespace;
   /** Secret: `npx wrangler secret put BRIDGE_TOKEN`. Without it exec is refused. */
   BRIDGE_TOKEN?: string;
   /** `"true"` serves without a token (explicit opt-out); `"false"` or unset keeps auth on. */
@@ -41,10 +42,16 @@ export interface WorkerEnv {
   WARM_POOL_MAX_IDLE?: string;
   /** Containers each pool shard starts at once when refilling (default 4). */
   WARM_POOL_REFILL_BATCH?: string;
+  /**
+   * When a slow cold start gets a second container started for it (README: "Hedged starts"):
+   * `auto` (the default: a delay taken from the starts the isolate has seen), `off`, or a
+   * whole number of milliseconds.
+   */
+  HEDGE_START_AFTER_MS?: string;
   /** `containers[].max_instances` of wrangler.jsonc, repeated here: the pool's ceiling. */
   MAX_INSTANCES?: string;
   /** The warm pool's Durable Object namespace (`WarmPool`). */
-  WarmPool?: DurableObjectNamespace<WarmPoolShard>;
+  WarmPool?: DurableObjectNamespace<WarmPoolShardRpc>;
   /** The Worker's version (wrangler.jsonc `version_metadata`): a deploy drains older warm containers. */
   CF_VERSION_METADATA?: WorkerVersionMetadata;
   /** Most calls one isolate runs at once (default: see {@link workerAdmission}). */
@@ -92,6 +99,11 @@ export interface WarmPoolConfig {
   refillBatch: number;
   /** Shards the pool is spread over: ceil(target / {@link WARM_POOL_SHARD_SIZE}). */
   shards: number;
+  /**
+   * Most containers the pool holds (ready and starting) while calls drain it faster than its
+   * target refills: half of `MAX_INSTANCES` (the target when that is unset).
+   */
+  ceiling: number;
 }
 
 /** Memory of one isolate (128 MB in all) that the default admission gives to retained output. */
@@ -118,10 +130,10 @@ export interface WorkerConfig {
   sleepAfter?: string | number;
   warmPool: WarmPoolConfig;
   network: NetworkConfig;
+  hedge: HedgeSetting;
+  /** The Worker's version ({@link versionOf}). */
+  version: string;
 }
-
-/** The network policies a Cloudflare container can be held to (README: "Network"). */
-export type ContainerNetwork = "none" | "open";
 
 /** The policy of a call that names none, and the most a call may ask for. */
 export interface NetworkConfig {
@@ -152,6 +164,32 @@ export class ConfigError extends Error {
   }
 }
 
+const configs = new WeakMap<WorkerEnv, WorkerConfig | ConfigError>();
+
+/**
+ * The Worker's configuration from its bindings, read and checked once per bindings object (an
+ * isolate's, or a Durable Object's `env`) and kept: the answer, or the {@link ConfigError}
+ * naming the variable that is wrong.
+ */
+export function workerConfig(env: WorkerEnv): WorkerConfig | ConfigError {
+  let config = configs.get(env);
+  if (config === undefined) {
+    try {
+      config = readConfig(env);
+    } catch (error) {
+      if (!ConfigError.isInstance(error)) throw error;
+      config = error;
+    }
+    configs.set(env, config);
+  }
+  return config;
+}
+
+/** The Worker version a warm container belongs to; a deploy drains the containers of older ones. */
+export function versionOf(env: Pick<WorkerEnv, "CF_VERSION_METADATA">): string {
+  return env.CF_VERSION_METADATA?.id ?? "unversioned";
+}
+
 /** Reads and checks the Worker's configuration; throws a {@link ConfigError} naming the variable. */
 export function readConfig(env: WorkerEnv): WorkerConfig {
   const limits = readLimits(env);
@@ -162,6 +200,8 @@ export function readConfig(env: WorkerEnv): WorkerConfig {
     warmPool: readWarmPool(env),
     network: readNetwork(env),
     admission: readAdmission(env, limits.maxOutputBytes ?? DEFAULT_LIMITS.maxOutputBytes),
+    hedge: readHedge(env.HEDGE_START_AFTER_MS),
+    version: versionOf(env),
   };
   const cwd = present(env.DEFAULT_CWD);
   if (cwd !== undefined) {
@@ -235,7 +275,25 @@ function readWarmPool(env: WorkerEnv): WarmPoolConfig {
     maxIdleSeconds,
     refillBatch,
     shards: Math.ceil(target / WARM_POOL_SHARD_SIZE),
+    ceiling: maxInstances === undefined ? target : Math.floor(maxInstances / 2),
   };
+}
+
+/** Longest configured hedge delay: beyond it a start has long failed (MAX_START_MS). */
+const MAX_HEDGE_AFTER_MS = 120_000;
+
+function readHedge(value: string | undefined): HedgeSetting {
+  const text = present(value)?.toLowerCase();
+  if (text === undefined || text === "auto") return { after: "observed" };
+  if (text === "off") return { after: "off" };
+  const ms = Number(text);
+  if (!/^\d+$/.test(text) || ms < 1 || ms > MAX_HEDGE_AFTER_MS) {
+    throw new ConfigError(
+      "HEDGE_START_AFTER_MS",
+      `must be "auto", "off" or a whole number of milliseconds from 1 to ${MAX_HEDGE_AFTER_MS}`,
+    );
+  }
+  return { after: ms };
 }
 
 function readNetwork(env: WorkerEnv): NetworkConfig {

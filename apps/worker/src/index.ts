@@ -6,7 +6,7 @@
  */
 import { createWorker } from "./worker.js";
 
-export { Sandbox } from "./cloudflare-backend.js";
+export { Sandbox } from "./sandbox-sdk.js";
 export { WarmPoolShard } from "./warm-pool.js";
 
 export default createWorker();

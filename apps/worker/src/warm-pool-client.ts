@@ -4,8 +4,8 @@
  * of all passing through one Durable Object.
  */
 import type { WarmPool as WarmPoolHealth } from "@remote-task/protocol";
-import type { WarmPoolConfig, WorkerEnv } from "./config.js";
-import type { WarmPoolShard } from "./warm-pool.js";
+import type { WarmPoolConfig } from "./config.js";
+import { shardName, type WarmPoolShardRpc } from "./warm-pool-rpc.js";
 import { withinMs } from "./within.js";
 
 /** A warm container lent to one call: its sandbox name and the shard that lent it. */
@@ -19,18 +19,13 @@ const SHARD_TIMEOUT_MS = 5_000;
 /** Shards asked per claim: the first, then its neighbour when the first had none ready. */
 const CLAIM_ATTEMPTS = 2;
 
-/** The Worker version a warm container belongs to; a deploy drains the containers of older ones. */
-export function versionOf(env: Pick<WorkerEnv, "CF_VERSION_METADATA">): string {
-  return env.CF_VERSION_METADATA?.id ?? "unversioned";
-}
-
 export class WarmPoolClient {
-  readonly #namespace: DurableObjectNamespace<WarmPoolShard>;
+  readonly #namespace: DurableObjectNamespace<WarmPoolShardRpc>;
   readonly #config: WarmPoolConfig;
   readonly #version: string;
 
   constructor(
-    namespace: DurableObjectNamespace<WarmPoolShard>,
+    namespace: DurableObjectNamespace<WarmPoolShardRpc>,
     config: WarmPoolConfig,
     version: string,
   ) {
@@ -94,8 +89,8 @@ export class WarmPoolClient {
     return Array.from({ length: this.#config.shards }, (_, index) => index);
   }
 
-  #shard(index: number): DurableObjectStub<WarmPoolShard> {
-    return this.#namespace.get(this.#namespace.idFromName(`warm-pool-shard-${index}`));
+  #shard(index: number): DurableObjectStub<WarmPoolShardRpc> {
+    return this.#namespace.get(this.#namespace.idFromName(shardName(index)));
   }
 
   #ask<T>(call: Promise<T>): Promise<T> {

@@ -6,8 +6,10 @@
  * every call.
  *
  * A shard keeps one row per container it started (SQLite, so a restart loses nothing) and does
- * all slow work in its alarm: starting containers (at most `WARM_POOL_REFILL_BATCH` at once) and
- * destroying the ones it gives up on. It gives up on a container that idled past
+ * all slow work in its alarm: starting containers and destroying the ones it gives up on. Its
+ * refill follows the rate calls drain it: it keeps as many starts in flight as calls asked it for
+ * during the last start time (at least `WARM_POOL_REFILL_BATCH`), and may hold that many beyond
+ * its target (within half of `MAX_INSTANCES`) until those calls are no longer recent. It gives up on a container that idled past
  * `WARM_POOL_MAX_IDLE`, one started by an older Worker version (a deploy drains them), one a call
  * found dead, one left half-started by a restart, and one lent to a call that is long over (its
  * Worker died before destroying it). After repeated start failures it pauses its refill,
@@ -17,41 +19,34 @@
  */
 import { DurableObject } from "cloudflare:workers";
 import {
-  destroyPooledContainer,
-  startPooledContainer,
-  toBackendError,
-} from "./cloudflare-backend.js";
-import {
-  type ContainerNetwork,
-  readConfig,
+  ConfigError,
+  versionOf,
   type WarmPoolConfig,
   type WorkerEnv,
+  workerConfig,
 } from "./config.js";
-import { versionOf } from "./warm-pool-client.js";
-
-/** What a call sends to claim a container. */
-export interface ClaimRequest {
-  sandboxId: string;
-  /** The calling Worker's version: only containers of the same version are lent. */
-  version: string;
-  /** The call's timeout: a claim still held long after it counts as orphaned. */
-  timeoutMs: number;
-}
-
-/** One shard's share of the pool, as `/health` sums it up, and the claims it has served. */
-export interface ShardStats {
-  target: number;
-  ready: number;
-  starting: number;
-  /** Containers this shard has lent since it was created. */
-  claims: number;
-}
+import {
+  type ContainerNetwork,
+  destroySandbox,
+  MAX_START_MS,
+  sandboxHandle,
+  startContainer,
+  toBackendError,
+} from "./sandbox-sdk.js";
+import type { ClaimRequest, ShardStats, WarmPoolShardRpc } from "./warm-pool-rpc.js";
+import { withinMs } from "./within.js";
 
 type ContainerState = "starting" | "ready" | "claimed" | "doomed";
 
 /** The shard's share of the pool and what its containers are started with. */
 interface ShardPool {
   target: number;
+  /**
+   * Containers (ready and starting) the shard aims to hold now: its target, plus as many as
+   * calls asked it for during the last start time (they must be replaced to keep up), within its
+   * share of the pool's ceiling.
+   */
+  goal: number;
   config: WarmPoolConfig;
   version: string;
   /** The deployment's default network policy, which the pool's containers run with. */
@@ -71,7 +66,7 @@ interface ContainerRow extends Record<string, SqlStorageValue> {
 }
 
 /** Longest a container start may take (the SDK's own placement and readiness limits). */
-const START_BUDGET_MS = 120_000;
+const START_BUDGET_MS = MAX_START_MS;
 const DESTROY_TIMEOUT_MS = 30_000;
 const DESTROY_RETRY_MS = 30_000;
 /** A claim is orphaned this long after its call's deadline (the call's destroy would be done). */
@@ -82,6 +77,10 @@ const SLEEP_MARGIN_SECONDS = 120;
 const FAILURES_BEFORE_PAUSE = 3;
 const FIRST_PAUSE_MS = 5_000;
 const LONGEST_PAUSE_MS = 5 * 60_000;
+/** What a start is taken to last until the shard has seen some (the refill's pace, Little's law). */
+const DEFAULT_START_MS = 5_000;
+/** Starts whose times the shard remembers for its pace. */
+const START_SAMPLES = 16;
 /** How often a shard with a target looks at its containers when nothing else is due. */
 const CHECK_INTERVAL_MS = 60_000;
 /** Longest one alarm runs before handing over to the next one. */
@@ -93,7 +92,7 @@ export function shareOf(target: number, shards: number, index: number): number {
 }
 
 /** The warm pool's shard Durable Object (binding `WarmPool`); see the top of this file. */
-export class WarmPoolShard extends DurableObject<WorkerEnv> {
+export class WarmPoolShard extends DurableObject<WorkerEnv> implements WarmPoolShardRpc {
   readonly #sql: SqlStorage;
   /** Container starts and destroys in flight in this instance, by container name. */
   readonly #starting = new Map<string, Promise<void>>();
@@ -106,6 +105,9 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> {
   #pauses = 0;
   #pausedAt = 0;
   #pausedUntil = 0;
+  /** When calls asked for a container (lent or not), oldest first, and recent start times. */
+  readonly #claimedAt: number[] = [];
+  readonly #startTimes: number[] = [];
 
   constructor(ctx: DurableObjectState, env: WorkerEnv) {
     super(ctx, env);
@@ -125,6 +127,7 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> {
   /** Lends the oldest ready container of the caller's version to `request.sandboxId`, if any. */
   async claim(shard: number, request: ClaimRequest): Promise<string | null> {
     this.#learnIndex(shard);
+    this.#claimedAt.push(Date.now());
     const pool = this.#pool();
     let name: string | null = null;
     if (request.version === pool.version) {
@@ -231,7 +234,10 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> {
     }
   }
 
-  /** The Worker's variables and bindings the shard works to (its own `env`; tests replace it). */
+  /**
+   * The Worker's variables and bindings the shard works to: its own `env` (tests replace it),
+   * the same object on every use, so that its configuration is read once.
+   */
   protected variables(): WorkerEnv {
     return this.env;
   }
@@ -239,17 +245,37 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> {
   /** The shard's share of the pool, from the Worker's variables (none when they are unusable). */
   #pool(): ShardPool {
     const variables = this.variables();
-    let config: WarmPoolConfig;
-    let network: ContainerNetwork = "none";
-    try {
-      const read = readConfig(variables);
-      config = read.warmPool;
-      network = read.network.default;
-    } catch {
-      config = { target: 0, maxIdleSeconds: 60, refillBatch: 1, shards: 0 };
+    const read = workerConfig(variables);
+    if (ConfigError.isInstance(read)) {
+      return {
+        target: 0,
+        goal: 0,
+        config: { target: 0, maxIdleSeconds: 60, refillBatch: 1, shards: 0, ceiling: 0 },
+        version: versionOf(variables),
+        network: "none",
+      };
     }
-    const target = shareOf(config.target, config.shards, this.#index ?? 0);
-    return { target, config, version: versionOf(variables), network };
+    const config = read.warmPool;
+    const index = this.#index ?? 0;
+    const target = shareOf(config.target, config.shards, index);
+    const ceiling = Math.max(target, shareOf(config.ceiling, config.shards, index));
+    const goal = Math.min(ceiling, target + this.#recentClaims());
+    return { target, goal, config, version: read.version, network: read.network.default };
+  }
+
+  /** How long a start takes here: the mean of the recent ones. */
+  #startMs(): number {
+    const times = this.#startTimes;
+    return times.length === 0
+      ? DEFAULT_START_MS
+      : times.reduce((sum, ms) => sum + ms, 0) / times.length;
+  }
+
+  /** Calls that asked for a container within the last start time (older ones are forgotten). */
+  #recentClaims(): number {
+    const since = Date.now() - this.#startMs();
+    while ((this.#claimedAt[0] ?? since) < since) this.#claimedAt.shift();
+    return this.#claimedAt.length;
   }
 
   /** A shard learns its number from the first call that reaches it (its alarm has none). */
@@ -310,7 +336,7 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> {
     const mine = rows.filter(
       (row) => row.version === pool.version && (row.state === "ready" || row.state === "starting"),
     );
-    const excess = mine.length - pool.target;
+    const excess = mine.length - pool.goal;
     const spare = mine.filter((row) => row.state === "ready").sort((a, b) => b.since - a.since);
     for (const row of spare.slice(0, Math.max(0, excess))) doom(row, "above_target");
     if (Object.keys(doomed).length > 0) log(this.#index, "info", "destroying", { doomed });
@@ -322,7 +348,7 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> {
   }
 
   #destroy(name: string): void {
-    const work = destroyPooledContainer(this.env.Sandbox, name, DESTROY_TIMEOUT_MS)
+    const work = destroySandbox(sandboxHandle(this.env.Sandbox, name), DESTROY_TIMEOUT_MS)
       .then(
         () => {
           this.#sql.exec("DELETE FROM containers WHERE name = ?", name);
@@ -344,16 +370,18 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> {
   }
 
   /**
-   * Starts containers up to the shard's target, a batch at a time, unless the refill pauses.
-   * Every container the shard holds counts against the target, the ones still being destroyed
-   * too (after a deploy, or found dead), so the pool never takes more instances than its target.
+   * Starts containers up to the shard's goal unless the refill pauses. The starts in flight follow
+   * the rate calls drain the shard: as many as calls asked for during the last start time (at
+   * least `refillBatch`), so that the refill keeps up with a batch longer than the pool. Every
+   * container the shard holds counts against the goal, the ones still being destroyed too (after
+   * a deploy, or found dead), so the pool never takes more instances than its ceiling.
    */
   #refill(pool: ShardPool): void {
     if (Date.now() < this.#pausedUntil) return;
     const held = this.#rows().filter((row) => row.state !== "claimed").length;
     // After a pause, one container at a time until one starts.
-    const batch = this.#pauses > 0 ? 1 : pool.config.refillBatch;
-    const count = Math.min(pool.target - held, batch - this.#starting.size);
+    const batch = this.#pauses > 0 ? 1 : Math.max(pool.config.refillBatch, this.#recentClaims());
+    const count = Math.min(pool.goal - held, batch - this.#starting.size);
     for (let i = 0; i < count; i++) this.#start(pool);
   }
 
@@ -370,12 +398,14 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> {
     const sleepAfterSeconds = pool.config.maxIdleSeconds + SLEEP_MARGIN_SECONDS;
     // Started with the deployment's default network policy: the Worker lends it only to a call
     // with that policy (a change of the policy is a new version, which drains the pool).
-    const work = startPooledContainer(
-      this.env.Sandbox,
-      name,
-      sleepAfterSeconds,
+    const work = withinMs(
+      startContainer(
+        sandboxHandle(this.env.Sandbox, name, sleepAfterSeconds),
+        START_BUDGET_MS,
+        pool.network,
+      ),
       START_BUDGET_MS,
-      pool.network,
+      () => new Error(`the container was not ready within ${START_BUDGET_MS / 1000} s`),
     )
       .then(
         () => {
@@ -384,6 +414,8 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> {
             Date.now(),
             name,
           );
+          this.#startTimes.push(Date.now() - now);
+          if (this.#startTimes.length > START_SAMPLES) this.#startTimes.shift();
           this.#failures = 0;
           if (this.#pauses > 0) log(this.#index, "info", "refill_resumed", { container: name });
           this.#pauses = 0;
@@ -427,9 +459,9 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> {
   }
 
   /** The next alarm: the earliest thing due, a pause's end, or a periodic look while in use. */
-  async #scheduleNext(pool: { target: number; version: string }): Promise<void> {
+  async #scheduleNext(pool: ShardPool): Promise<void> {
     const now = Date.now();
-    const maxIdleMs = this.#pool().config.maxIdleSeconds * 1000;
+    const maxIdleMs = pool.config.maxIdleSeconds * 1000;
     const times: number[] = [];
     for (const row of this.#rows()) {
       if (row.state === "ready") times.push(row.since + maxIdleMs);
@@ -437,7 +469,12 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> {
       else times.push(now);
     }
     const held = this.#rows().filter((row) => row.state !== "claimed").length;
-    if (held < pool.target) times.push(Math.max(now, this.#pausedUntil));
+    if (held < pool.goal) times.push(Math.max(now, this.#pausedUntil));
+    // Held above the target for the calls of late: given back once they are no longer recent.
+    const oldestClaim = this.#claimedAt[0];
+    if (held > pool.target && oldestClaim !== undefined) {
+      times.push(oldestClaim + this.#startMs() + 1);
+    }
     if (pool.target > 0) times.push(now + CHECK_INTERVAL_MS);
     if (times.length === 0) {
       await this.ctx.storage.deleteAlarm();

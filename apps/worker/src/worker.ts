@@ -6,8 +6,8 @@ import {
   jsonLineLogger,
 } from "@remote-task/bridge";
 import { CloudflareSandboxBackend } from "./cloudflare-backend.js";
-import { ConfigError, readConfig, type WorkerEnv } from "./config.js";
-import { versionOf, WarmPoolClient } from "./warm-pool-client.js";
+import { ConfigError, type WorkerEnv, workerConfig } from "./config.js";
+import { WarmPoolClient } from "./warm-pool-client.js";
 
 /** One isolate's bridge for a set of bindings, and whether it has woken the warm pool yet. */
 interface Bridge {
@@ -33,17 +33,20 @@ export function createWorker(options: WorkerHandlerOptions = {}) {
   function bridgeFor(env: WorkerEnv): Bridge | ConfigError {
     const cached = bridges.get(env);
     if (cached !== undefined) return cached;
+    const config = workerConfig(env);
     let bridge: Bridge | ConfigError;
-    try {
-      const config = readConfig(env);
+    if (ConfigError.isInstance(config)) {
+      bridge = config;
+    } else {
       const backend = new CloudflareSandboxBackend({
         namespace: env.Sandbox,
         sleepAfter: config.sleepAfter,
         warmPool:
           config.warmPool.target > 0 && env.WarmPool !== undefined
-            ? new WarmPoolClient(env.WarmPool, config.warmPool, versionOf(env))
+            ? new WarmPoolClient(env.WarmPool, config.warmPool, config.version)
             : undefined,
         pooledNetwork: config.network.default,
+        hedge: config.hedge,
       });
       const handler = createBridge({
         backend,
@@ -57,9 +60,6 @@ export function createWorker(options: WorkerHandlerOptions = {}) {
         network: config.network,
       });
       bridge = { handler, backend, primed: false };
-    } catch (error) {
-      if (!ConfigError.isInstance(error)) throw error;
-      bridge = error;
     }
     bridges.set(env, bridge);
     return bridge;

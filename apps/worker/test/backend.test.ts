@@ -8,11 +8,8 @@ import {
   type SandboxBackend,
 } from "@remote-task/bridge";
 import { describe, expect, it } from "vitest";
-import {
-  CloudflareSandboxBackend,
-  CONTAINERS_DISABLED_MESSAGE,
-  toBackendError,
-} from "../src/cloudflare-backend.js";
+import { CloudflareSandboxBackend } from "../src/cloudflare-backend.js";
+import { CONTAINERS_DISABLED_MESSAGE, toBackendError } from "../src/sandbox-sdk.js";
 import { type FakeScenario, fakeCommand } from "./fake-sandbox.js";
 import { expectDestroyed, sandboxId, sandboxState } from "./helpers.js";
 

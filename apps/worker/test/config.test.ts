@@ -1,6 +1,6 @@
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { ConfigError, readConfig, type WorkerEnv } from "../src/config.js";
+import { ConfigError, readConfig, type WorkerEnv, workerConfig } from "../src/config.js";
 import { warmPoolNamespace } from "./helpers.js";
 
 type Vars = Partial<
@@ -48,6 +48,7 @@ describe("readConfig", () => {
           MAX_STDIN_BYTES: "4096",
           NETWORK_DEFAULT: "none",
           NETWORK_CEILING: " OPEN ",
+          HEDGE_START_AFTER_MS: "2500",
         }),
       ),
     ).toEqual({
@@ -65,10 +66,36 @@ describe("readConfig", () => {
         maxOutputBytes: 65_536,
         maxStdinBytes: 4096,
       },
-      warmPool: { target: 10, maxIdleSeconds: 900, refillBatch: 2, shards: 2 },
+      warmPool: { target: 10, maxIdleSeconds: 900, refillBatch: 2, shards: 2, ceiling: 10 },
       admission: { maxConcurrent: 5, maxQueued: 0 },
       network: { default: "none", ceiling: "open" },
+      hedge: { after: 2500 },
+      version: "unversioned",
     });
+  });
+
+  it("reads when a slow start is hedged: auto (observed), off, or whole milliseconds", () => {
+    const hedge = (value: string) => readConfig(bindings({ HEDGE_START_AFTER_MS: value })).hedge;
+    expect(hedge("")).toEqual({ after: "observed" });
+    expect(hedge(" Auto ")).toEqual({ after: "observed" });
+    expect(hedge("OFF")).toEqual({ after: "off" });
+    expect(hedge("1")).toEqual({ after: 1 });
+    for (const value of ["0", "1.5", "-3", "3s", "120001"]) {
+      expect(configError({ HEDGE_START_AFTER_MS: value }).message, value).toContain(
+        'HEDGE_START_AFTER_MS must be "auto", "off" or a whole number of milliseconds',
+      );
+    }
+  });
+
+  it("reads one bindings object once, its error too, and each new one afresh", () => {
+    const env = bindings({ WARM_POOL_TARGET: "2", MAX_INSTANCES: "4" });
+    const config = workerConfig(env);
+    expect(workerConfig(env)).toBe(config);
+    expect(workerConfig({ ...env })).not.toBe(config);
+    const wrong = bindings({ WARM_POOL_TARGET: "3", MAX_INSTANCES: "4" });
+    const error = workerConfig(wrong);
+    expect(ConfigError.isInstance(error) && error.variable).toBe("WARM_POOL_TARGET");
+    expect(workerConfig(wrong)).toBe(error);
   });
 
   it("treats empty values as unset and keeps auth on by default", () => {
@@ -80,9 +107,11 @@ describe("readConfig", () => {
       token: undefined,
       allowUnauthenticated: false,
       limits: {},
-      warmPool: { target: 0, maxIdleSeconds: 600, refillBatch: 4, shards: 0 },
+      warmPool: { target: 0, maxIdleSeconds: 600, refillBatch: 4, shards: 0, ceiling: 0 },
       admission: { maxConcurrent: 32, maxQueued: 32 },
       network: { default: "none", ceiling: "none" },
+      hedge: { after: "observed" },
+      version: "unversioned",
     });
     expect(readConfig(bindings({ SANDBOX_SLEEP_AFTER: "2h" })).sleepAfter).toBe("2h");
   });

@@ -24,18 +24,20 @@ export interface ShardRow {
 }
 
 export class TestWarmPoolShard extends WarmPoolShard {
-  #variables: Partial<WorkerEnv> = {};
+  /** The test's variables over the shard's own: one object per `setVariables`, read once. */
+  #env: WorkerEnv | undefined;
 
   async setVariables(variables: PoolVariables): Promise<void> {
     const { version, ...rest } = variables;
-    this.#variables = {
+    this.#env = {
+      ...this.env,
       ...rest,
       CF_VERSION_METADATA: { id: version, tag: "", timestamp: new Date(0).toISOString() },
     };
   }
 
   protected override variables(): WorkerEnv {
-    return { ...this.env, ...this.#variables };
+    return this.#env ?? this.env;
   }
 
   async rows(): Promise<ShardRow[]> {

@@ -6,7 +6,7 @@ import { newSandboxId, type StreamEvent } from "@remote-task/protocol";
 import { expect } from "vitest";
 import type { WorkerEnv } from "../src/config.js";
 import worker from "../src/index.js";
-import type { WarmPoolShard } from "../src/warm-pool.js";
+import type { WarmPoolShardRpc } from "../src/warm-pool-rpc.js";
 import { createWorker } from "../src/worker.js";
 import type { FakeSandbox, FakeState } from "./fake-sandbox.js";
 
@@ -26,7 +26,7 @@ export function workerEnv(
     >
   > = {},
 ) {
-  return { ...env, WarmPool: warmPoolNamespace(), ...overrides } as WorkerEnv;
+  return { ...env, WarmPool: warmPoolNamespace(), ...overrides } as unknown as WorkerEnv;
 }
 
 export interface Answer {
@@ -81,8 +81,8 @@ export function events(text: string): Promise<StreamEvent[]> {
 }
 
 /** `env.WarmPool` typed as the Worker sees it (the test binds the shard class with test hooks). */
-export function warmPoolNamespace(): DurableObjectNamespace<WarmPoolShard> {
-  return env.WarmPool as unknown as DurableObjectNamespace<WarmPoolShard>;
+export function warmPoolNamespace(): DurableObjectNamespace<WarmPoolShardRpc> {
+  return env.WarmPool as unknown as DurableObjectNamespace<WarmPoolShardRpc>;
 }
 
 export function fakeNamespace(): DurableObjectNamespace<FakeSandbox> {

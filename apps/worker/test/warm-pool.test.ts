@@ -322,18 +322,31 @@ describe("the warm pool", () => {
       healthResponseSchema.parse(
         JSON.parse((await send("/health", { headers: AUTH, env: bindings, handler })).text),
       ).warmPool;
-    await expect.poll(health, { timeout: 10_000 }).toEqual({ target: 2, ready: 2, starting: 0 });
+    await expect
+      .poll(health, { timeout: 10_000 })
+      .toEqual({ target: 2, ready: 2, starting: 0, hits: 0, misses: 0, hedges: 0 });
     const answer = await exec(
       { sandboxId: sandboxId(), command: "echo hi" },
       { env: bindings, handler },
     );
     expect(execResultSchema.parse(JSON.parse(answer.text)).stdout).toBe("hi\n");
     await filled(client, 2);
+    expect(await health()).toEqual({
+      target: 2,
+      ready: 2,
+      starting: 0,
+      hits: 1,
+      misses: 0,
+      hedges: 0,
+    });
     const off = await send("/health", { headers: AUTH });
     expect(healthResponseSchema.parse(JSON.parse(off.text)).warmPool).toEqual({
       target: 0,
       ready: 0,
       starting: 0,
+      hits: 0,
+      misses: 0,
+      hedges: 0,
     });
     await exec({ sandboxId: sandboxId(), command: "echo cold" }, { handler });
     expect(entries.map((entry) => "warm" in entry && entry.warm)).toEqual([true, false]);

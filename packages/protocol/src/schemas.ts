@@ -33,6 +33,17 @@ export const warmPoolSchema = z.object({
   ),
   ready: nonNegativeInt.describe("Sandboxes started and waiting for a call now."),
   starting: nonNegativeInt.describe("Sandboxes being started to refill the pool now."),
+  hits: nonNegativeInt
+    .optional()
+    .describe("Calls lent a pooled sandbox (counted by the bridge instance that answered)."),
+  misses: nonNegativeInt
+    .optional()
+    .describe("Calls that found no pooled sandbox ready and started their own."),
+  hedges: nonNegativeInt
+    .optional()
+    .describe(
+      "Slow sandbox starts that got a second sandbox started for the same call (the first ready ran the command).",
+    ),
 });
 export type WarmPool = z.infer<typeof warmPoolSchema>;
 

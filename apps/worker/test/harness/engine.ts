@@ -24,6 +24,11 @@ import { Container, type ContainerImage } from "./container.ts";
 export interface Faults {
   /** Delay between `start` and the container's processes starting (a cold start). */
   coldStartMs?: number;
+  /**
+   * Every `every`-th container the engine creates (counting all of them) starts after `ms`
+   * instead of `coldStartMs`: a cold start with a long tail.
+   */
+  slowStart?: { every: number; ms: number };
   /** The server never starts: nothing listens on the port. */
   neverListens?: boolean;
   /** `containers/create` is refused: the container can never be created (a start failure). */
@@ -178,6 +183,8 @@ export class FakeDockerEngine {
   readonly problems: string[] = [];
   /** Faults applied to containers created from now on. */
   faults: Faults = {};
+  /** Containers created so far (for `slowStart`). */
+  #created = 0;
   /** Faults for containers of one Durable Object id, taking precedence over `faults`. */
   readonly faultsFor = new Map<string, Faults>();
 
@@ -324,6 +331,10 @@ export class FakeDockerEngine {
       ...this.faults,
       ...(record.durableObjectId === undefined ? {} : this.faultsFor.get(record.durableObjectId)),
     };
+    this.#created++;
+    if (faults.slowStart !== undefined && this.#created % faults.slowStart.every === 0) {
+      faults.coldStartMs = faults.slowStart.ms;
+    }
     if (faults.refuseCreate) {
       this.#note(record, "refused");
       record.deleted = true;

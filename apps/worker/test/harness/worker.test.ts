@@ -27,8 +27,9 @@ const MEMORY_BOUND_BYTES = 160_000_000;
 beforeAll(async () => {
   harness = await WorkerHarness.start({
     image: imageUnderTest(),
-    // Quick heartbeats, so a disconnected SSE client is noticed within a second.
-    vars: { HEARTBEAT_INTERVAL_MS: "1000" },
+    // Quick heartbeats, so a disconnected SSE client is noticed within a second. One start per
+    // call: these tests hold a call's own start back; hedged starts have tests of their own.
+    vars: { HEARTBEAT_INTERVAL_MS: "1000", HEDGE_START_AFTER_MS: "off" },
   });
 }, 120_000);
 

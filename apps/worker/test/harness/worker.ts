@@ -49,9 +49,9 @@ export function commandsRun(record: ContainerRecord): number {
   return record.requests.filter(({ line }) => line.startsWith("POST /api/execute/stream ")).length;
 }
 
-/** What wrangler.jsonc sets for the Worker (the `ci` environment, which `npm run build` uses). */
+/** What wrangler.jsonc sets for the Worker (as `npm run build` bundles it). */
 function wranglerOptions() {
-  return unstable_getMiniflareWorkerOptions(`${WORKER_DIR}wrangler.jsonc`, "ci").workerOptions as {
+  return unstable_getMiniflareWorkerOptions(`${WORKER_DIR}wrangler.jsonc`).workerOptions as {
     compatibilityDate: string;
     compatibilityFlags: string[];
     bindings: Record<string, string>;

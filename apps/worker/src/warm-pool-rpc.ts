@@ -1,0 +1,41 @@
+/**
+ * What the Worker asks of a warm pool shard: the RPC surface the shard (warm-pool.ts) implements
+ * and the client (warm-pool-client.ts) calls, so that the Worker's bindings can name it without
+ * importing the shard, and neither side imports the other.
+ */
+
+/** What a call sends to claim a container. */
+export interface ClaimRequest {
+  sandboxId: string;
+  /** The calling Worker's version: only containers of the same version are lent. */
+  version: string;
+  /** The call's timeout: a claim still held long after it counts as orphaned. */
+  timeoutMs: number;
+}
+
+/** One shard's share of the pool, as `/health` sums it up, and the claims it has served. */
+export interface ShardStats {
+  target: number;
+  ready: number;
+  starting: number;
+  /** Containers this shard has lent since it was created. */
+  claims: number;
+}
+
+/** The shard's methods a Worker calls; `shard` is the caller's number for it. */
+export interface WarmPoolShardRpc extends Rpc.DurableObjectBranded {
+  /** Lends a ready container of the caller's version to `request.sandboxId`: its name, or null. */
+  claim(shard: number, request: ClaimRequest): Promise<string | null>;
+  /** The call destroyed its container: forget it. */
+  release(shard: number, name: string): Promise<void>;
+  /** A call found its container dead before sending it anything: destroy it. */
+  discard(shard: number, name: string): Promise<void>;
+  /** The container lent to `sandboxId`, or null. */
+  lookup(shard: number, sandboxId: string): Promise<string | null>;
+  stats(shard: number): Promise<ShardStats>;
+}
+
+/** The Durable Object name of shard `index`. */
+export function shardName(index: number): string {
+  return `warm-pool-shard-${index}`;
+}
