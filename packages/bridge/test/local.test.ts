@@ -17,6 +17,7 @@ import {
   leftoverCallDirs,
   makeTmpRoot,
   markedSleep,
+  memoryLogger,
   processesWith,
 } from "./helpers.js";
 import { bwrap, bwrapRequired, isolationModes } from "./isolation.js";
@@ -60,6 +61,29 @@ describe("isolation option", () => {
     } finally {
       warn.mockRestore();
     }
+  });
+
+  it("sends its warnings to the logger it is given, not to stderr", async () => {
+    const warn = vi.spyOn(process.stderr, "write").mockImplementation(() => true);
+    const logger = memoryLogger();
+    try {
+      const backend = createLocalBackend({
+        isolation: "auto",
+        bwrapPath: "/nonexistent/bwrap",
+        logger,
+      });
+      await backend.close();
+      expect(warn).not.toHaveBeenCalled();
+    } finally {
+      warn.mockRestore();
+    }
+    expect(logger.entries).toEqual([
+      {
+        event: "warning",
+        level: "warn",
+        detail: expect.stringMatching(/^bubblewrap is not usable here .*isolation "none"/),
+      },
+    ]);
   });
 
   it.skipIf(!bwrap.ok || process.getuid?.() !== 0)(

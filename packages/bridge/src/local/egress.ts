@@ -1,3 +1,11 @@
+/**
+ * The egress proxy of one sandbox: an HTTP forward proxy (CONNECT tunnels, and plain HTTP with
+ * absolute-URI requests) on a unix socket that only that sandbox has (bind-mounted into it). For
+ * each connection it checks the destination against the call's policy, resolves the name itself,
+ * checks every address it got, and connects to the address it checked (so no second lookup can
+ * answer differently). What may be reached is decided in egress-policy.ts; this module only wires
+ * that decision to sockets and name resolution.
+ */
 import { lookup } from "node:dns/promises";
 import {
   createServer,
@@ -11,26 +19,18 @@ import { connect, isIP, type Socket } from "node:net";
 import { networkInterfaces } from "node:os";
 import type { Duplex } from "node:stream";
 import type { NetworkPolicy } from "@remote-task/protocol";
-import ipaddr from "ipaddr.js";
+import type { ParsedHostPattern } from "../network.js";
 import {
-  describeNetworkPolicy,
-  hostMatches,
-  isPublicAddress,
-  type ParsedHostPattern,
-  parseHostPattern,
-} from "../network.js";
+  chooseAddress,
+  type EgressRules,
+  type EgressVerdict,
+  type Endpoint,
+  egressRules,
+  screenDestination,
+  unresolved,
+} from "./egress-policy.js";
 
-/**
- * The egress proxy of one sandbox: an HTTP forward proxy (CONNECT tunnels, and plain HTTP with
- * absolute-URI requests) on a unix socket that only that sandbox has (bind-mounted into it). For
- * each connection it checks the destination against the call's policy, resolves the name itself,
- * checks every address it got, and connects to the address it checked (so no second lookup can
- * answer differently). Addresses that are not public (loopback, private, link-local such as
- * 169.254.169.254, carrier-grade NAT, unique-local...) are refused unless the deployer allowed
- * them: an IP-literal pattern of the call's allowlist (by the bridge's rule only a deployer's
- * ceiling can hold one) or a pattern of `allowPrivate`. The bridge's own listening port is never
- * reachable.
- */
+export type { Endpoint } from "./egress-policy.js";
 
 /** What the deployer sets for the local backend's egress proxy. */
 export interface EgressOptions {
@@ -41,12 +41,6 @@ export interface EgressOptions {
    * destination.
    */
   allowPrivate?: readonly string[] | undefined;
-}
-
-/** An address and port the bridge listens on (never reachable from a sandbox). */
-export interface Endpoint {
-  host: string;
-  port: number;
 }
 
 export interface EgressProxyOptions {
@@ -80,56 +74,14 @@ const HOP_BY_HOP = new Set([
   "upgrade",
 ]);
 
-type Decision =
-  | { ok: true; address: string }
-  | { ok: false; status: 403 | 400 | 502; reason: string };
-
-/** ipaddr.js's range names, as a message says them. */
-const RANGE_WORDS: Record<string, string> = {
-  linkLocal: "link-local",
-  carrierGradeNat: "carrier-grade NAT",
-  uniqueLocal: "unique-local",
-  ipv4Mapped: "IPv4-mapped",
-  rfc6145: "IPv4-translated",
-  rfc6052: "IPv4-embedded",
-  "6to4": "6to4",
-  teredo: "Teredo",
-};
-
-function rangeOf(address: string): string {
-  const range = ipaddr.process(address).range();
-  return RANGE_WORDS[range] ?? range;
-}
-
-function canonical(address: string): string {
-  return ipaddr.process(address).toString();
-}
-
-/** True for this machine's own addresses (any of them may be where the bridge listens). */
-function isOwnAddress(address: string): boolean {
-  const parsed = ipaddr.process(address);
-  if (parsed.range() === "loopback" || parsed.range() === "unspecified") return true;
-  for (const list of Object.values(networkInterfaces())) {
-    for (const info of list ?? []) {
-      if (ipaddr.isValid(info.address) && canonical(info.address) === parsed.toString())
-        return true;
-    }
-  }
-  return false;
-}
-
-function isBridge(address: string, port: number, endpoints: readonly Endpoint[]): boolean {
-  return endpoints.some(
-    (endpoint) =>
-      endpoint.port === port &&
-      (isOwnAddress(address) ||
-        (ipaddr.isValid(endpoint.host) && canonical(endpoint.host) === canonical(address))),
+/** This machine's interface addresses, read on every decision (interfaces come and go). */
+function interfaceAddresses(): string[] {
+  return Object.values(networkInterfaces()).flatMap((list) =>
+    (list ?? []).map((info) => info.address),
   );
 }
 
 export async function startEgressProxy(options: EgressProxyOptions): Promise<EgressProxy> {
-  const { policy, allowPrivate } = options;
-  const allowlist = policy === "open" ? [] : policy.allow.map(parseHostPattern);
   const sockets = new Set<Duplex>();
   let refused = 0;
 
@@ -138,55 +90,31 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
     socket.once("close", () => sockets.delete(socket));
   };
 
-  async function decide(host: string, port: number): Promise<Decision> {
-    const target = `${host.includes(":") ? `[${host}]` : host}:${port}`;
-    const refuse = (reason: string): Decision => {
-      refused++;
-      return {
-        ok: false,
-        status: 403,
-        reason: `remote-task egress proxy: connection to ${target} refused: ${reason} (network policy: ${describeNetworkPolicy(policy)}).`,
-      };
-    };
-    if (!Number.isInteger(port) || port < 1 || port > 65535 || host === "") {
-      return {
-        ok: false,
-        status: 400,
-        reason: `remote-task egress proxy: bad destination ${target}.`,
-      };
+  async function decide(host: string, port: number): Promise<EgressVerdict> {
+    const rules = egressRules(
+      options.policy,
+      options.allowPrivate,
+      options.protectedEndpoints(),
+      interfaceAddresses(),
+    );
+    const verdict =
+      screenDestination(host, port, rules) ?? (await resolveAndChoose(host, port, rules));
+    if (!verdict.ok && verdict.status === 403) refused++;
+    return verdict;
+  }
+
+  async function resolveAndChoose(
+    host: string,
+    port: number,
+    rules: EgressRules,
+  ): Promise<EgressVerdict> {
+    if (isIP(host) !== 0) return chooseAddress(host, port, [host], rules);
+    try {
+      const addresses = (await lookup(host, { all: true })).map((entry) => entry.address);
+      return chooseAddress(host, port, addresses, rules);
+    } catch (error) {
+      return unresolved(host, (error as NodeJS.ErrnoException).code ?? (error as Error).message);
     }
-    if (policy !== "open" && !allowlist.some((pattern) => hostMatches(pattern, host, port))) {
-      return refuse("not in the call's allowlist");
-    }
-    let addresses: string[];
-    if (isIP(host) !== 0) addresses = [host];
-    else {
-      try {
-        addresses = (await lookup(host, { all: true })).map((entry) => entry.address);
-      } catch (error) {
-        return {
-          ok: false,
-          status: 502,
-          reason: `remote-task egress proxy: cannot resolve ${host}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}.`,
-        };
-      }
-    }
-    const explicitlyAllowed = (address: string) =>
-      allowlist.some((pattern) => pattern.literal && hostMatches(pattern, address, port)) ||
-      allowPrivate.some(
-        (pattern) => hostMatches(pattern, host, port) || hostMatches(pattern, address, port),
-      );
-    const endpoints = options.protectedEndpoints();
-    let reason = "";
-    for (const address of addresses) {
-      if (isBridge(address, port, endpoints)) {
-        reason ||= `${address} port ${port} is the bridge itself`;
-        continue;
-      }
-      if (isPublicAddress(address) || explicitlyAllowed(address)) return { ok: true, address };
-      reason ||= `${address} is not public (${rangeOf(address)}) and the deployer has not allowed it`;
-    }
-    return refuse(reason || "no address");
   }
 
   /** Answers on a raw socket (a CONNECT request) and closes it. */

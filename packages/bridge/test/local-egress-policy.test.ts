@@ -1,0 +1,83 @@
+import { describe, expect, it } from "vitest";
+import { parseHostPattern } from "../src/index.js";
+import {
+  chooseAddress,
+  type EgressRules,
+  egressRules,
+  screenDestination,
+  unresolved,
+} from "../src/local/egress-policy.js";
+
+const PUBLIC = "93.184.216.34";
+const HOST = "10.1.2.3";
+
+function rules(
+  policy: EgressRules["policy"],
+  extra: Partial<Pick<EgressRules, "allowPrivate" | "bridgeEndpoints" | "hostAddresses">> = {},
+): EgressRules {
+  return egressRules(
+    policy,
+    extra.allowPrivate ?? [],
+    extra.bridgeEndpoints ?? [],
+    extra.hostAddresses ?? [],
+  );
+}
+
+describe("egress decision: before resolution", () => {
+  it("refuses a bad destination with 400", () => {
+    expect(screenDestination("example.com", 0, rules("open"))).toMatchObject({ status: 400 });
+    expect(screenDestination("", 443, rules("open"))).toMatchObject({ status: 400 });
+  });
+
+  it("lets anything well-formed through under open, and only allowlisted names otherwise", () => {
+    expect(screenDestination("example.com", 443, rules("open"))).toBeUndefined();
+    const allow = rules({ allow: ["*.example.com:443"] });
+    expect(screenDestination("api.example.com", 443, allow)).toBeUndefined();
+    expect(screenDestination("api.example.com", 80, allow)).toMatchObject({
+      ok: false,
+      status: 403,
+      reason: expect.stringContaining("not in the call's allowlist"),
+    });
+  });
+});
+
+describe("egress decision: choosing an address", () => {
+  it("takes the first public address", () => {
+    expect(chooseAddress("example.com", 443, ["10.0.0.1", PUBLIC], rules("open"))).toEqual({
+      ok: true,
+      address: PUBLIC,
+    });
+  });
+
+  it("refuses non-public addresses, naming the range, unless allowPrivate names the host", () => {
+    const refusal = chooseAddress("db.internal", 5432, ["169.254.169.254"], rules("open"));
+    expect(refusal).toMatchObject({ ok: false, status: 403 });
+    expect(!refusal.ok && refusal.reason).toContain("link-local");
+    const allowed = rules("open", { allowPrivate: [parseHostPattern("db.internal")] });
+    expect(chooseAddress("db.internal", 5432, ["10.0.0.7"], allowed)).toEqual({
+      ok: true,
+      address: "10.0.0.7",
+    });
+  });
+
+  it("never reaches the bridge's own port, on loopback or any address of the host", () => {
+    const bridge = rules("open", {
+      allowPrivate: [parseHostPattern(HOST)],
+      bridgeEndpoints: [{ host: "0.0.0.0", port: 8787 }],
+      hostAddresses: [HOST],
+    });
+    for (const address of ["127.0.0.1", "::1", HOST]) {
+      const verdict = chooseAddress(address, 8787, [address], bridge);
+      expect(verdict).toMatchObject({ ok: false, status: 403 });
+      expect(!verdict.ok && verdict.reason).toContain("is the bridge itself");
+    }
+  });
+
+  it("refuses when nothing resolved, and says why a name did not resolve", () => {
+    expect(chooseAddress("x.example", 443, [], rules("open"))).toMatchObject({ status: 403 });
+    expect(unresolved("x.example", "ENOTFOUND")).toMatchObject({
+      status: 502,
+      reason: expect.stringContaining("cannot resolve x.example: ENOTFOUND"),
+    });
+  });
+});
