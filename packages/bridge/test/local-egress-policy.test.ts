@@ -73,6 +73,25 @@ describe("egress decision: choosing an address", () => {
     }
   });
 
+  it("refuses every address of the bridge's host, public ones too, unless the deployer allowed it", () => {
+    const ownPublic = "203.0.114.9";
+    const hostRules = rules("open", { hostAddresses: [ownPublic, "fe80::1%eth0", HOST] });
+    const verdict = chooseAddress("me.example", 22, [ownPublic], hostRules);
+    expect(verdict).toMatchObject({ ok: false, status: 403 });
+    expect(!verdict.ok && verdict.reason).toContain("the bridge's own host");
+    expect(chooseAddress("me.example", 22, [HOST], hostRules)).toMatchObject({ ok: false });
+    const allowed = rules("open", {
+      hostAddresses: [ownPublic],
+      allowPrivate: [parseHostPattern("me.example:22")],
+    });
+    expect(chooseAddress("me.example", 22, [ownPublic], allowed)).toEqual({
+      ok: true,
+      address: ownPublic,
+    });
+    const literal = rules({ allow: [`${ownPublic}:22`] }, { hostAddresses: [ownPublic] });
+    expect(chooseAddress(ownPublic, 22, [ownPublic], literal)).toMatchObject({ ok: true });
+  });
+
   it("refuses when nothing resolved, and says why a name did not resolve", () => {
     expect(chooseAddress("x.example", 443, [], rules("open"))).toMatchObject({ status: 403 });
     expect(unresolved("x.example", "ENOTFOUND")).toMatchObject({

@@ -4,8 +4,9 @@
  * the addresses the name resolved to. Addresses that are not public (loopback, private,
  * link-local such as 169.254.169.254, carrier-grade NAT, unique-local...) are refused unless the
  * deployer allowed them: an IP-literal pattern of the call's allowlist (by the bridge's rule only
- * a deployer's ceiling can hold one) or a pattern of `allowPrivate`. The bridge's own listening
- * port is never reachable.
+ * a deployer's ceiling can hold one) or a pattern of `allowPrivate`. The same holds for every
+ * address of the bridge's own host (each interface's, public ones too, any port): its services
+ * are not the internet. The bridge's own listening port is never reachable.
  */
 import type { NetworkPolicy } from "@remote-task/protocol";
 import ipaddr from "ipaddr.js";
@@ -157,8 +158,12 @@ export function chooseAddress(
       reason ||= `${address} port ${port} is the bridge itself`;
       continue;
     }
-    if (isPublicAddress(address) || explicitlyAllowed(address)) return { ok: true, address };
-    reason ||= `${address} is not public (${rangeOf(address)}) and the deployer has not allowed it`;
+    if (explicitlyAllowed(address)) return { ok: true, address };
+    if (!isPublicAddress(address)) {
+      reason ||= `${address} is not public (${rangeOf(address)}) and the deployer has not allowed it`;
+    } else if (isOwnAddress(address, rules)) {
+      reason ||= `${address} is an address of the bridge's own host and the deployer has not allowed it`;
+    } else return { ok: true, address };
   }
   return refuse(host, port, rules, reason || "no address");
 }
