@@ -40,7 +40,7 @@ export interface EgressRules {
 
 export type EgressVerdict =
   | { ok: true; address: string }
-  | { ok: false; status: 400 | 403 | 502; reason: string };
+  | { ok: false; status: 400 | 403 | 502 | 503; reason: string };
 
 /** The rules of a call's proxy, its allowlist parsed once. */
 export function egressRules(
@@ -134,6 +134,15 @@ export function unresolved(host: string, why: string): EgressVerdict {
     ok: false,
     status: 502,
     reason: `remote-task egress proxy: cannot resolve ${host}: ${why}.`,
+  };
+}
+
+/** The answer when a sandbox has as many names resolving as it may. */
+export function tooManyLookups(host: string, maxPending: number): EgressVerdict {
+  return {
+    ok: false,
+    status: 503,
+    reason: `remote-task egress proxy: cannot resolve ${host} now: this sandbox already has ${maxPending} names resolving; try again when they are done.`,
   };
 }
 

@@ -6,7 +6,6 @@
  * answer differently). What may be reached is decided in egress-policy.ts; this module only wires
  * that decision to sockets and name resolution.
  */
-import { lookup } from "node:dns/promises";
 import {
   createServer,
   request as httpRequest,
@@ -27,8 +26,10 @@ import {
   type Endpoint,
   egressRules,
   screenDestination,
+  tooManyLookups,
   unresolved,
 } from "./egress-policy.js";
+import { createNameResolver, type NameResolverOptions, TooManyLookupsError } from "./resolver.js";
 
 export type { Endpoint } from "./egress-policy.js";
 
@@ -50,7 +51,31 @@ export interface EgressProxyOptions {
   allowPrivate: readonly ParsedHostPattern[];
   /** Where the bridge itself listens, looked up on every connection. */
   protectedEndpoints: () => readonly Endpoint[];
+  /** What one sandbox may make the proxy hold (default {@link DEFAULT_EGRESS_LIMITS}). */
+  limits?: Partial<EgressLimits> | undefined;
+  /** Name resolution (servers, per-query timeout, lookups at once, hosts file). */
+  resolver?: NameResolverOptions | undefined;
 }
+
+/** What one sandbox may make the bridge hold through its proxy. */
+export interface EgressLimits {
+  /**
+   * Connections to the proxy at once (tunnels, requests, connections still sending headers);
+   * more are closed as they arrive. Each holds at most one connection to a destination and
+   * about 64 KiB of buffered data each way (streams are piped with backpressure).
+   */
+  maxConnections: number;
+  /** A connection that has not sent its request head within this many ms is closed. */
+  headersTimeoutMs: number;
+  /** A tunnel or connection with no data either way for this many ms is closed. */
+  idleTimeoutMs: number;
+}
+
+export const DEFAULT_EGRESS_LIMITS: Readonly<EgressLimits> = Object.freeze({
+  maxConnections: 64,
+  headersTimeoutMs: 10_000,
+  idleTimeoutMs: 300_000,
+});
 
 export interface EgressProxy {
   /** Connections refused by the policy so far. */
@@ -82,12 +107,18 @@ function interfaceAddresses(): string[] {
 }
 
 export async function startEgressProxy(options: EgressProxyOptions): Promise<EgressProxy> {
+  const limits = { ...DEFAULT_EGRESS_LIMITS, ...options.limits };
+  const names = createNameResolver(options.resolver);
   const sockets = new Set<Duplex>();
   let refused = 0;
 
   const track = (socket: Duplex) => {
     sockets.add(socket);
     socket.once("close", () => sockets.delete(socket));
+  };
+  /** A socket with no data either way for the idle limit is closed (its peer with it). */
+  const idleCloses = (socket: Socket) => {
+    socket.setTimeout(limits.idleTimeoutMs, () => socket.destroy());
   };
 
   async function decide(host: string, port: number): Promise<EgressVerdict> {
@@ -110,9 +141,9 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
   ): Promise<EgressVerdict> {
     if (isIP(host) !== 0) return chooseAddress(host, port, [host], rules);
     try {
-      const addresses = (await lookup(host, { all: true })).map((entry) => entry.address);
-      return chooseAddress(host, port, addresses, rules);
+      return chooseAddress(host, port, await names.resolve(host), rules);
     } catch (error) {
+      if (TooManyLookupsError.isInstance(error)) return tooManyLookups(host, error.maxPending);
       return unresolved(host, (error as NodeJS.ErrnoException).code ?? (error as Error).message);
     }
   }
@@ -153,13 +184,14 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
     upstream.once("error", fail);
     upstream.once("connect", () => {
       upstream.off("error", fail);
-      upstream.setTimeout(0);
+      idleCloses(upstream);
       onOpen(upstream);
     });
   }
 
   async function onConnect(req: IncomingMessage, client: Duplex, head: Buffer): Promise<void> {
     track(client);
+    idleCloses(client as Socket);
     client.on("error", () => client.destroy());
     // `host:port` or `[IPv6]:port` (not through URL, which drops a port that is the default).
     const authority = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(req.url ?? "");
@@ -243,7 +275,16 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
     req.pipe(upstream);
   }
 
-  const server = createServer({ requestTimeout: 0 });
+  const server = createServer({
+    requestTimeout: 0,
+    headersTimeout: limits.headersTimeoutMs,
+    // How often the server looks for connections past their headers timeout.
+    connectionsCheckingInterval: Math.min(1_000, limits.headersTimeoutMs),
+    keepAliveTimeout: 5_000,
+  });
+  // Beyond this the server closes each new connection as it arrives.
+  server.maxConnections = limits.maxConnections;
+  server.timeout = limits.idleTimeoutMs;
   server.on("connection", track);
   server.on("connect", (req: IncomingMessage, client: Duplex, head: Buffer) => {
     void onConnect(req, client, head);
@@ -266,6 +307,7 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
     },
     close() {
       closing ??= new Promise<void>((resolve) => {
+        names.cancel();
         server.close(() => resolve());
         for (const socket of sockets) socket.destroy();
       });
