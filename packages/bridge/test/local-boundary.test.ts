@@ -270,6 +270,7 @@ describe.each(isolationModes)("per-sandbox limits, $title", ({ mode, skip }) => 
     memoryBytes: 64 * MiB,
     workspaceBytes: 4 * MiB,
     tmpBytes: 2 * MiB,
+    openFiles: 64,
   };
   let host: Awaited<ReturnType<typeof localBridge>>;
   beforeAll(async () => {
@@ -285,6 +286,13 @@ describe.each(isolationModes)("per-sandbox limits, $title", ({ mode, skip }) => 
     expect(sandbox?.workspaceBytes?.max).toBe(4 * MiB);
     if (root) expect(sandbox?.processes?.max).toBe(32);
     if (mode === "bwrap") expect(sandbox?.tmpBytes?.max).toBe(2 * MiB);
+  });
+
+  it.skipIf(skip)("each process may open few files, and cannot raise that", async () => {
+    const result = await host.run(
+      "ulimit -n; ulimit -Hn; ulimit -n 65536 2>/dev/null || echo kept",
+    );
+    expect(result.stdout).toBe("64\n64\nkept\n");
   });
 
   it.skipIf(skip || !root)(

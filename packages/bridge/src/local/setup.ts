@@ -346,7 +346,8 @@ export function setUpLocalHost(options: LocalBackendOptions = {}): LocalHost {
   const cgroups = options.cgroups === false ? undefined : createCgroupSet(instance);
   const processFlag =
     cgroups?.enforcement.pids === undefined && uids !== undefined ? processLimitFlag() : undefined;
-  const ulimits: [string, number][] = [];
+  // The open files of each process, low: the host's file table is shared and unlimited per uid.
+  const ulimits: [string, number][] = [["-n", limits.openFiles]];
   if (processFlag !== undefined) ulimits.push([processFlag, limits.processes]);
   if (cgroups?.enforcement.memory === undefined)
     ulimits.push(["-d", Math.floor(limits.memoryBytes / 1024)]);
