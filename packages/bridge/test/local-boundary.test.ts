@@ -333,6 +333,17 @@ describe.each(isolationModes)("per-sandbox limits, $title", ({ mode, skip }) => 
       expect(Number(workspace.stdout.split("\n")[1])).toBeLessThanOrEqual(4 * MiB);
     },
   );
+
+  it.skipIf(skip || mode !== "bwrap")(
+    "/dev holds no data and /dev/shm is sized like /tmp, with or without a memory cgroup",
+    async () => {
+      const result = await host.run(
+        "(echo x > /dev/fill) 2>&1 | grep -c 'Read-only'; head -c 3M /dev/zero > /dev/shm/big; echo $?; echo ok > /dev/null && echo null-ok",
+      );
+      expect(result.stdout).toBe("1\n1\nnull-ok\n");
+      expect(result.stderr).toContain("No space left on device");
+    },
+  );
 });
 
 // Isolation none only: its slot is free again as soon as the first call ends, so the second call

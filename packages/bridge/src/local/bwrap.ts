@@ -88,7 +88,8 @@ export interface BwrapCall {
  * privilege on the host and `/proc/sys` is not writable), every other namespace unshared (no
  * network, its own PID namespace: when its first process ends, the kernel kills the rest), no
  * further user namespaces, killed with the bridge, read-only system directories and the listed
- * `/etc` entries, size-limited tmpfs `/workspace` and `/tmp`, fresh `/proc` and `/dev`.
+ * `/etc` entries, size-limited tmpfs `/workspace`, `/tmp` and `/dev/shm`, fresh `/proc` and a
+ * read-only `/dev`.
  */
 // No --new-session: the host spawns bwrap as a session leader without a terminal (so there is no
 // TTY to inject into), and keeping the command in bwrap's process group lets the host signal every
@@ -123,7 +124,16 @@ export function bwrapBaseArgs(config: BwrapConfig): string[] {
     "/tmp",
     "--proc",
     "/proc",
+    // A fresh /dev: the usual device nodes and a private devpts instance. Its own tmpfs is
+    // read-only (nothing may store data there: without a memory cgroup nothing else would
+    // bound it), and /dev/shm is a tmpfs of /tmp's size.
     "--dev",
+    "/dev",
+    "--size",
+    String(config.tmpBytes),
+    "--tmpfs",
+    "/dev/shm",
+    "--remount-ro",
     "/dev",
   ];
 }
