@@ -264,6 +264,46 @@ describe.each(isolationModes)("sandbox boundary, $title", ({ mode, skip }) => {
     );
 });
 
+// x86-64 numbers: add_key 248, keyctl 250 (KEYCTL_SEARCH 10), io_setup 206; -4 is the user
+// keyring, -3 the session keyring.
+const ADD_KEYS = `perl -e 'my ($t,$n,$m,$v)=("user","rt-u","rt-s","s3cret"); print syscall(248,$t,$n,$v,6,-4) > 0 ? "added\\n" : "add: $!\\n"; syscall(248,$t,$m,$v,6,-3)'`;
+const FIND_KEYS = `perl -e 'my ($t,$n,$m)=("user","rt-u","rt-s"); print syscall(250,10,-4,$t,$n,0) > 0 ? "found-u\\n" : "no-u\\n"; print syscall(250,10,-3,$t,$m,0) > 0 ? "found-s\\n" : "no-s\\n"'`;
+const keyringTests = root && process.arch === "x64" && existsSync("/usr/bin/perl");
+
+describe.skipIf(!keyringTests)(
+  "kernel keyrings and AIO: nothing a call stores there reaches the next",
+  () => {
+    it.skipIf(!bwrap.ok)("bubblewrap: the keyring and AIO system calls do not exist", async () => {
+      const host = await localBridge({ isolation: "bwrap" });
+      try {
+        const result = await host.run(
+          `${ADD_KEYS}; perl -e 'print syscall(206, 8, 0) < 0 ? "aio: $!\\n" : "aio\\n"'`,
+        );
+        expect(result.stdout).toBe(
+          "add: Function not implemented\naio: Function not implemented\n",
+        );
+      } finally {
+        await host.close();
+      }
+    });
+
+    it("isolation none: the next call on the same uid finds none of the keys the last one added", async () => {
+      const host = await localBridge({
+        isolation: "none",
+        uids: { first: 1_899_000_000, count: 1 },
+      });
+      try {
+        expect((await host.run(`${ADD_KEYS}; ${FIND_KEYS}`)).stdout).toBe(
+          "added\nfound-u\nfound-s\n",
+        );
+        expect((await host.run(FIND_KEYS)).stdout).toBe("no-u\nno-s\n");
+      } finally {
+        await host.close();
+      }
+    });
+  },
+);
+
 describe.each(isolationModes)("per-sandbox limits, $title", ({ mode, skip }) => {
   const limits = {
     processes: 32,

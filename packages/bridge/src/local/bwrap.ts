@@ -80,6 +80,8 @@ export interface BwrapCall {
   /** Descriptors on which bwrap reports the sandbox's first pid, and then waits to start it. */
   infoFd?: number;
   blockFd?: number;
+  /** Descriptor from which bwrap reads the seccomp filter (seccomp.ts). */
+  seccompFd?: number;
 }
 
 /**
@@ -146,6 +148,7 @@ export function bwrapArgs(base: readonly string[], call: BwrapCall): string[] {
   args.push("--remount-ro", "/", "--chdir", call.cwd);
   if (call.infoFd !== undefined) args.push("--info-fd", String(call.infoFd));
   if (call.blockFd !== undefined) args.push("--block-fd", String(call.blockFd));
+  if (call.seccompFd !== undefined) args.push("--seccomp", String(call.seccompFd));
   return args;
 }
 

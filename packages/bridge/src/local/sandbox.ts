@@ -55,6 +55,12 @@ export interface CallContext {
   closed: () => boolean;
 }
 
+/** The command line `argv`, started through the fresh-keyrings program when there is one. */
+function withKeyrings(host: LocalHost, argv: string[]): { file: string; args: string[] } {
+  if (host.keyrings === undefined) return { file: argv[0] as string, args: argv.slice(1) };
+  return { file: host.keyrings.perl, args: ["-e", host.keyrings.program, "--", ...argv] };
+}
+
 /** The call's request for the spawner: bubblewrap with its arguments, or the plain shell. */
 export function spawnRequest(
   host: LocalHost,
@@ -95,6 +101,7 @@ export function spawnRequest(
               binds,
               infoFd: 4,
               blockFd: 5,
+              ...(host.seccompFilter === undefined ? {} : { seccompFd: 6 }),
             }),
             "--",
             "/bin/sh",
@@ -108,15 +115,23 @@ export function spawnRequest(
           cwd: host.stateDir,
           env: { PATH: SANDBOX_PATH },
           stdin: spec.stdin !== undefined,
-          extraPipes: 3,
-          input: { fd: 3, data: `${settings.join("\0")}\0` },
+          extraPipes: 4,
+          inputs: [
+            { fd: 3, data: `${settings.join("\0")}\0` },
+            ...(host.seccompFilter === undefined
+              ? []
+              : [{ fd: 6, data: host.seccompFilter, base64: true }]),
+          ],
           infoFd: 4,
           gate: { fd: 5, data: "x" },
           cgroups: slot.cgroup?.dirs ?? [],
         }
       : {
-          file: "/bin/sh",
-          args: ["-c", shellScript(spec.command, { gate: true, ulimits: host.ulimits })],
+          ...withKeyrings(host, [
+            "/bin/sh",
+            "-c",
+            shellScript(spec.command, { gate: true, ulimits: host.ulimits }),
+          ]),
           cwd: dirs?.hostCwd ?? host.stateDir,
           env,
           stdin: spec.stdin !== undefined,

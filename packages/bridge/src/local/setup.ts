@@ -23,6 +23,7 @@ import {
 import { type CgroupSet, createCgroupSet, sweepCgroups } from "./cgroups.js";
 import { inheritedDescriptors, openDevNull, sandboxStdio } from "./descriptors.js";
 import type { EgressOptions } from "./egress.js";
+import { findPerl, freshKeyringsProgram } from "./keyring.js";
 import {
   checkUidRange,
   DEFAULT_SANDBOX_UIDS,
@@ -30,6 +31,7 @@ import {
   type SandboxLimits,
 } from "./limits.js";
 import { newInstanceName } from "./ownership.js";
+import { sandboxSeccompFilter } from "./seccomp.js";
 import { processLimitFlag } from "./shell.js";
 import { SlotPool, sweepUidClaims, type UidRange, uidClaimsDir, withTrialUid } from "./slots.js";
 import { Spawner } from "./spawner.js";
@@ -124,6 +126,16 @@ export interface LocalHost {
   readonly stateDir: string;
   /** The bubblewrap arguments every sandbox shares. */
   readonly bwrapBase: readonly string[];
+  /**
+   * The seccomp filter of bubblewrap sandboxes, in base64 (keyrings, AIO, io_uring refused; see
+   * seccomp.ts); undefined without bubblewrap or on an architecture it does not know.
+   */
+  readonly seccompFilter: string | undefined;
+  /**
+   * Isolation none with a uid per sandbox: the Perl binary and program each command starts
+   * through, for fresh keyrings (keyring.ts); undefined otherwise or without Perl.
+   */
+  readonly keyrings: { perl: string; program: string } | undefined;
   /** Modes of `network` the backend enforces (none without bubblewrap). */
   readonly networkModes: NetworkMode[] | undefined;
   readonly cgroups: CgroupSet | undefined;
@@ -343,6 +355,20 @@ export function setUpLocalHost(options: LocalBackendOptions = {}): LocalHost {
     networkModes = reason === undefined ? ["none", "allow", "open"] : ["none"];
   }
 
+  let keyrings: LocalHost["keyrings"];
+  if (isolation === "none" && uids !== undefined) {
+    const perl = findPerl();
+    const program = freshKeyringsProgram();
+    if (perl !== undefined && program !== undefined) keyrings = { perl, program };
+    else {
+      logger({
+        event: "warning",
+        level: "warn",
+        detail: `kernel keyrings are shared between the calls given the same uid: ${perl === undefined ? "no perl here to start each command with fresh keyrings" : `keyctl's number is not known on ${process.arch}`}.`,
+      });
+    }
+  }
+
   const cgroups = options.cgroups === false ? undefined : createCgroupSet(instance);
   const processFlag =
     cgroups?.enforcement.pids === undefined && uids !== undefined ? processLimitFlag() : undefined;
@@ -389,6 +415,8 @@ export function setUpLocalHost(options: LocalBackendOptions = {}): LocalHost {
     uids,
     stateDir,
     bwrapBase,
+    keyrings,
+    seccompFilter: isolation === "bwrap" ? sandboxSeccompFilter()?.toString("base64") : undefined,
     networkModes,
     cgroups,
     processFlag,
