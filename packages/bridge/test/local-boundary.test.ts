@@ -304,6 +304,28 @@ describe.skipIf(!keyringTests)(
   },
 );
 
+describe.skipIf(!root)("isolation none: what a call leaves in shared places", () => {
+  it("is gone before its uid serves the next call (/tmp, /var/tmp, /dev/shm, nested too)", async () => {
+    const host = await localBridge({ isolation: "none", uids: { first: 1_899_000_010, count: 1 } });
+    const name = `rt-left-${process.pid}-${Date.now()}`;
+    const places = ["/tmp", "/var/tmp", "/dev/shm"].map((dir) => `${dir}/${name}`);
+    try {
+      const first = await host.run(
+        `umask 077; for f in ${places.join(" ")}; do echo secret > $f; done; mkdir -p /tmp/${name}.d/a && echo s > /tmp/${name}.d/a/b; ls ${places.join(" ")} | wc -l`,
+      );
+      expect(first.stdout).toBe("3\n");
+      await eventually(() => host.backend.liveSandboxes() === 0, "first sandbox destroyed");
+      const second = await host.run(
+        `ls -d ${places.join(" ")} /tmp/${name}.d 2>/dev/null | wc -l; id -u`,
+      );
+      expect(second.stdout).toBe("0\n1899000010\n");
+      for (const place of [...places, `/tmp/${name}.d`]) expect(existsSync(place)).toBe(false);
+    } finally {
+      await host.close();
+    }
+  });
+});
+
 describe.each(isolationModes)("per-sandbox limits, $title", ({ mode, skip }) => {
   const limits = {
     processes: 32,

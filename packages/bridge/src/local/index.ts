@@ -92,12 +92,15 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
         await sandbox.egress?.close();
         // A slot whose processes could not all be stopped is never handed out again.
         if (sandbox.slot !== undefined && gone) {
-          if (sandbox.drained === true) host.pool.release(sandbox.slot);
-          else {
-            const done = releaseWhenDrained(host, sandbox.slot, await sandbox.nsInit);
-            draining.add(done);
-            void done.finally(() => draining.delete(done));
-          }
+          const done =
+            sandbox.drained === true
+              ? host.releaseSlot(sandbox.slot)
+              : releaseWhenDrained(host, sandbox.slot, await sandbox.nsInit);
+          draining.add(done);
+          void done.finally(() => draining.delete(done));
+          // Under isolation none the slot is usually free again at once (once its leftovers are
+          // removed): the answer waits for that, so the caller's next call finds it free.
+          if (host.isolation === "none") await settleWithin(done, host.killGraceMs);
         }
         sandboxes.delete(sandboxId);
         destroyed++;

@@ -24,6 +24,7 @@ import { type CgroupSet, createCgroupSet, sweepCgroups } from "./cgroups.js";
 import { inheritedDescriptors, openDevNull, sandboxStdio } from "./descriptors.js";
 import type { EgressOptions } from "./egress.js";
 import { findPerl, freshKeyringsProgram } from "./keyring.js";
+import { removeLeftovers } from "./leftovers.js";
 import {
   checkUidRange,
   DEFAULT_SANDBOX_UIDS,
@@ -33,7 +34,14 @@ import {
 import { newInstanceName } from "./ownership.js";
 import { sandboxSeccompFilter } from "./seccomp.js";
 import { processLimitFlag } from "./shell.js";
-import { SlotPool, sweepUidClaims, type UidRange, uidClaimsDir, withTrialUid } from "./slots.js";
+import {
+  type Slot,
+  SlotPool,
+  sweepUidClaims,
+  type UidRange,
+  uidClaimsDir,
+  withTrialUid,
+} from "./slots.js";
 import { Spawner } from "./spawner.js";
 import {
   checkTraversable,
@@ -149,6 +157,11 @@ export interface LocalHost {
   /** Resolves once what dead predecessors left behind is swept. */
   readonly ready: Promise<void>;
   readonly logger: BridgeLogger;
+  /**
+   * Hands a slot whose processes are all gone out again; under isolation none with a uid per
+   * sandbox, first removes what its last call left in the host's shared directories.
+   */
+  releaseSlot(slot: Slot): Promise<void>;
   /** Stops the helpers and slots, removes the cgroups and the state directory. */
   removeEverything(killFirst: boolean): void;
 }
@@ -426,6 +439,10 @@ export function setUpLocalHost(options: LocalBackendOptions = {}): LocalHost {
     pool,
     ready,
     logger,
+    async releaseSlot(slot) {
+      if (isolation === "none" && slot.uid !== undefined) await removeLeftovers(slot.uid);
+      pool.release(slot);
+    },
     removeEverything(killFirst) {
       spawner.close();
       pool.close(killFirst);

@@ -87,9 +87,9 @@ export async function releaseWhenDrained(
   nsInit: number | undefined,
 ): Promise<void> {
   const { cgroup, uid } = slot;
-  const { isolation, pool } = host;
+  const { isolation } = host;
   if (isolation === "none" && (cgroup === undefined ? uid === undefined : cgroup.drained()))
-    return pool.release(slot);
+    return host.releaseSlot(slot);
   const drained =
     isolation === "bwrap"
       ? async () => nsInit === undefined || processEnded(nsInit)
@@ -100,5 +100,5 @@ export async function releaseWhenDrained(
           : async () => true;
   // Each check of a uid starts a program: look less often.
   const interval = isolation === "bwrap" ? 2 : cgroup === undefined ? 100 : 20;
-  if (await pollUntil(drained, DRAIN_LIMIT_MS, interval, true)) pool.release(slot);
+  if (await pollUntil(drained, DRAIN_LIMIT_MS, interval, true)) await host.releaseSlot(slot);
 }
