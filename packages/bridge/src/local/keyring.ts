@@ -21,14 +21,22 @@ const USER_KEYRING = -4;
 const USER_SESSION_KEYRING = -5;
 const SESSION_KEYRING = -3;
 
+/** The descriptor on which the program reads the command's environment. */
+export const ENV_FD = 4;
+
 /**
  * The Perl program (for `perl -e`, the shell and its arguments after `--`), or undefined on an
- * architecture whose numbers are not known here.
+ * architecture whose numbers are not known here. Perl itself runs with an empty environment (the
+ * request's variables, such as PERL5OPT or LD_PRELOAD, must not change what it does); it reads
+ * the command's environment from descriptor {@link ENV_FD} (`NAME=value` entries, each ended by
+ * NUL), closes it and passes that environment to the shell.
  */
 export function freshKeyringsProgram(arch: string = process.arch): string | undefined {
   const nr = KEYCTL[arch];
   if (nr === undefined) return undefined;
   return [
+    `open(my $in, "<&=", ${ENV_FD}) or exit 125; my $env = do { local $/; <$in> }; close $in;`,
+    "%ENV = map { split /=/, $_, 2 } split /\\0/, $env;",
     `syscall(${nr}, ${JOIN_SESSION_KEYRING}, 0) >= 0 or exit 125;`,
     `syscall(${nr}, ${CLEAR}, $_) for (${USER_KEYRING}, ${USER_SESSION_KEYRING});`,
     `my $p = syscall(${nr}, ${GET_PERSISTENT}, -1, ${SESSION_KEYRING});`,

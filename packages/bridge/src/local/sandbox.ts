@@ -11,6 +11,7 @@ import { bwrapArgs, isUnderSystemDir, SANDBOX_WORKSPACE } from "./bwrap.js";
 import { refuseNul, resolveCwd } from "./cwd.js";
 import { type EgressProxy, startEgressProxy } from "./egress.js";
 import type { Endpoint } from "./egress-policy.js";
+import { ENV_FD } from "./keyring.js";
 import { limitNotes } from "./notes.js";
 import { mergeOutput } from "./output.js";
 import { exitStatus, signal } from "./processes.js";
@@ -55,10 +56,25 @@ export interface CallContext {
   closed: () => boolean;
 }
 
-/** The command line `argv`, started through the fresh-keyrings program when there is one. */
-function withKeyrings(host: LocalHost, argv: string[]): { file: string; args: string[] } {
-  if (host.keyrings === undefined) return { file: argv[0] as string, args: argv.slice(1) };
-  return { file: host.keyrings.perl, args: ["-e", host.keyrings.program, "--", ...argv] };
+/**
+ * Isolation none: the plain shell, or (with a uid per sandbox) the shell started through the
+ * fresh-keyrings program, which takes the command's environment on a pipe.
+ */
+function plainShell(
+  host: LocalHost,
+  argv: string[],
+  env: Record<string, string>,
+): Pick<SpawnRequest, "file" | "args" | "env" | "extraPipes" | "inputs"> {
+  if (host.keyrings === undefined)
+    return { file: argv[0] as string, args: argv.slice(1), env, extraPipes: 1 };
+  const entries = Object.entries(env).map(([name, value]) => `${name}=${value}\0`);
+  return {
+    file: host.keyrings.perl,
+    args: ["-e", host.keyrings.program, "--", ...argv],
+    env: {},
+    extraPipes: ENV_FD - 2,
+    inputs: [{ fd: ENV_FD, data: entries.join("") }],
+  };
 }
 
 /** The call's request for the spawner: bubblewrap with its arguments, or the plain shell. */
@@ -127,15 +143,13 @@ export function spawnRequest(
           cgroups: slot.cgroup?.dirs ?? [],
         }
       : {
-          ...withKeyrings(host, [
-            "/bin/sh",
-            "-c",
-            shellScript(spec.command, { gate: true, ulimits: host.ulimits }),
-          ]),
+          ...plainShell(
+            host,
+            ["/bin/sh", "-c", shellScript(spec.command, { gate: true, ulimits: host.ulimits })],
+            env,
+          ),
           cwd: dirs?.hostCwd ?? host.stateDir,
-          env,
           stdin: spec.stdin !== undefined,
-          extraPipes: 1,
           gate: { fd: GATE_FD, data: "\n" },
           cgroups: slot.cgroup?.dirs ?? [],
         };
