@@ -25,6 +25,7 @@ export { DEFAULT_ETC_ENTRIES } from "./bwrap.js";
 export type { EgressOptions } from "./egress.js";
 export type { Endpoint } from "./egress-policy.js";
 export { DEFAULT_SANDBOX_LIMITS, DEFAULT_SANDBOX_UIDS, type SandboxLimits } from "./limits.js";
+export { isolationNoneGaps } from "./notes.js";
 export {
   IsolationUnavailableError,
   type LocalBackendOptions,

@@ -7,7 +7,7 @@
 import { chmodSync, chownSync } from "node:fs";
 import { join } from "node:path";
 import { BackendError, type ExecSpec, type RunningCommand } from "../backend.js";
-import { bwrapArgs, isUnderSystemDir, SANDBOX_WORKSPACE } from "./bwrap.js";
+import { bwrapArgs, isDirectoryInside, SANDBOX_WORKSPACE } from "./bwrap.js";
 import { refuseNul, resolveCwd } from "./cwd.js";
 import { type EgressProxy, startEgressProxy } from "./egress.js";
 import type { Endpoint } from "./egress-policy.js";
@@ -97,8 +97,6 @@ export function spawnRequest(
     ...(binds.length > 0 ? proxyEnvironment() : {}),
     ...spec.env,
   };
-  const extraDirs =
-    cwd.inside === SANDBOX_WORKSPACE || isUnderSystemDir(cwd.inside) ? [] : [cwd.inside];
   const settings = ["--clearenv"];
   for (const [name, value] of Object.entries(env)) settings.push("--setenv", name, value);
   const request: SpawnRequest =
@@ -113,19 +111,19 @@ export function spawnRequest(
             "3",
             ...bwrapArgs(host.bwrapBase, {
               cwd: cwd.inside,
-              extraDirs,
               binds,
               infoFd: 4,
               blockFd: 5,
               ...(host.seccompFilter === undefined ? {} : { seccompFd: 6 }),
             }),
             "--",
-            "/bin/sh",
-            "-c",
+            host.shell.path,
+            ...host.shell.args,
             shellScript(spec.command, {
               gate: false,
               ulimits: host.ulimits,
               setup: binds.length > 0 ? relayPrelude() : [],
+              privileged: host.shell.args.includes("-p"),
             }),
           ],
           cwd: host.stateDir,
@@ -145,10 +143,18 @@ export function spawnRequest(
       : {
           ...plainShell(
             host,
-            ["/bin/sh", "-c", shellScript(spec.command, { gate: true, ulimits: host.ulimits })],
+            [
+              host.shell.path,
+              ...host.shell.args,
+              shellScript(spec.command, {
+                gate: true,
+                ulimits: host.ulimits,
+                privileged: host.shell.args.includes("-p"),
+              }),
+            ],
             env,
           ),
-          cwd: dirs?.hostCwd ?? host.stateDir,
+          cwd: dirs?.workspace ?? host.stateDir,
           stdin: spec.stdin !== undefined,
           gate: { fd: GATE_FD, data: "\n" },
           cgroups: slot.cgroup?.dirs ?? [],
@@ -191,7 +197,7 @@ export async function startSandbox(
 ): Promise<RunningCommand> {
   refuseNul(spec);
   const bwrap = host.isolation === "bwrap";
-  const cwd = resolveCwd(spec.cwd, bwrap);
+  const cwd = resolveCwd(spec.cwd, bwrap, (dir) => isDirectoryInside(dir, host.etcEntries));
   await host.ready;
   if (call.closed()) throw new BackendError("sandbox_error", "The local backend is closed.");
   const slot = host.pool.acquire();
@@ -205,7 +211,7 @@ export async function startSandbox(
   sandbox.slot = slot;
   const dirs = bwrap
     ? undefined
-    : makeCallDirectories(host.stateDir, String(call.serial), slot.uid, cwd.workspaceRelative);
+    : makeCallDirectories(host.stateDir, String(call.serial), slot.uid);
   if (dirs !== undefined) sandbox.root = dirs.root;
   const countersBefore = slot.cgroup?.counters();
   if (spec.signal.aborted)

@@ -33,7 +33,7 @@ import {
 } from "./limits.js";
 import { newInstanceName } from "./ownership.js";
 import { sandboxSeccompFilter } from "./seccomp.js";
-import { processLimitFlag } from "./shell.js";
+import { findShell, processLimitFlag } from "./shell.js";
 import {
   type Slot,
   SlotPool,
@@ -132,6 +132,8 @@ export interface LocalHost {
   /** The sandboxes' host uids (the bridge runs as root), else undefined. */
   readonly uids: UidRange | undefined;
   readonly stateDir: string;
+  /** Entries of the host's `/etc` visible inside bubblewrap. */
+  readonly etcEntries: readonly string[];
   /** The bubblewrap arguments every sandbox shares. */
   readonly bwrapBase: readonly string[];
   /**
@@ -147,7 +149,12 @@ export interface LocalHost {
   /** Modes of `network` the backend enforces (none without bubblewrap). */
   readonly networkModes: NetworkMode[] | undefined;
   readonly cgroups: CgroupSet | undefined;
-  /** The shell's `ulimit` flag for the process count, where the uid's rlimit enforces it. */
+  /** The shell commands run with: bash where the host has it, else `/bin/sh` (shell.ts). */
+  readonly shell: { path: string; args: string[] };
+  /**
+   * `/bin/sh`'s `ulimit` flag for the process count, where the uid's rlimit enforces it (for
+   * `killUid`'s check).
+   */
   readonly processFlag: string | undefined;
   /** `ulimit`s for what no cgroup enforces (per process, or per uid for the process count). */
   readonly ulimits: ReadonlyArray<readonly [string, number]>;
@@ -330,12 +337,13 @@ export function setUpLocalHost(options: LocalBackendOptions = {}): LocalHost {
 
   const instance = newInstanceName();
   const { stateDir, passwdFile, groupFile } = makeStateDir(tmpRoot, instance);
+  const etcEntries = options.etc ?? DEFAULT_ETC_ENTRIES;
   const bwrapBase = bwrapBaseArgs({
     workspaceBytes: limits.workspaceBytes,
     tmpBytes: limits.tmpBytes,
     passwdFile,
     groupFile,
-    etcEntries: options.etc ?? DEFAULT_ETC_ENTRIES,
+    etcEntries,
   });
 
   let isolation: LocalIsolation;
@@ -383,14 +391,26 @@ export function setUpLocalHost(options: LocalBackendOptions = {}): LocalHost {
   }
 
   const cgroups = options.cgroups === false ? undefined : createCgroupSet(instance);
-  const processFlag =
-    cgroups?.enforcement.pids === undefined && uids !== undefined ? processLimitFlag() : undefined;
+  const shell = findShell();
+  if (shell.path === "/bin/sh") {
+    logger({
+      event: "warning",
+      level: "warn",
+      detail:
+        "bash is not installed here: commands run with /bin/sh, where bash's [[ ... ]], {a,b} and arrays do not work.",
+    });
+  }
+  const nprocByRlimit = cgroups?.enforcement.pids === undefined && uids !== undefined;
+  const processFlag = nprocByRlimit ? processLimitFlag() : undefined;
+  const shellProcessFlag = nprocByRlimit ? processLimitFlag(shell.path) : undefined;
   // The open files of each process, low: the host's file table is shared and unlimited per uid.
   const ulimits: [string, number][] = [["-n", limits.openFiles]];
-  if (processFlag !== undefined) ulimits.push([processFlag, limits.processes]);
+  if (shellProcessFlag !== undefined) ulimits.push([shellProcessFlag, limits.processes]);
   if (cgroups?.enforcement.memory === undefined)
     ulimits.push(["-d", Math.floor(limits.memoryBytes / 1024)]);
-  if (isolation === "none") ulimits.push(["-f", Math.floor(limits.workspaceBytes / 512)]);
+  // `ulimit -f` counts 1024-byte blocks in bash, 512-byte ones in POSIX shells.
+  const fileBlock = shell.path.endsWith("/bash") ? 1024 : 512;
+  if (isolation === "none") ulimits.push(["-f", Math.floor(limits.workspaceBytes / fileBlock)]);
 
   const devNull = openDevNull();
   // Every descriptor this process inherited is /dev/null in the helper, hence in every sandbox.
@@ -427,14 +447,16 @@ export function setUpLocalHost(options: LocalBackendOptions = {}): LocalHost {
     bwrapPath: options.bwrapPath ?? "bwrap",
     uids,
     stateDir,
+    etcEntries,
     bwrapBase,
     keyrings,
     seccompFilter: isolation === "bwrap" ? sandboxSeccompFilter()?.toString("base64") : undefined,
     networkModes,
     cgroups,
+    shell,
     processFlag,
     ulimits,
-    report: sandboxReport(isolation, limits, uids, cgroups, processFlag),
+    report: sandboxReport(isolation, limits, uids, cgroups, shellProcessFlag),
     spawner,
     pool,
     ready,
