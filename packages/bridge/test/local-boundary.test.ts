@@ -352,6 +352,18 @@ describe.each(isolationModes)("per-sandbox limits, $title", ({ mode, skip }) => 
     if (mode === "bwrap") expect(sandbox?.tmpBytes?.max).toBe(2 * MiB);
   });
 
+  it.skipIf(skip)(
+    "the request's env cannot run code before the limits are set (BASH_ENV, SHELLOPTS)",
+    async () => {
+      const result = await host.run("ulimit -n; echo $BASH_ENV", {
+        env: { BASH_ENV: "/dev/stdin", SHELLOPTS: "xtrace" },
+        stdin: "echo sourced-early; ulimit -n 32\n",
+      });
+      expect(result.stdout).toBe("64\n/dev/stdin\n");
+      expect(result.stderr).not.toContain("ulimit");
+    },
+  );
+
   it.skipIf(skip)("each process may open few files, and cannot raise that", async () => {
     const result = await host.run(
       "ulimit -n; ulimit -Hn; ulimit -n 65536 2>/dev/null || echo kept",
