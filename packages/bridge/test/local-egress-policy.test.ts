@@ -7,6 +7,7 @@ import {
   screenDestination,
   unresolved,
 } from "../src/local/egress-policy.js";
+import { parseHosts } from "../src/local/resolver.js";
 
 const PUBLIC = "93.184.216.34";
 const HOST = "10.1.2.3";
@@ -98,5 +99,18 @@ describe("egress decision: choosing an address", () => {
       status: 502,
       reason: expect.stringContaining("cannot resolve x.example: ENOTFOUND"),
     });
+  });
+});
+
+describe("the hosts file, read before DNS", () => {
+  it("maps every name of a line to its address, skipping comments and bad lines", () => {
+    const names = parseHosts(
+      "127.0.0.1 localhost\n::1 localhost ip6-localhost # loopback\n# 10.0.0.1 hidden\nnot-an-ip bogus\n10.0.0.2\tDB.internal db\n",
+    );
+    expect(names.get("localhost")).toEqual(["127.0.0.1", "::1"]);
+    expect(names.get("ip6-localhost")).toEqual(["::1"]);
+    expect(names.get("db.internal")).toEqual(["10.0.0.2"]);
+    expect(names.has("hidden")).toBe(false);
+    expect(names.has("bogus")).toBe(false);
   });
 });

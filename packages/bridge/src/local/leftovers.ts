@@ -11,12 +11,7 @@ import { lstat, readdir, rmdir, unlink } from "node:fs/promises";
 import { join } from "node:path";
 
 /** The host's directories every uid may write to. */
-export const SHARED_WRITABLE_DIRS: readonly string[] = [
-  "/tmp",
-  "/var/tmp",
-  "/dev/shm",
-  "/dev/mqueue",
-];
+const SHARED_WRITABLE_DIRS: readonly string[] = ["/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue"];
 
 /**
  * Removes what `uid` owns below `dir` (not `dir` itself); returns how many entries went. The uid

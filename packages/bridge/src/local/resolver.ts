@@ -22,8 +22,8 @@ export interface NameResolverOptions {
   hostsFile?: string | undefined;
 }
 
-export const DEFAULT_LOOKUP_TIMEOUT_MS = 2_000;
-export const DEFAULT_MAX_PENDING_LOOKUPS = 8;
+const DEFAULT_LOOKUP_TIMEOUT_MS = 2_000;
+const DEFAULT_MAX_PENDING_LOOKUPS = 8;
 
 /** Thrown when a sandbox already has `maxPending` names resolving. */
 export class TooManyLookupsError extends Error {

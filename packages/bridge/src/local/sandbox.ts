@@ -78,7 +78,7 @@ function plainShell(
 }
 
 /** The call's request for the spawner: bubblewrap with its arguments, or the plain shell. */
-export function spawnRequest(
+function spawnRequest(
   host: LocalHost,
   spec: ExecSpec,
   call: {

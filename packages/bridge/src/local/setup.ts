@@ -110,7 +110,7 @@ export class IsolationUnavailableError extends Error {
 }
 
 /** The default logger of a backend used on its own: warnings as plain lines on stderr. */
-export const stderrWarnings: BridgeLogger = (entry) => {
+const stderrWarnings: BridgeLogger = (entry) => {
   if (entry.event === "warning") process.stderr.write(`remote-task: warning: ${entry.detail}\n`);
 };
 
