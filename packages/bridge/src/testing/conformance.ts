@@ -269,7 +269,8 @@ export function backendConformanceSuite(
       async () => {
         const { exec, rec } = await setup();
         const started = Date.now();
-        const result = await exec({ command: "echo before; sleep 30", timeoutSeconds: 0.5 });
+        // 2 s: a real sandbox on a loaded machine must have started and printed by then.
+        const result = await exec({ command: "echo before; sleep 30", timeoutSeconds: 2 });
         expect(result).toMatchObject({
           outcome: "timeout",
           code: TIMEOUT_EXIT_CODE,
