@@ -447,15 +447,15 @@ describe("cwd escapes are refused or confined", () => {
 
   it("without isolation, `..` inside /workspace stays inside the call's own directory", async () => {
     const answer = await call(none, "/exec", {
-      body: { sandboxId: "cwd-none-ok", command: "pwd", cwd: "/workspace/./a/../b" },
+      body: { sandboxId: "cwd-none-ok", command: "pwd", cwd: "/workspace/./a/.." },
     });
     const result = execResultSchema.parse(JSON.parse(answer.text));
     expect(result.stdout.trim().startsWith(none.tmpRoot)).toBe(true);
-    expect(result.stdout.trim().endsWith("/workspace/b")).toBe(true);
+    expect(result.stdout.trim().endsWith("/workspace")).toBe(true);
   });
 
   it.skipIf(skipBwrap)(
-    "with bubblewrap, escapes land inside the sandbox: system directories read-only, the host's files invisible",
+    "with bubblewrap, escapes land inside the sandbox or are refused: system directories read-only, the host's files invisible",
     async () => {
       const sandboxed = bwrap as TestBridge;
       for (const cwd of escapes) {
@@ -466,6 +466,11 @@ describe("cwd escapes are refused or confined", () => {
             cwd,
           },
         });
+        // A directory the sandbox does not have (the host's /work/main) is refused, not made.
+        if (answer.status === 400) {
+          expect(expectError(answer, "invalid_request").issues?.[0]?.path).toEqual(["cwd"]);
+          continue;
+        }
         const result = execResultSchema.parse(JSON.parse(answer.text));
         const [pwd = ""] = result.stdout.split("\n");
         expect(pwd).toBe(posix.normalize(cwd).replace(/(.)\/$/, "$1"));
@@ -496,10 +501,8 @@ describe("cwd escapes are refused or confined", () => {
       const answer = await call(host, "/exec", {
         body: { sandboxId: "link-2", command: "pwd -P; ls -A", cwd: "/workspace/link" },
       });
-      const result = execResultSchema.parse(JSON.parse(answer.text));
-      const [physical = "", ...entries] = result.stdout.trim().split("\n");
-      expect(physical.endsWith("/workspace/link")).toBe(true);
-      expect(entries.filter((entry) => entry !== "")).toEqual([]);
+      // The next call's /workspace is fresh: the link is not there, so that cwd is refused.
+      expect(expectError(answer, "invalid_request").issues?.[0]?.path).toEqual(["cwd"]);
       await host.settled();
     }
   });
@@ -610,8 +613,9 @@ describe("descriptors the bridge inherited never reach a command (issue 12, find
           const answer = await call({ bridge }, "/exec", {
             body: {
               sandboxId: `fd-probe-${isolation}`,
-              // `ls` lists the shell's descriptors while the shell holds nothing else open.
-              command: "echo leaked >&9; ls -l /proc/$$/fd",
+              // `ls` lists the shell's descriptors while the shell holds nothing else open (not
+              // the last command: bash would run that one in its own process, in place of itself).
+              command: "echo leaked >&9; ls -l /proc/$$/fd; true",
             },
           });
           const result = execResultSchema.parse(JSON.parse(answer.text));

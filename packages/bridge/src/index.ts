@@ -34,6 +34,7 @@ export {
   type ProblemLogEntry,
   silentLogger,
   stderrLogger,
+  type WarningLogEntry,
 } from "./logger.js";
 export {
   hostMatches,

@@ -38,7 +38,14 @@ export interface ProblemLogEntry {
   detail: string;
 }
 
-export type BridgeLogEntry = ExecLogEntry | ProblemLogEntry;
+/** Something the deployer should know about how the bridge or its backend runs (once, at start). */
+export interface WarningLogEntry {
+  event: "warning";
+  level: "warn";
+  detail: string;
+}
+
+export type BridgeLogEntry = ExecLogEntry | ProblemLogEntry | WarningLogEntry;
 
 /** Receives structured log entries; write them wherever you like (one JSON line each is typical). */
 export type BridgeLogger = (entry: BridgeLogEntry) => void;

@@ -1,7 +1,8 @@
+import { createSocket } from "node:dgram";
 import { existsSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { request } from "node:http";
-import { createServer, type Server, type Socket } from "node:net";
+import { connect, createServer, type Server, type Socket } from "node:net";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseHostPattern } from "../src/index.js";
@@ -32,9 +33,11 @@ async function proxy(
   policy: Parameters<typeof startEgressProxy>[0]["policy"],
   allowPrivate: string[] = [],
   bridgePort?: number,
+  extra: Pick<Parameters<typeof startEgressProxy>[0], "limits" | "resolver"> = {},
 ): Promise<EgressProxy & { socketPath: string }> {
   const socketPath = join(dir, `p${++sockets}.sock`);
   const started = await startEgressProxy({
+    ...extra,
     socketPath,
     policy,
     allowPrivate: allowPrivate.map(parseHostPattern),
@@ -206,5 +209,119 @@ describe("the egress proxy refuses what is not public before connecting", () => 
       req.end();
     });
     await closed;
+  });
+});
+
+/** Resolves once `socket` closes; the ms it took. */
+function closedWithin(socket: Socket): Promise<number> {
+  const start = Date.now();
+  return new Promise((resolve) => {
+    socket.on("error", () => {});
+    socket.resume(); // what the proxy says before it closes is read, so the end is seen
+    socket.once("close", () => resolve(Date.now() - start));
+  });
+}
+
+describe("what a sandbox can make its proxy hold is bounded", () => {
+  it("closes connections beyond maxConnections as they arrive; a slot freed serves again", {
+    timeout: 20_000,
+  }, async () => {
+    const bounded = await proxy("open", ["127.0.0.1"], undefined, {
+      limits: { maxConnections: 3 },
+    });
+    const held = await Promise.all(
+      [1, 2, 3].map(
+        () =>
+          new Promise<Socket>((resolve) => {
+            const socket = connect(bounded.socketPath, () => resolve(socket));
+          }),
+      ),
+    );
+    const extra = connect(bounded.socketPath);
+    expect(await closedWithin(extra)).toBeLessThan(5_000);
+    expect(held.every((socket) => !socket.destroyed)).toBe(true);
+    const freed = closedWithin(held[0] as Socket);
+    held[0]?.destroy();
+    await freed;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(await connectThrough(bounded.socketPath, `127.0.0.1:${target.port}`)).toEqual({
+      status: 200,
+      body: "pong",
+    });
+    for (const socket of held) socket.destroy();
+    await bounded.close();
+  });
+
+  it("closes a connection that sends no request head within headersTimeoutMs", {
+    timeout: 20_000,
+  }, async () => {
+    const bounded = await proxy("open", [], undefined, { limits: { headersTimeoutMs: 300 } });
+    const silent = connect(bounded.socketPath);
+    silent.write("CONNECT 127.0.0.1:1 HTTP/1.1\r\n"); // never finished
+    expect(await closedWithin(silent)).toBeLessThan(3_000);
+    await bounded.close();
+  });
+
+  it("closes an idle tunnel after idleTimeoutMs, and its far end with it", {
+    timeout: 20_000,
+  }, async () => {
+    const bounded = await proxy("open", ["127.0.0.1"], undefined, {
+      limits: { idleTimeoutMs: 300 },
+    });
+    const waited = await new Promise<number>((resolve, reject) => {
+      const req = request({
+        socketPath: bounded.socketPath,
+        method: "CONNECT",
+        path: `127.0.0.1:${target.port}`,
+      });
+      req.once("connect", (response, socket: Socket) => {
+        expect(response.statusCode).toBe(200);
+        void closedWithin(socket).then(resolve);
+      });
+      req.once("error", reject);
+      req.end();
+    });
+    expect(waited).toBeGreaterThanOrEqual(250);
+    expect(waited).toBeLessThan(5_000);
+    await bounded.close();
+  });
+});
+
+describe("name resolution stays off the shared thread pool and is bounded per sandbox", () => {
+  /** A DNS server on loopback that never answers. */
+  let blackHole: ReturnType<typeof createSocket>;
+  let dnsPort: number;
+  beforeAll(async () => {
+    blackHole = createSocket("udp4");
+    await new Promise<void>((resolve) => blackHole.bind(0, "127.0.0.1", resolve));
+    dnsPort = blackHole.address().port;
+  });
+  afterAll(() => blackHole.close());
+
+  it("refuses lookups beyond maxPending at once with 503, and times out the rest with 502", {
+    timeout: 20_000,
+  }, async () => {
+    const stalled = await proxy("open", [], undefined, {
+      resolver: { servers: [`127.0.0.1:${dnsPort}`], timeoutMs: 200, maxPending: 2 },
+    });
+    const started = Date.now();
+    const answers = await Promise.all(
+      ["a.stall.test", "b.stall.test", "c.stall.test"].map((name) =>
+        connectThrough(stalled.socketPath, `${name}:443`),
+      ),
+    );
+    expect(answers.map((answer) => answer.status).sort()).toEqual([502, 502, 503]);
+    expect(answers.find((answer) => answer.status === 503)?.body).toMatch(
+      /already has 2 names resolving/,
+    );
+    expect(answers.find((answer) => answer.status === 502)?.body).toMatch(
+      /cannot resolve [abc]\.stall\.test: ETIMEOUT/,
+    );
+    expect(Date.now() - started).toBeLessThan(5_000);
+    // Names of the hosts file need no DNS and no slot.
+    expect((await connectThrough(stalled.socketPath, `localhost:${target.port}`)).body).toMatch(
+      /127\.0\.0\.1|::1/,
+    );
+    await stalled.close();
   });
 });

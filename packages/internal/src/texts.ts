@@ -110,3 +110,9 @@ export const OWN_TEXTS: readonly string[] = [
     [...Object.values(BRIDGE_TEXTS), ...Object.values(CLOUDFLARE_TEXTS)].flatMap(fixedParts),
   ),
 ];
+
+/** Texts every backend sends alike. */
+export const SANDBOX_TEXTS = {
+  /** A `cwd` that does not exist in the sandbox is refused, never created (every backend). */
+  missingCwd: CLOUDFLARE_TEXTS.missingCwd,
+};

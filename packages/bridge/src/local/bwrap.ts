@@ -1,5 +1,5 @@
 import { spawnSync } from "node:child_process";
-import { existsSync, lstatSync, readlinkSync } from "node:fs";
+import { existsSync, lstatSync, readlinkSync, realpathSync, statSync } from "node:fs";
 
 /** Where the sandbox's working directory is mounted inside bubblewrap. */
 export const SANDBOX_WORKSPACE = "/workspace";
@@ -59,6 +59,36 @@ export function isUnderSystemDir(dir: string): boolean {
   return [...SYSTEM_DIRS, "/etc"].some((root) => dir === root || dir.startsWith(`${root}/`));
 }
 
+/** Directories every bubblewrap sandbox has, made fresh (tmpfs, proc, devtmpfs). */
+const FRESH_DIRS = [
+  "/",
+  SANDBOX_WORKSPACE,
+  "/tmp",
+  "/proc",
+  "/dev",
+  "/dev/shm",
+  "/dev/pts",
+  "/etc",
+];
+
+/**
+ * Whether `dir` (normalized, absolute) is a directory inside every sandbox: one of the fresh
+ * directories, or a directory of the host's system directories or listed `/etc` entries (bound
+ * read-only as they are), whose real path stays among them.
+ */
+export function isDirectoryInside(dir: string, etcEntries: readonly string[]): boolean {
+  if (FRESH_DIRS.includes(dir)) return true;
+  const visible = (path: string) =>
+    isUnderSystemDir(path) &&
+    (!path.startsWith("/etc/") || etcEntries.includes(path.split("/")[2] ?? ""));
+  if (!visible(dir)) return false;
+  try {
+    return statSync(dir).isDirectory() && visible(realpathSync(dir));
+  } catch {
+    return false;
+  }
+}
+
 /** What every sandbox of a backend shares. */
 export interface BwrapConfig {
   workspaceBytes: number;
@@ -73,13 +103,13 @@ export interface BwrapConfig {
 export interface BwrapCall {
   /** Working directory inside. */
   cwd: string;
-  /** Directories to create inside (a cwd that does not exist yet). */
-  extraDirs: readonly string[];
   /** Host paths bound read-only inside: `[host, inside]`. */
   binds?: ReadonlyArray<readonly [string, string]> | undefined;
   /** Descriptors on which bwrap reports the sandbox's first pid, and then waits to start it. */
   infoFd?: number;
   blockFd?: number;
+  /** Descriptor from which bwrap reads the seccomp filter (seccomp.ts). */
+  seccompFd?: number;
 }
 
 /**
@@ -88,7 +118,8 @@ export interface BwrapCall {
  * privilege on the host and `/proc/sys` is not writable), every other namespace unshared (no
  * network, its own PID namespace: when its first process ends, the kernel kills the rest), no
  * further user namespaces, killed with the bridge, read-only system directories and the listed
- * `/etc` entries, size-limited tmpfs `/workspace` and `/tmp`, fresh `/proc` and `/dev`.
+ * `/etc` entries, size-limited tmpfs `/workspace`, `/tmp` and `/dev/shm`, fresh `/proc` and a
+ * read-only `/dev`.
  */
 // No --new-session: the host spawns bwrap as a session leader without a terminal (so there is no
 // TTY to inject into), and keeping the command in bwrap's process group lets the host signal every
@@ -123,7 +154,16 @@ export function bwrapBaseArgs(config: BwrapConfig): string[] {
     "/tmp",
     "--proc",
     "/proc",
+    // A fresh /dev: the usual device nodes and a private devpts instance. Its own tmpfs is
+    // read-only (nothing may store data there: without a memory cgroup nothing else would
+    // bound it), and /dev/shm is a tmpfs of /tmp's size.
     "--dev",
+    "/dev",
+    "--size",
+    String(config.tmpBytes),
+    "--tmpfs",
+    "/dev/shm",
+    "--remount-ro",
     "/dev",
   ];
 }
@@ -131,11 +171,11 @@ export function bwrapBaseArgs(config: BwrapConfig): string[] {
 /** The arguments of one sandbox: the shared ones, its directories, a read-only root, its cwd. */
 export function bwrapArgs(base: readonly string[], call: BwrapCall): string[] {
   const args = [...base];
-  for (const dir of call.extraDirs) args.push("--dir", dir);
   for (const [host, inside] of call.binds ?? []) args.push("--ro-bind", host, inside);
   args.push("--remount-ro", "/", "--chdir", call.cwd);
   if (call.infoFd !== undefined) args.push("--info-fd", String(call.infoFd));
   if (call.blockFd !== undefined) args.push("--block-fd", String(call.blockFd));
+  if (call.seccompFd !== undefined) args.push("--seccomp", String(call.seccompFd));
   return args;
 }
 
@@ -150,7 +190,7 @@ export interface BwrapProbe {
  * (`uid`, when the bridge drops privileges), and says whether it works here.
  */
 export function probeBwrap(bwrapPath: string, base: readonly string[], uid?: number): BwrapProbe {
-  const args = bwrapArgs(base, { cwd: SANDBOX_WORKSPACE, extraDirs: [] });
+  const args = bwrapArgs(base, { cwd: SANDBOX_WORKSPACE });
   const run = spawnSync(bwrapPath, [...args, "--", "/bin/sh", "-c", "true"], {
     stdio: ["ignore", "ignore", "pipe"],
     timeout: 10_000,

@@ -1,4 +1,5 @@
 import { posix } from "node:path";
+import { SANDBOX_TEXTS } from "@remote-task/internal";
 import { BackendError, type ExecSpec } from "../backend.js";
 import { SANDBOX_WORKSPACE } from "./bwrap.js";
 
@@ -24,21 +25,24 @@ export function checkPathLength(path: string, what: string): void {
 }
 
 /**
- * Maps a request cwd into the sandbox: `/workspace` and below map into the call's workspace;
- * with bubblewrap any other absolute path is real inside the sandbox.
+ * Maps a request cwd into the sandbox, or refuses it. `/workspace` always exists (fresh and empty
+ * for each call): a path below it does not, and like any directory the sandbox does not have it is
+ * refused, never created, as on every backend. Without bubblewrap only `/workspace` itself is
+ * accepted; with bubblewrap any directory the sandbox has (`exists`).
  */
 export function resolveCwd(
   cwd: string,
   bwrap: boolean,
-): { inside: string; workspaceRelative?: string } {
+  exists: (dir: string) => boolean,
+): { inside: string } {
   const normal = posix.normalize(cwd).replace(/(.)\/+$/, "$1");
   checkPathLength(normal, "cwd");
-  if (normal === SANDBOX_WORKSPACE || normal.startsWith(`${SANDBOX_WORKSPACE}/`)) {
-    return { inside: normal, workspaceRelative: normal.slice(SANDBOX_WORKSPACE.length + 1) };
+  if (normal === SANDBOX_WORKSPACE || (bwrap && exists(normal))) return { inside: normal };
+  if (bwrap || normal.startsWith(`${SANDBOX_WORKSPACE}/`)) {
+    throw invalidCwd(SANDBOX_TEXTS.missingCwd(normal.slice(0, 200)));
   }
-  if (bwrap) return { inside: normal };
   throw invalidCwd(
-    `cwd must be ${SANDBOX_WORKSPACE} or a path under it: this bridge runs commands without bubblewrap isolation, where other directories are not part of the sandbox.`,
+    `cwd must be ${SANDBOX_WORKSPACE}: this bridge runs commands without bubblewrap isolation, where other directories are not part of the sandbox.`,
   );
 }
 

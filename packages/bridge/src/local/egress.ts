@@ -1,4 +1,11 @@
-import { lookup } from "node:dns/promises";
+/**
+ * The egress proxy of one sandbox: an HTTP forward proxy (CONNECT tunnels, and plain HTTP with
+ * absolute-URI requests) on a unix socket that only that sandbox has (bind-mounted into it). For
+ * each connection it checks the destination against the call's policy, resolves the name itself,
+ * checks every address it got, and connects to the address it checked (so no second lookup can
+ * answer differently). What may be reached is decided in egress-policy.ts; this module only wires
+ * that decision to sockets and name resolution.
+ */
 import {
   createServer,
   request as httpRequest,
@@ -11,26 +18,20 @@ import { connect, isIP, type Socket } from "node:net";
 import { networkInterfaces } from "node:os";
 import type { Duplex } from "node:stream";
 import type { NetworkPolicy } from "@remote-task/protocol";
-import ipaddr from "ipaddr.js";
+import type { ParsedHostPattern } from "../network.js";
 import {
-  describeNetworkPolicy,
-  hostMatches,
-  isPublicAddress,
-  type ParsedHostPattern,
-  parseHostPattern,
-} from "../network.js";
+  chooseAddress,
+  type EgressRules,
+  type EgressVerdict,
+  type Endpoint,
+  egressRules,
+  screenDestination,
+  tooManyLookups,
+  unresolved,
+} from "./egress-policy.js";
+import { createNameResolver, type NameResolverOptions, TooManyLookupsError } from "./resolver.js";
 
-/**
- * The egress proxy of one sandbox: an HTTP forward proxy (CONNECT tunnels, and plain HTTP with
- * absolute-URI requests) on a unix socket that only that sandbox has (bind-mounted into it). For
- * each connection it checks the destination against the call's policy, resolves the name itself,
- * checks every address it got, and connects to the address it checked (so no second lookup can
- * answer differently). Addresses that are not public (loopback, private, link-local such as
- * 169.254.169.254, carrier-grade NAT, unique-local...) are refused unless the deployer allowed
- * them: an IP-literal pattern of the call's allowlist (by the bridge's rule only a deployer's
- * ceiling can hold one) or a pattern of `allowPrivate`. The bridge's own listening port is never
- * reachable.
- */
+export type { Endpoint } from "./egress-policy.js";
 
 /** What the deployer sets for the local backend's egress proxy. */
 export interface EgressOptions {
@@ -43,12 +44,6 @@ export interface EgressOptions {
   allowPrivate?: readonly string[] | undefined;
 }
 
-/** An address and port the bridge listens on (never reachable from a sandbox). */
-export interface Endpoint {
-  host: string;
-  port: number;
-}
-
 export interface EgressProxyOptions {
   socketPath: string;
   /** The call's policy: `open` or an allowlist. */
@@ -56,7 +51,31 @@ export interface EgressProxyOptions {
   allowPrivate: readonly ParsedHostPattern[];
   /** Where the bridge itself listens, looked up on every connection. */
   protectedEndpoints: () => readonly Endpoint[];
+  /** What one sandbox may make the proxy hold (default {@link DEFAULT_EGRESS_LIMITS}). */
+  limits?: Partial<EgressLimits> | undefined;
+  /** Name resolution (servers, per-query timeout, lookups at once, hosts file). */
+  resolver?: NameResolverOptions | undefined;
 }
+
+/** What one sandbox may make the bridge hold through its proxy. */
+export interface EgressLimits {
+  /**
+   * Connections to the proxy at once (tunnels, requests, connections still sending headers);
+   * more are closed as they arrive. Each holds at most one connection to a destination and
+   * about 64 KiB of buffered data each way (streams are piped with backpressure).
+   */
+  maxConnections: number;
+  /** A connection that has not sent its request head within this many ms is closed. */
+  headersTimeoutMs: number;
+  /** A tunnel or connection with no data either way for this many ms is closed. */
+  idleTimeoutMs: number;
+}
+
+export const DEFAULT_EGRESS_LIMITS: Readonly<EgressLimits> = Object.freeze({
+  maxConnections: 64,
+  headersTimeoutMs: 10_000,
+  idleTimeoutMs: 300_000,
+});
 
 export interface EgressProxy {
   /** Connections refused by the policy so far. */
@@ -80,56 +99,16 @@ const HOP_BY_HOP = new Set([
   "upgrade",
 ]);
 
-type Decision =
-  | { ok: true; address: string }
-  | { ok: false; status: 403 | 400 | 502; reason: string };
-
-/** ipaddr.js's range names, as a message says them. */
-const RANGE_WORDS: Record<string, string> = {
-  linkLocal: "link-local",
-  carrierGradeNat: "carrier-grade NAT",
-  uniqueLocal: "unique-local",
-  ipv4Mapped: "IPv4-mapped",
-  rfc6145: "IPv4-translated",
-  rfc6052: "IPv4-embedded",
-  "6to4": "6to4",
-  teredo: "Teredo",
-};
-
-function rangeOf(address: string): string {
-  const range = ipaddr.process(address).range();
-  return RANGE_WORDS[range] ?? range;
-}
-
-function canonical(address: string): string {
-  return ipaddr.process(address).toString();
-}
-
-/** True for this machine's own addresses (any of them may be where the bridge listens). */
-function isOwnAddress(address: string): boolean {
-  const parsed = ipaddr.process(address);
-  if (parsed.range() === "loopback" || parsed.range() === "unspecified") return true;
-  for (const list of Object.values(networkInterfaces())) {
-    for (const info of list ?? []) {
-      if (ipaddr.isValid(info.address) && canonical(info.address) === parsed.toString())
-        return true;
-    }
-  }
-  return false;
-}
-
-function isBridge(address: string, port: number, endpoints: readonly Endpoint[]): boolean {
-  return endpoints.some(
-    (endpoint) =>
-      endpoint.port === port &&
-      (isOwnAddress(address) ||
-        (ipaddr.isValid(endpoint.host) && canonical(endpoint.host) === canonical(address))),
+/** This machine's interface addresses, read on every decision (interfaces come and go). */
+function interfaceAddresses(): string[] {
+  return Object.values(networkInterfaces()).flatMap((list) =>
+    (list ?? []).map((info) => info.address),
   );
 }
 
 export async function startEgressProxy(options: EgressProxyOptions): Promise<EgressProxy> {
-  const { policy, allowPrivate } = options;
-  const allowlist = policy === "open" ? [] : policy.allow.map(parseHostPattern);
+  const limits = { ...DEFAULT_EGRESS_LIMITS, ...options.limits };
+  const names = createNameResolver(options.resolver);
   const sockets = new Set<Duplex>();
   let refused = 0;
 
@@ -137,56 +116,36 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
     sockets.add(socket);
     socket.once("close", () => sockets.delete(socket));
   };
+  /** A socket with no data either way for the idle limit is closed (its peer with it). */
+  const idleCloses = (socket: Socket) => {
+    socket.setTimeout(limits.idleTimeoutMs, () => socket.destroy());
+  };
 
-  async function decide(host: string, port: number): Promise<Decision> {
-    const target = `${host.includes(":") ? `[${host}]` : host}:${port}`;
-    const refuse = (reason: string): Decision => {
-      refused++;
-      return {
-        ok: false,
-        status: 403,
-        reason: `remote-task egress proxy: connection to ${target} refused: ${reason} (network policy: ${describeNetworkPolicy(policy)}).`,
-      };
-    };
-    if (!Number.isInteger(port) || port < 1 || port > 65535 || host === "") {
-      return {
-        ok: false,
-        status: 400,
-        reason: `remote-task egress proxy: bad destination ${target}.`,
-      };
+  async function decide(host: string, port: number): Promise<EgressVerdict> {
+    const rules = egressRules(
+      options.policy,
+      options.allowPrivate,
+      options.protectedEndpoints(),
+      interfaceAddresses(),
+    );
+    const verdict =
+      screenDestination(host, port, rules) ?? (await resolveAndChoose(host, port, rules));
+    if (!verdict.ok && verdict.status === 403) refused++;
+    return verdict;
+  }
+
+  async function resolveAndChoose(
+    host: string,
+    port: number,
+    rules: EgressRules,
+  ): Promise<EgressVerdict> {
+    if (isIP(host) !== 0) return chooseAddress(host, port, [host], rules);
+    try {
+      return chooseAddress(host, port, await names.resolve(host), rules);
+    } catch (error) {
+      if (TooManyLookupsError.isInstance(error)) return tooManyLookups(host, error.maxPending);
+      return unresolved(host, (error as NodeJS.ErrnoException).code ?? (error as Error).message);
     }
-    if (policy !== "open" && !allowlist.some((pattern) => hostMatches(pattern, host, port))) {
-      return refuse("not in the call's allowlist");
-    }
-    let addresses: string[];
-    if (isIP(host) !== 0) addresses = [host];
-    else {
-      try {
-        addresses = (await lookup(host, { all: true })).map((entry) => entry.address);
-      } catch (error) {
-        return {
-          ok: false,
-          status: 502,
-          reason: `remote-task egress proxy: cannot resolve ${host}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}.`,
-        };
-      }
-    }
-    const explicitlyAllowed = (address: string) =>
-      allowlist.some((pattern) => pattern.literal && hostMatches(pattern, address, port)) ||
-      allowPrivate.some(
-        (pattern) => hostMatches(pattern, host, port) || hostMatches(pattern, address, port),
-      );
-    const endpoints = options.protectedEndpoints();
-    let reason = "";
-    for (const address of addresses) {
-      if (isBridge(address, port, endpoints)) {
-        reason ||= `${address} port ${port} is the bridge itself`;
-        continue;
-      }
-      if (isPublicAddress(address) || explicitlyAllowed(address)) return { ok: true, address };
-      reason ||= `${address} is not public (${rangeOf(address)}) and the deployer has not allowed it`;
-    }
-    return refuse(reason || "no address");
   }
 
   /** Answers on a raw socket (a CONNECT request) and closes it. */
@@ -225,13 +184,14 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
     upstream.once("error", fail);
     upstream.once("connect", () => {
       upstream.off("error", fail);
-      upstream.setTimeout(0);
+      idleCloses(upstream);
       onOpen(upstream);
     });
   }
 
   async function onConnect(req: IncomingMessage, client: Duplex, head: Buffer): Promise<void> {
     track(client);
+    idleCloses(client as Socket);
     client.on("error", () => client.destroy());
     // `host:port` or `[IPv6]:port` (not through URL, which drops a port that is the default).
     const authority = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(req.url ?? "");
@@ -315,7 +275,16 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
     req.pipe(upstream);
   }
 
-  const server = createServer({ requestTimeout: 0 });
+  const server = createServer({
+    requestTimeout: 0,
+    headersTimeout: limits.headersTimeoutMs,
+    // How often the server looks for connections past their headers timeout.
+    connectionsCheckingInterval: Math.min(1_000, limits.headersTimeoutMs),
+    keepAliveTimeout: 5_000,
+  });
+  // Beyond this the server closes each new connection as it arrives.
+  server.maxConnections = limits.maxConnections;
+  server.timeout = limits.idleTimeoutMs;
   server.on("connection", track);
   server.on("connect", (req: IncomingMessage, client: Duplex, head: Buffer) => {
     void onConnect(req, client, head);
@@ -338,6 +307,7 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
     },
     close() {
       closing ??= new Promise<void>((resolve) => {
+        names.cancel();
         server.close(() => resolve());
         for (const socket of sockets) socket.destroy();
       });

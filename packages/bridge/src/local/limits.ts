@@ -6,8 +6,14 @@ export interface SandboxLimits {
   memoryBytes: number;
   /** Size of `/workspace`, in bytes. */
   workspaceBytes: number;
-  /** Size of `/tmp`, in bytes. */
+  /** Size of `/tmp` (and under bubblewrap of `/dev/shm`), in bytes. */
   tmpBytes: number;
+  /**
+   * Open files of one process (`RLIMIT_NOFILE`, soft and hard). The kernel's file table is
+   * shared by the whole host and has no per-sandbox limit: one sandbox can hold at most
+   * `processes` x `openFiles` of it (256 x 512 = 131,072 by default).
+   */
+  openFiles: number;
 }
 
 const MiB = 1024 * 1024;
@@ -18,6 +24,7 @@ export const DEFAULT_SANDBOX_LIMITS: Readonly<SandboxLimits> = Object.freeze({
   memoryBytes: 2048 * MiB,
   workspaceBytes: 1024 * MiB,
   tmpBytes: 256 * MiB,
+  openFiles: 512,
 });
 
 /** Host uids for sandboxes when the bridge runs as root: one per sandbox running at a time. */
@@ -29,6 +36,7 @@ const MINIMUM: Readonly<SandboxLimits> = {
   memoryBytes: 16 * MiB,
   workspaceBytes: MiB,
   tmpBytes: MiB,
+  openFiles: 16,
 };
 
 /** Merges `overrides` into the defaults; throws a `TypeError` naming a bad value. */

@@ -32,3 +32,22 @@ export async function limitNotes(
   }
   return notes;
 }
+
+/**
+ * What isolation none does not protect, one line each, for whoever chose it to print (the CLI on
+ * an explicit `--isolation none`, as the `auto` fallback's warning does). `uidPerSandbox`: the
+ * bridge runs as root, so each sandbox gets a uid of its own.
+ */
+export function isolationNoneGaps(uidPerSandbox: boolean): string[] {
+  return [
+    "no namespaces: commands see the host's whole file system (whatever their uid may read), its process list and its network, the host's own services included; no network policy is enforced",
+    ...(uidPerSandbox
+      ? [
+          "what a call leaves in /tmp, /var/tmp, /dev/shm and /dev/mqueue is removed after it, and kernel keyrings are reset for each call (when Perl is installed); System V IPC objects and files in other world-writable directories are not removed",
+        ]
+      : [
+          "every command runs as the bridge's own uid: it can read the bridge's files and the environment of its processes, signal the bridge, and read or change what other calls leave anywhere",
+        ]),
+    "limits are per process (rlimits) unless cgroups are available; the PTYs, AIO contexts and file table of the host are shared with every other process",
+  ];
+}

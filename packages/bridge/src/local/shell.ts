@@ -1,4 +1,5 @@
 import { spawnSync } from "node:child_process";
+import { statSync } from "node:fs";
 
 /**
  * The sandbox's `/bin/sh -c` script: a few builtins, then the command, all on the command's first
@@ -16,6 +17,8 @@ export interface ShellPrelude {
   ulimits: ReadonlyArray<readonly [string, number]>;
   /** Lines run after the limits, before the command (the network relay's start). */
   setup?: readonly string[] | undefined;
+  /** The shell runs with `-p` (bash): turn it off before the command. */
+  privileged?: boolean | undefined;
 }
 
 /** Descriptor of the gate in the sandbox's shell. */
@@ -28,20 +31,39 @@ export function shellScript(command: string, prelude: ShellPrelude): string {
   // One resource per `ulimit`: dash takes no more.
   for (const [flag, value] of prelude.ulimits) parts.push(`ulimit ${flag} ${value}`);
   parts.push(...(prelude.setup ?? []));
+  if (prelude.privileged === true) parts.push("set +p");
   return parts.length === 0 ? command : `${parts.join("; ")}; ${command}`;
 }
 
 /**
- * The `ulimit` flag for the process count of `/bin/sh` here: `-u` (bash, busybox) or `-p` (dash),
+ * The `ulimit` flag for the process count of `shell` here: `-u` (bash, busybox) or `-p` (dash),
  * or undefined when it has neither.
  */
-export function processLimitFlag(): string | undefined {
+export function processLimitFlag(shell = "/bin/sh"): string | undefined {
   for (const flag of ["-u", "-p"]) {
-    const probe = spawnSync("/bin/sh", ["-c", `ulimit ${flag}`], {
+    const probe = spawnSync(shell, ["-c", `ulimit ${flag}`], {
       stdio: ["ignore", "pipe", "ignore"],
       env: {},
     });
     if (probe.status === 0 && /^(\d+|unlimited)\s*$/.test(probe.stdout.toString())) return flag;
   }
   return undefined;
+}
+
+/**
+ * The shell commands run with: bash wherever the host has it (the Worker and other bridges run
+ * bash, so `[[ ... ]]` and `{a,b}` behave the same everywhere; under bubblewrap it is visible
+ * because the system directories are), else `/bin/sh`. It must be executable by every user (the
+ * sandboxes' uids).
+ */
+export function findShell(): { path: string; args: string[] } {
+  for (const path of ["/bin/bash", "/usr/bin/bash"]) {
+    try {
+      const stat = statSync(path);
+      // `-p`: no BASH_ENV, no functions or SHELLOPTS from the environment while the prelude (the
+      // gate, the ulimits) runs; `set +p` before the command (shellScript).
+      if (stat.isFile() && (stat.mode & 0o001) !== 0) return { path, args: ["-p", "-c"] };
+    } catch {}
+  }
+  return { path: "/bin/sh", args: ["-c"] };
 }

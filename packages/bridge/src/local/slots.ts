@@ -118,9 +118,12 @@ export class SlotPool {
     this.nextUid = options.uids?.first ?? 0;
   }
 
-  /** A free slot, or undefined when every uid of the range is in use. */
+  /**
+   * A free slot, or undefined when every uid of the range is in use. Free slots are reused least
+   * recently used first, so a uid's calls are as far apart as the pool allows.
+   */
   acquire(): Slot | undefined {
-    const reused = this.free.pop();
+    const reused = this.free.shift();
     if (reused !== undefined) return reused;
     const uid = this.claimUid();
     if (uid === null) return undefined;

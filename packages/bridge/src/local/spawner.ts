@@ -28,8 +28,11 @@ export interface SpawnRequest {
   stdin: boolean;
   /** How many pipes after stdout and stderr (descriptors 3, 4, ...). */
   extraPipes: number;
-  /** Written to a pipe right after the start, then closed (bubblewrap's `--args`). */
-  input?: { fd: number; data: string };
+  /**
+   * Written to pipes right after the start, then closed (bubblewrap's `--args`, `--seccomp`):
+   * `data` is text, or bytes in base64 with `base64: true`.
+   */
+  inputs?: Array<{ fd: number; data: string; base64?: boolean }>;
   /**
    * A pipe on which the process reports the pid of the sandbox's first process as JSON
    * `"child-pid": N` (bubblewrap's `--info-fd`); without it the spawned process is the first.
@@ -131,7 +134,7 @@ function helperMain(): void {
     type Pipe = {
       _handle?: { readStop(): void };
       on(event: string, listener: (chunk: string) => void): void;
-      end(data?: string): void;
+      end(data?: string | Uint8Array): void;
       setEncoding(encoding: string): void;
     };
     const pipes = child.stdio as unknown as (Pipe | null)[];
@@ -147,7 +150,8 @@ function helperMain(): void {
       send({ t: "exit", id, code, signal });
     });
     for (const pipe of pipes.slice(3)) pipe?.on("error", () => {});
-    if (request.input !== undefined) pipes[request.input.fd]?.end(request.input.data);
+    for (const { fd, data, base64 } of request.inputs ?? [])
+      pipes[fd]?.end(base64 === true ? Buffer.from(data, "base64") : data);
     // The pipes go to the bridge at once (what the command writes before the bridge reads waits
     // in them, unread here; the bridge writes its input). Once the sandbox's first process is known it joins the
     // cgroups (a migration waits for an RCU grace period: off this loop, so that other spawns go

@@ -2,7 +2,6 @@ import { chownSync, mkdirSync, rmdirSync, statfsSync, statSync } from "node:fs";
 import { chmod, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
-import { checkPathLength } from "./cwd.js";
 import type { SandboxLimits } from "./limits.js";
 import { isInstanceName, ownerAlive } from "./ownership.js";
 
@@ -111,13 +110,10 @@ export function makeCallDirectories(
   stateDir: string,
   name: string,
   uid: number | undefined,
-  relative: string | undefined,
-): { root: string; workspace: string; tmp: string; hostCwd: string } {
+): { root: string; workspace: string; tmp: string } {
   const root = join(stateDir, name);
   const workspace = join(root, "workspace");
   const tmp = join(root, "tmp");
-  const hostCwd = relative ? join(workspace, relative) : workspace;
-  checkPathLength(hostCwd, "cwd on this host");
   const own = (path: string) => {
     if (uid !== undefined) chownSync(path, uid, uid);
   };
@@ -127,13 +123,5 @@ export function makeCallDirectories(
     mkdirSync(path, { mode: 0o700 });
     own(path);
   }
-  if (relative) {
-    let path = workspace;
-    for (const part of relative.split("/")) {
-      path = join(path, part);
-      mkdirSync(path, { mode: 0o755 });
-      own(path);
-    }
-  }
-  return { root, workspace, tmp, hostCwd };
+  return { root, workspace, tmp };
 }

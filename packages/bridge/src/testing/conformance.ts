@@ -17,6 +17,8 @@ export type ConformanceCheck =
   | "exit-code"
   | "streams"
   | "cwd"
+  | "missing-cwd"
+  | "bash"
   | "output-cap"
   | "stream-cap"
   | "timeout"
@@ -194,6 +196,28 @@ export function backendConformanceSuite(
       expect(result.stdout).toMatch(/\/workspace\n$/);
     });
 
+    check(
+      "missing-cwd",
+      "refuses a cwd the sandbox does not have, without creating it",
+      async () => {
+        const { bridge, rec } = await setup();
+        const cwd = `/workspace/remote-task-missing-${freshId()}`;
+        const response = await bridge(post("/exec", { sandboxId: freshId(), command: "pwd", cwd }));
+        expect(response.status).toBe(400);
+        const body = errorBodySchema.parse(await response.json());
+        expect(body.code).toBe("invalid_request");
+        expect(body.issues?.[0]?.path).toEqual(["cwd"]);
+        expect(body.error).toContain(cwd);
+        expect(rec.destroyed).toEqual(rec.started);
+      },
+    );
+
+    check("bash", "runs commands with bash: [[ ... ]] and brace expansion work", async () => {
+      const { exec } = await setup();
+      const result = await exec({ command: "[[ a == a ]] && echo {x,y}" });
+      expect(result).toMatchObject({ stdout: "x y\n", stderr: "", code: 0 });
+    });
+
     check("output-cap", "caps retained output per stream and keeps exact byte totals", async () => {
       const cap = 100_000;
       const { exec, rec } = await setup({ maxOutputBytes: cap });
@@ -245,7 +269,8 @@ export function backendConformanceSuite(
       async () => {
         const { exec, rec } = await setup();
         const started = Date.now();
-        const result = await exec({ command: "echo before; sleep 30", timeoutSeconds: 0.5 });
+        // 2 s: a real sandbox on a loaded machine must have started and printed by then.
+        const result = await exec({ command: "echo before; sleep 30", timeoutSeconds: 2 });
         expect(result).toMatchObject({
           outcome: "timeout",
           code: TIMEOUT_EXIT_CODE,
