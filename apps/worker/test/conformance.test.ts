@@ -18,5 +18,13 @@ async function liveSandboxes(): Promise<number> {
 backendConformanceSuite(
   "cloudflare (fake Sandbox Durable Object in workerd)",
   () => new CloudflareSandboxBackend({ namespace: env.Sandbox }),
-  { liveSandboxes },
+  {
+    liveSandboxes,
+    // The real Durable Object and container server run both in the harness (test/harness/
+    // worker.test.ts: bash, and a cwd that does not exist answered 400).
+    skip: {
+      bash: "the fake Sandbox interprets a small vocabulary, not bash: see the harness",
+      "missing-cwd": "the fake Sandbox has no file system: see the harness",
+    },
+  },
 );

@@ -212,6 +212,13 @@ describe("what a task sees, through the real Durable Object", () => {
     await destroyed(sandboxId);
   });
 
+  it("runs the command with bash, as every backend does (the conformance suite's bash check)", async () => {
+    const sandboxId = id();
+    const answer = await harness.exec({ sandboxId, command: "[[ a == a ]] && echo {x,y}" });
+    expect(result(answer)).toMatchObject({ stdout: "x y\n", code: 0, outcome: "exited" });
+    await destroyed(sandboxId);
+  });
+
   it("answers a cwd that does not exist with 400 invalid_request naming it", async () => {
     const sandboxId = id();
     const answer = await harness.exec({ sandboxId, command: "pwd", cwd: "/no/such/dir" });
