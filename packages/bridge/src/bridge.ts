@@ -181,7 +181,7 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
  * it carries; anything else is a bug, logged (secrets redacted) and answered 500 `internal`.
  */
 function answerError(error: unknown, logger: BridgeLogger, token: string | undefined): Response {
-  if (error instanceof HttpError) return error.toResponse();
+  if (HttpError.isInstance(error)) return error.toResponse();
   const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
   logger({ event: "internal_error", level: "error", detail: logDetail(text, [token]) });
   return errorResponse("internal", BRIDGE_TEXTS.internal);

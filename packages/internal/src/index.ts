@@ -1,5 +1,5 @@
 export { type RaceAbortOptions, raceAbort } from "./abort.js";
-export { hasBrand } from "./brand.js";
+export { brandClass, hasBrand } from "./brand.js";
 export { concatBytes } from "./bytes.js";
 export { issuesOf, type PathIssue, type SchemaIssue, summarizeIssues } from "./issues.js";
 export { MIN_SECRET_LENGTH, REDACTED, redact, shorten } from "./redact.js";
