@@ -13,6 +13,7 @@ export {
   type BridgeRequestContext,
   createBridge,
   DEFAULT_HEARTBEAT_INTERVAL_MS,
+  MIN_TOKEN_LENGTH,
 } from "./bridge.js";
 export { CANCELLED_EXIT_CODE } from "./call.js";
 export {
@@ -34,6 +35,7 @@ export {
   type ProblemLogEntry,
   silentLogger,
   stderrLogger,
+  type WarningLogEntry,
 } from "./logger.js";
 export {
   hostMatches,

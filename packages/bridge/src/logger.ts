@@ -38,7 +38,14 @@ export interface ProblemLogEntry {
   detail: string;
 }
 
-export type BridgeLogEntry = ExecLogEntry | ProblemLogEntry;
+/** Something about the bridge's set-up its deployer should change (logged when it starts). */
+export interface WarningLogEntry {
+  event: "warning";
+  level: "warn";
+  detail: string;
+}
+
+export type BridgeLogEntry = ExecLogEntry | ProblemLogEntry | WarningLogEntry;
 
 /** Receives structured log entries; write them wherever you like (one JSON line each is typical). */
 export type BridgeLogger = (entry: BridgeLogEntry) => void;
@@ -48,10 +55,10 @@ export function jsonLine(entry: BridgeLogEntry): string {
   return JSON.stringify({ time: new Date().toISOString(), ...entry });
 }
 
-/** Writes each entry as one JSON line: info to `console.log`, errors to `console.error`. */
+/** Writes each entry as one JSON line: info to `console.log`, warnings and errors to `console.error`. */
 export const jsonLineLogger: BridgeLogger = (entry) => {
-  if (entry.level === "error") console.error(jsonLine(entry));
-  else console.log(jsonLine(entry));
+  if (entry.level === "info") console.log(jsonLine(entry));
+  else console.error(jsonLine(entry));
 };
 
 /**
