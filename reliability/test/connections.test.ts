@@ -79,7 +79,7 @@ describe("the Node host's connection limits", () => {
       headersTimeoutMs: 60_000,
       requestTimeoutMs: 60_000,
     });
-    const idle = [];
+    const idle: Array<{ closed: () => boolean }> = [];
     for (let i = 0; i < 2_000; i++) idle.push(await idleSocket(url));
     expect((await ask(url, "/health")).status).toBe(200);
     const answer = await exec(url, { sandboxId: "after-flood-1", command: "echo ran" });
