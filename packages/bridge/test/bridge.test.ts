@@ -45,7 +45,13 @@ describe("routes and auth", () => {
       backend: "fake",
       isolation: "none",
       limits: DEFAULT_LIMITS,
-      admission: { ...defaultAdmission(), running: 0, queued: 0 },
+      // The settings and the load; the byte bound of the queue is not reported.
+      admission: {
+        maxConcurrent: defaultAdmission().maxConcurrent,
+        maxQueued: defaultAdmission().maxQueued,
+        running: 0,
+        queued: 0,
+      },
       version: "9.9.9",
     });
   });
