@@ -174,6 +174,44 @@ describe("overload: more calls at once than the bridge admits", () => {
   }, 120_000);
 });
 
+describe("a burst within the queue", () => {
+  it("256 callers at once, each `sleep 0.1`, with the default admission: all run, none refused", async () => {
+    const host = await startTestBridge({ token: "burst-test-token-0123456789" });
+    const agent = new Agent({ connections: 256 });
+    try {
+      const answers = await Promise.all(
+        Array.from({ length: 256 }, async (_, index) => {
+          const answer = await request(`${host.bridge.url}/exec`, {
+            method: "POST",
+            dispatcher: agent,
+            headers: {
+              authorization: `Bearer ${host.bridge.token}`,
+              "content-type": "application/json",
+            },
+            body: JSON.stringify({
+              sandboxId: `burst-${process.pid}-${index}`,
+              command: `sleep 0.1; echo ran-${index}`,
+            }),
+          });
+          return { index, status: answer.statusCode, text: await answer.body.text() };
+        }),
+      );
+      expect(answers.filter((answer) => answer.status !== 200)).toEqual([]);
+      for (const answer of answers) {
+        expect(execResultSchema.parse(JSON.parse(answer.text)).stdout).toBe(
+          `ran-${answer.index}\n`,
+        );
+      }
+      const queued = host.logs.execEntries().filter((entry) => entry.queuedMs !== undefined);
+      expect(queued.length).toBeGreaterThan(200);
+      await host.settled();
+    } finally {
+      await agent.close();
+      await host.close();
+    }
+  }, 120_000);
+});
+
 describe("the client against an overloaded bridge", () => {
   it("retries the 429s it gets and every task runs exactly once", async () => {
     const host = await startTestBridge({ admission: { maxConcurrent: 2, maxQueued: 2 } });
