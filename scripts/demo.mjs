@@ -70,7 +70,7 @@ try {
   check(big.stdoutBytes === 22_888_896, `expected 22888896 bytes, got ${big.stdoutBytes}`);
   check(view.truncated && view.text.includes("Have the command summarise"), "no truncation notice");
   const notice =
-    "[Showing the last 15.6KB of 21.8MB (50.0KB limit). Have the command summarise or filter its own output.]";
+    "[Showing the last 15.6KB of 21.8MB (2000-line limit). Have the command summarise or filter its own output.]";
   check(
     view.text.startsWith("2998002\n") && view.text.endsWith(`3000000\n\n\n${notice}`),
     "wrong tail (the last 2000 lines) or notice",

@@ -8,11 +8,13 @@ import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { bigOutputBridge } from "./items/big-output-bridge.ts";
 import { bigOutputClient } from "./items/big-output-client.ts";
+import { burstItem } from "./items/burst.ts";
 import { coldStart } from "./items/cold-start.ts";
 import { fanout } from "./items/fanout.ts";
 import { overhead } from "./items/overhead.ts";
 import { requestPath } from "./items/request-path.ts";
 import { sandbox } from "./items/sandbox.ts";
+import { spillOver } from "./items/spill-over.ts";
 import { truncation } from "./items/truncation.ts";
 import { warmPool } from "./items/warm-pool.ts";
 import { workerOutput } from "./items/worker.ts";
@@ -38,6 +40,8 @@ const ITEMS: BenchItem[] = [
   workerLatency,
   warmPool,
   sandbox,
+  burstItem,
+  spillOver,
 ];
 
 const { values } = parseArgs({

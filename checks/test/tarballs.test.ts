@@ -106,6 +106,7 @@ beforeAll(() => {
     ...PACKAGES.map(tarball),
     pinned("packages/tool", "ai"),
     pinned("packages/tool", "@modelcontextprotocol/sdk"),
+    pinned("packages/tool", "@openai/agents"),
     pinned("packages/bridge", "eventsource-parser"),
     pinned(".", "vitest"),
   ]);

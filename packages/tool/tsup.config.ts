@@ -1,11 +1,24 @@
 import { defineConfig } from "tsup";
 
 // Optional peers and the openai types package stay imports for the user's install to resolve.
-const peers = ["ai", "@modelcontextprotocol/sdk", "@mariozechner/pi-agent-core", "openai"];
+const peers = [
+  "ai",
+  "@modelcontextprotocol/sdk",
+  "@mariozechner/pi-agent-core",
+  "openai",
+  "@openai/agents",
+];
 
 export default defineConfig([
   {
-    entry: ["src/index.ts", "src/ai.ts", "src/mcp.ts", "src/pi.ts", "src/openai.ts"],
+    entry: [
+      "src/index.ts",
+      "src/ai.ts",
+      "src/mcp.ts",
+      "src/pi.ts",
+      "src/openai.ts",
+      "src/openai-agents.ts",
+    ],
     format: ["esm", "cjs"],
     dts: true,
     sourcemap: true,

@@ -15,12 +15,16 @@ const backend =
 const gcMs = gcClock();
 // The fake backend holds nothing on this machine, so it is not held to the machine's admission:
 // the items that use it measure the bridge and the client at any concurrency.
-const admission = config.backend === "fake" ? { maxConcurrent: 100_000, maxQueued: 0 } : undefined;
+const admission =
+  config.admission ??
+  (config.backend === "fake" ? { maxConcurrent: 100_000, maxQueued: 0 } : undefined);
 const bridge = await startLocalBridge({ backend, logger: silentLogger, admission });
 
 serveRpc({
   url: () => ({ url: bridge.url, token: bridge.token, isolation: backend.isolation }),
   live: () => backend.liveSandboxes(),
+  /** The sandbox ids the fake backend started, in order (each is one run of a command). */
+  starts: () => ("starts" in backend ? backend.starts.map((spec) => spec.sandboxId) : []),
   gc: () => gcMs(),
 });
 process.on("SIGTERM", () => {

@@ -9,6 +9,8 @@ export interface BridgeChildConfig {
   isolation?: "none" | "bwrap";
   /** Node/V8 flags for the bridge process (e.g. `--max-semi-space-size=1`). */
   nodeFlags?: string[];
+  /** Admission limits (default: unbounded for the fake backend, the machine's for the local). */
+  admission?: { maxConcurrent: number; maxQueued: number };
 }
 
 /** A bridge served from its own Node process on loopback. */

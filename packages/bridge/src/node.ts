@@ -73,7 +73,10 @@ export interface LocalBridge<B extends SandboxBackend = SandboxBackend> {
   /** The bearer token clients must send (empty when unauthenticated). */
   token: string;
   backend: B;
-  /** Cancels calls in flight, destroys their sandboxes, and closes the server. */
+  /**
+   * Cancels calls in flight (each caller gets its call's cancelled answer), destroys their
+   * sandboxes, closes the server, and closes the backend it created (`local`, or the default).
+   */
   close(): Promise<void>;
 }
 
@@ -178,6 +181,13 @@ function answerClientError(error: NodeJS.ErrnoException, socket: Duplex): void {
   );
 }
 
+/** Longest wait on close for the answers of cancelled calls to be written. */
+const ANSWER_DRAIN_MS = 2_000;
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms).unref());
+}
+
 function urlHost(host: string): string {
   return host.includes(":") ? `[${host}]` : host;
 }
@@ -222,6 +232,13 @@ export async function startLocalBridge<
       }),
   });
   const server = createLimitedServer(listener, connectionLimits);
+  // Answers still being written: close() lets them finish (a cancelled call's answer included).
+  const answering = new Set<Promise<void>>();
+  server.on("request", (_request, response: ServerResponse) => {
+    const done = new Promise<void>((resolve) => response.once("close", () => resolve()));
+    answering.add(done);
+    void done.then(() => answering.delete(done));
+  });
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
     server.listen(options.port ?? 0, host, () => {
@@ -245,7 +262,11 @@ export async function startLocalBridge<
     close() {
       closing ??= (async () => {
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+        server.closeIdleConnections();
         await bridge.shutdown();
+        // Each call in flight has ended cancelled: let its answer reach the caller before the
+        // connections close (bounded, for a caller that stopped reading).
+        await Promise.race([Promise.all(answering), delay(ANSWER_DRAIN_MS)]);
         server.closeAllConnections();
         await closed;
         await ownBackend?.close();

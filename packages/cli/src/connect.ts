@@ -1,3 +1,4 @@
+import type { LocalBridge } from "@remote-task/bridge/node";
 import {
   type ClientOptions,
   ConfigurationError,
@@ -7,7 +8,9 @@ import {
   type RemoteTaskClient,
 } from "@remote-task/client";
 import type { NetworkPolicy } from "@remote-task/protocol";
-import { cliLogger } from "./log.js";
+import { warnIsolationNone } from "./isolation.js";
+import { embeddedLogger } from "./log.js";
+import { UsageError } from "./usage-error.js";
 
 export interface ConnectionFlags {
   url?: string;
@@ -35,23 +38,24 @@ function timing(flags: ConnectionFlags): Partial<ClientOptions> {
 }
 
 /**
- * Starts the embedded local bridge in this process (it logs only problems, to stderr). Whoever
- * runs it is its deployer: the network asked for on the command line is its ceiling.
+ * Starts the embedded local bridge in this process; `startLocalBridge` creates its backend and
+ * closes it again with the bridge. Whoever runs it is its deployer: the network asked for on the
+ * command line is its ceiling. Options it refuses (a `TypeError`) are a {@link UsageError}.
  */
-export async function startEmbeddedBridge(flags: Pick<ConnectionFlags, "isolation" | "network">) {
-  const [{ startLocalBridge }, { createLocalBackend }] = await Promise.all([
-    import("@remote-task/bridge/node"),
-    import("@remote-task/bridge/local"),
-  ]);
-  const backend = createLocalBackend({ isolation: flags.isolation ?? "auto" });
+export async function startEmbeddedBridge(
+  flags: Pick<ConnectionFlags, "isolation" | "network">,
+): Promise<LocalBridge> {
+  const { startLocalBridge } = await import("@remote-task/bridge/node");
+  const isolation = flags.isolation ?? "auto";
+  if (isolation === "none") warnIsolationNone();
   try {
     return await startLocalBridge({
-      backend,
-      logger: cliLogger(false),
+      local: { isolation },
+      logger: embeddedLogger,
       ...(flags.network === undefined ? {} : { network: { ceiling: flags.network } }),
     });
   } catch (error) {
-    await backend.close();
+    if (error instanceof TypeError) throw new UsageError(error.message, { cause: error });
     throw error;
   }
 }

@@ -11,4 +11,6 @@ export const EXIT = {
   bridge: 125,
   /** Interrupted (Ctrl-C) or cancelled. */
   interrupted: 130,
+  /** The reader of stdout went away (`| head`): what a shell reports for a tool ended by SIGPIPE. */
+  outputClosed: 141,
 } as const;

@@ -1,11 +1,18 @@
 import { type BridgeLogger, stderrLogger } from "@remote-task/bridge";
 
 /**
- * Bridge log lines go to stderr, so stdout carries only task output. `all` adds the per-call
- * info lines (for `serve`); otherwise only problems are shown.
+ * The log of a bridge `serve` runs: one JSON line per call on stderr, so stdout carries only the
+ * banner.
  */
-export function cliLogger(all: boolean): BridgeLogger {
-  return (entry) => {
-    if (all || entry.level === "error") stderrLogger(entry);
-  };
-}
+export const serveLogger: BridgeLogger = stderrLogger;
+
+/**
+ * The log of the bridge embedded for one run (`run --local`, `mcp --local`...): the client already
+ * reports each call's failure, so only what it cannot see is shown, as one readable line on
+ * stderr: an unexpected backend failure's detail, or a problem outside a call.
+ */
+export const embeddedLogger: BridgeLogger = (entry) => {
+  if (entry.detail === undefined) return;
+  const what = entry.event === "exec" ? `call ${entry.sandboxId} failed` : entry.event;
+  process.stderr.write(`remote-task: embedded bridge: ${what}: ${entry.detail}\n`);
+};

@@ -1,11 +1,9 @@
-import type { NetworkPolicy } from "@remote-task/protocol";
 import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
 import packageJson from "../package.json" with { type: "json" };
 import { healthCommand } from "./commands/health.js";
 import { runCommand } from "./commands/run.js";
 import { runManyCommand } from "./commands/run-many.js";
 import { serveCommand } from "./commands/serve.js";
-import { startEmbeddedBridge } from "./connect.js";
 import { EXIT } from "./exit-codes.js";
 import { hostList, networkPolicy } from "./network.js";
 import { describeError } from "./report.js";
@@ -52,6 +50,12 @@ function uidRange(value: string): { first: number; count: number } {
   if (match === null) throw new InvalidArgumentError("expected FIRST:COUNT, e.g. 1900000000:1024.");
   return { first: Number(match[1]), count: Number(match[2]) };
 }
+
+const maxOutputOption = () =>
+  new Option(
+    "--max-output-bytes <n>",
+    "bytes of each output to keep: the end (with --stream, the start is streamed); up to the bridge's limits.maxOutputBytes (default 1048576)",
+  ).argParser(positiveInteger);
 
 const isolationOption = (description: string) =>
   new Option("--isolation <mode>", description).choices(["auto", "bwrap", "none"]).default("auto");
@@ -118,6 +122,7 @@ export function createProgram(onExit: (code: number) => void): Command {
       )
       .option("--json", "print the result as one JSON object")
       .option("--stream", "stream output live as it arrives")
+      .addOption(maxOutputOption())
       .option("--no-stdin", "never send this program's stdin (see below for when it is sent)")
       .passThroughOptions(),
   )
@@ -144,7 +149,11 @@ more than the bridge allows is refused (exit 2); remote-task health shows its de
 
 Exit code: the command's own, 124 on timeout, 125 when the bridge or configuration failed (or
 its stdin is too large), 2 for a usage error (a flag value the bridge refuses included), 130
-when interrupted.
+when interrupted, 141 when the reader of stdout went away (| head).
+
+Output travels as text: bytes that are not UTF-8 arrive as U+FFFD (a note says so); for
+binary output, pipe it through base64 in the command and decode it here:
+  $ remote-task run --local -- 'tar cz /etc/os-release | base64' | base64 -d > os-release.tgz
 
 Examples:
   $ remote-task run --local -- uname -a
@@ -161,10 +170,16 @@ Examples:
     timingOptions(
       networkOption(program.command("run-many"), "each command")
         .description("Run one command per line (from --file or stdin), each in its own sandbox.")
-        .option("--concurrency <n>", "tasks in flight at once", positiveInteger, 8)
+        .option(
+          "--concurrency <n>",
+          "most tasks in flight at once (default: as many as the bridge says it can take, up to 64)",
+          positiveInteger,
+        )
         .option("--file <path>", "read commands from this file instead of stdin"),
       "per-task timeout in seconds (default 120)",
-    ).option("--json", "print all results as a JSON array"),
+    )
+      .option("--json", "print all results as a JSON array")
+      .addOption(maxOutputOption()),
   )
     .addHelpText(
       "after",
@@ -188,7 +203,14 @@ Examples:
     .option("--local", "serve the embedded local bridge (the one kind available here)")
     .option("--port <port>", "port (0 picks a free one)", port, 0)
     .option("--host <host>", "address to listen on", "127.0.0.1")
-    .option("--token <token>", "bearer token to require (default: a random one)")
+    .option(
+      "--token-file <path>",
+      "read the bearer token to require from this file (default: $CLOUDFLARE_SANDBOX_TOKEN, else a random one)",
+    )
+    .option(
+      "--token <token>",
+      "bearer token to require; visible to every process on this machine, so prefer --token-file or $CLOUDFLARE_SANDBOX_TOKEN",
+    )
     .addOption(isolationOption("isolation of the bridge's sandboxes"))
     .option(
       "--processes <n>",
@@ -238,9 +260,10 @@ then run commands there:
   $ remote-task serve --local --port 8787
   $ export CLOUDFLARE_SANDBOX_URL=http://127.0.0.1:8787 CLOUDFLARE_SANDBOX_TOKEN=...
   $ remote-task run -- uname -a
-Example, in one shell: choose the token yourself and serve in the background:
+Example, in one shell: choose the token yourself (serve reads $CLOUDFLARE_SANDBOX_TOKEN, so it
+never shows in a command line) and serve in the background:
   $ export CLOUDFLARE_SANDBOX_URL=http://127.0.0.1:8787 CLOUDFLARE_SANDBOX_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')
-  $ remote-task serve --local --port 8787 --token "$CLOUDFLARE_SANDBOX_TOKEN" > /dev/null &
+  $ remote-task serve --local --port 8787 > /dev/null &
   $ remote-task run -- uname -a
   $ kill %1`,
     )
@@ -264,39 +287,21 @@ Examples:
       onExit(await healthCommand(flags));
     });
 
-  networkOption(program.command("mcp"), "each call's command")
+  program
+    .command("mcp")
     .description(
-      "Serve the remote_task tool over MCP on stdio (configured by CLOUDFLARE_SANDBOX_*, or --local).",
+      "Serve the remote_task tool over MCP on stdio (configured by CLOUDFLARE_SANDBOX_*, --url, or --local).",
     )
-    .option("--local", "start the embedded local bridge in this process for the session")
-    .addHelpText(
-      "after",
-      `
-Example MCP client configuration:
-  {"mcpServers": {"remote-task": {"command": "remote-task", "args": ["mcp"],
-    "env": {"CLOUDFLARE_SANDBOX_URL": "https://bridge.example.workers.dev",
-            "CLOUDFLARE_SANDBOX_TOKEN": "..."}}}}
-With the embedded bridge instead: "args": ["mcp", "--local"]. The model cannot change
---network: "args": ["mcp", "--network", "pypi.org,files.pythonhosted.org"].`,
-    )
-    .action(async (flags: { local?: boolean; network?: NetworkPolicy }) => {
-      const { runMcpStdio } = await import("@remote-task/tool/mcp");
-      const bridge = flags.local
-        ? await startEmbeddedBridge(flags.network === undefined ? {} : { network: flags.network })
-        : undefined;
+    // The MCP command parses its own flags, as `remote-task-mcp` does: one implementation.
+    .helpOption(false)
+    .allowUnknownOption()
+    .allowExcessArguments()
+    .argument("[flags...]", "the flags of remote-task-mcp (see remote-task mcp --help)")
+    .action(async (args: string[]) => {
+      const { runMcpCommand } = await import("@remote-task/tool/mcp");
       try {
-        const env = bridge
-          ? {
-              ...process.env,
-              CLOUDFLARE_SANDBOX_URL: bridge.url,
-              CLOUDFLARE_SANDBOX_TOKEN: bridge.token,
-            }
-          : process.env;
-        await runMcpStdio({ env, network: flags.network });
-        // The session ends when the MCP client closes our input.
-        if (bridge) process.stdin.once("end", () => void bridge.close());
+        onExit(await runMcpCommand(args, "remote-task mcp"));
       } catch (error) {
-        await bridge?.close();
         process.stderr.write(`remote-task: ${describeError(error)}\n`);
         onExit(EXIT.bridge);
       }

@@ -7,6 +7,7 @@ import {
 } from "@remote-task/client";
 import { formatSize } from "@remote-task/protocol";
 import { EXIT } from "./exit-codes.js";
+import { UsageError } from "./usage-error.js";
 
 /** The result as protocol `ExecResult` fields plus the sandbox id (what `--json` prints). */
 export function resultJson(result: TaskResult) {
@@ -36,19 +37,68 @@ export function seconds(n: number): string {
   return `${n} ${n === 1 ? "second" : "seconds"}`;
 }
 
-/** Lines that say what the bridge left out, or how the task ended when it did not exit. */
-export function resultNotes(result: TaskResult, timeoutSeconds: number): string[] {
+/** What `run --stream` printed of each output, for the notes. */
+export interface StreamedOutput {
+  /** Bytes printed live. */
+  shown: number;
+  /** Bytes the bridge skipped because this reader fell behind. */
+  skipped: number;
+  /** The text printed held U+FFFD. */
+  replaced: boolean;
+}
+
+/** How bytes that are not UTF-8 arrive: the protocol carries output as text. */
+const REPLACEMENT = "\uFFFD";
+
+/**
+ * Lines that say what was left out of the output shown, and how the task ended when it did not
+ * exit. Neutral on who cut an output: a remote-task bridge keeps the end of it, and so does the
+ * client for a bridge that sends it whole (the reference bridge).
+ */
+export function resultNotes(
+  result: TaskResult,
+  timeoutSeconds: number,
+  streamed?: Record<"stdout" | "stderr", StreamedOutput>,
+): string[] {
   const notes: string[] = [];
   for (const stream of ["stdout", "stderr"] as const) {
-    if (result[`${stream}Truncated`]) {
-      const total = result[`${stream}Bytes`];
-      notes.push(`${stream} was ${formatSize(total)}; the bridge kept only its end.`);
+    const total = result[`${stream}Bytes`];
+    const live = streamed?.[stream];
+    if (live !== undefined) {
+      if (live.skipped > 0) {
+        notes.push(
+          `${formatSize(live.skipped)} of ${stream} was skipped while streaming: this terminal or pipe read slower than the command wrote.`,
+        );
+      }
+      if (live.shown + live.skipped < total) {
+        notes.push(
+          `${stream} was ${formatSize(total)}; --stream showed only its first ${formatSize(live.shown + live.skipped)} (raise --max-output-bytes to stream more).`,
+        );
+      }
+    } else if (result[`${stream}Truncated`]) {
+      notes.push(
+        `${stream} was ${formatSize(total)}; only its last ${formatSize(Buffer.byteLength(result[stream]))} is shown (raise --max-output-bytes to keep more, up to the bridge's limits.maxOutputBytes).`,
+      );
     }
   }
+  const replaced = (["stdout", "stderr"] as const).filter(
+    (s) => result[s].includes(REPLACEMENT) || streamed?.[s].replaced === true,
+  );
+  if (replaced.length > 0) notes.push(replacementNote(replaced));
   if (result.outcome === "timeout")
     notes.push(`Command timed out after ${seconds(timeoutSeconds)}.`);
   if (result.outcome === "cancelled") notes.push("Command was cancelled.");
   return notes;
+}
+
+/** Says that output holding U+FFFD may have lost bytes: the protocol carries text, not bytes. */
+function replacementNote(streams: readonly string[]): string {
+  return `${streams.join(" and ")} contains U+FFFD, which is how bytes that are not UTF-8 arrive: the protocol carries output as text, so binary output is not kept byte for byte. Have the command encode it (e.g. | base64) and decode it here (base64 -d).`;
+}
+
+/** True when `text` holds U+FFFD (see {@link replacementNote}). */
+export function hasReplacement(text: string): boolean {
+  return text.includes(REPLACEMENT);
 }
 
 /** Request fields the command line sets, by the flag that sets them. */
@@ -105,5 +155,5 @@ export function describeError(error: unknown): string {
 
 /** The exit code for a task that could not be run: 2 when the request itself was refused. */
 export function exitCodeOfError(error: unknown): number {
-  return refusedRequest(error) ? EXIT.usage : EXIT.bridge;
+  return refusedRequest(error) || error instanceof UsageError ? EXIT.usage : EXIT.bridge;
 }

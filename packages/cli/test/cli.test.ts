@@ -2,38 +2,25 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { once } from "node:events";
 import { mkdtemp, writeFile } from "node:fs/promises";
 import { createServer as createHttpServer, type Server } from "node:http";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
-import { silentLogger } from "@remote-task/bridge";
 import type { LocalBackend } from "@remote-task/bridge/local";
-import { type LocalBridge, startLocalBridge } from "@remote-task/bridge/node";
+import type { LocalBridge } from "@remote-task/bridge/node";
 import { execResultSchema, PROTOCOL_VERSION } from "@remote-task/protocol";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { BIN, cleanEnv, runCli, startCli } from "./helpers.js";
+import { BIN, cleanEnv, closedPort, runCli, startCli, startTestBridge } from "./helpers.js";
 
 let bridge: LocalBridge<LocalBackend>;
 let env: NodeJS.ProcessEnv;
 
 beforeAll(async () => {
-  bridge = await startLocalBridge({ logger: silentLogger });
-  env = cleanEnv({ CLOUDFLARE_SANDBOX_URL: bridge.url, CLOUDFLARE_SANDBOX_TOKEN: bridge.token });
+  ({ bridge, env } = await startTestBridge());
 });
 afterAll(async () => {
   await bridge?.close();
 });
-
-/** A loopback port with nothing listening on it. */
-async function closedPort(): Promise<number> {
-  const server = createServer().listen(0, "127.0.0.1");
-  await once(server, "listening");
-  const { port } = server.address() as { port: number };
-  server.close();
-  await once(server, "close");
-  return port;
-}
 
 describe("usage", () => {
   it.each(["run", "run-many", "serve", "health", "mcp"])(
@@ -508,7 +495,7 @@ describe("serve and health", () => {
     expect(none.stderr).toContain("does not control network access");
     const bad = await runCli(["serve", "--local", "--allow-private", "http://10.0.0.7"]);
     expect(bad.code).toBe(2);
-    expect(bad.stderr).toContain('"http://10.0.0.7" is not a host');
+    expect(bad.stderr).toContain('"http://10.0.0.7" is neither a mode nor a host');
   });
 
   it("run --local --network lets the embedded bridge give the command that network, through its proxy", async () => {

@@ -1,6 +1,8 @@
+import { existsSync } from "node:fs";
+import type { LocalBackend } from "@remote-task/bridge/local";
 import { ConfigurationError } from "@remote-task/client";
 import { expect, it } from "vitest";
-import { connect } from "../src/connect.js";
+import { connect, startEmbeddedBridge } from "../src/connect.js";
 
 const servers = () => process.getActiveResourcesInfo().filter((r) => r === "TCPServerWrap").length;
 
@@ -28,4 +30,12 @@ it("leaves the embedded bridge listening until the connection is closed", async 
   expect(servers()).toBe(before + 1);
   await connection.close();
   expect(await serversSettled(before)).toBe(before);
+});
+
+it("closes the backend the embedded bridge created: its state directory is gone", async () => {
+  const bridge = await startEmbeddedBridge({ isolation: "none" });
+  const { stateDir } = bridge.backend as LocalBackend;
+  expect(existsSync(stateDir)).toBe(true);
+  await bridge.close();
+  expect(existsSync(stateDir)).toBe(false);
 });

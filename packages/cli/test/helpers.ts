@@ -1,5 +1,10 @@
 import { type ChildProcess, spawn } from "node:child_process";
+import { once } from "node:events";
+import { createServer } from "node:net";
 import { fileURLToPath } from "node:url";
+import { silentLogger } from "@remote-task/bridge";
+import type { LocalBackend } from "@remote-task/bridge/local";
+import { type LocalBridge, startLocalBridge } from "@remote-task/bridge/node";
 
 export const BIN = fileURLToPath(new URL("../bin/remote-task.js", import.meta.url));
 
@@ -57,4 +62,27 @@ export function collectCli(
       resolve({ code, stdout, stderr });
     });
   });
+}
+
+/** A loopback port with nothing listening on it. */
+export async function closedPort(): Promise<number> {
+  const server = createServer().listen(0, "127.0.0.1");
+  await once(server, "listening");
+  const { port } = server.address() as { port: number };
+  server.close();
+  await once(server, "close");
+  return port;
+}
+
+/** The real embedded bridge, quiet, and an environment pointing the command line at it. */
+export async function startTestBridge(): Promise<{
+  bridge: LocalBridge<LocalBackend>;
+  env: NodeJS.ProcessEnv;
+}> {
+  const bridge = await startLocalBridge({ logger: silentLogger });
+  const env = cleanEnv({
+    CLOUDFLARE_SANDBOX_URL: bridge.url,
+    CLOUDFLARE_SANDBOX_TOKEN: bridge.token,
+  });
+  return { bridge, env };
 }

@@ -1,7 +1,12 @@
+/**
+ * Reading an answer's body within a byte limit (a larger one is handed back unread, or refused),
+ * and reading a JSON answer: whole, or for an exec result too large to hold, as it arrives
+ * (`result-tail.ts`).
+ */
 import { concatBytes, raceAbort } from "@remote-task/internal";
 import { formatSize } from "@remote-task/protocol";
-import { ProtocolError } from "./errors.js";
-import type { CallFacts } from "./responses.js";
+import { type CallFacts, ProtocolError } from "./errors.js";
+import { type ParsedJson, parseJson } from "./json.js";
 import { readResultTail } from "./result-tail.js";
 import type { TransportResponse } from "./transport.js";
 
@@ -126,17 +131,4 @@ export async function readJson(
   if (body.larger === undefined) return parseJson(body.bytes);
   if (limits.keptBytes === undefined) throw tooLarge(limits.maxBytes, context);
   return readResultTail(body.larger, limits.keptBytes);
-}
-
-const decoder = new TextDecoder();
-
-/** `{ok: true, value}` with the parsed JSON, or `{ok: false}` for bytes that are not JSON. */
-export type ParsedJson = { ok: true; value: unknown } | { ok: false };
-
-export function parseJson(bytes: Uint8Array): ParsedJson {
-  try {
-    return { ok: true, value: JSON.parse(decoder.decode(bytes)) };
-  } catch {
-    return { ok: false };
-  }
 }

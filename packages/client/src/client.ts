@@ -13,7 +13,10 @@ import {
   type StreamEvent,
 } from "@remote-task/protocol";
 import { readBounded, readJson } from "./body.js";
+import { type Bridge, BridgePool } from "./bridges.js";
 import {
+  assertKnownKeys,
+  DEFAULT_CONCURRENCY,
   DEFAULT_KEPT_OUTPUT_BYTES,
   type Env,
   graceSecondsFor,
@@ -26,31 +29,33 @@ import {
   WHOLE_RESULT_BYTES,
 } from "./config.js";
 import {
-  AbortError,
-  ConfigurationError,
-  ForbiddenError,
-  InvalidRequestError,
-  ProtocolError,
-  RemoteTaskError,
-} from "./errors.js";
-import {
   connectionFailure,
   errorFromBody,
   errorFromResponse,
   notJson,
   protocolMismatch,
   type SchemaError,
-  Secrets,
   statusForCode,
-  toTaskResult,
-} from "./responses.js";
-import { withRetries } from "./retry.js";
+} from "./error-mapping.js";
+import {
+  AbortError,
+  CapacityError,
+  ConfigurationError,
+  ForbiddenError,
+  InvalidRequestError,
+  ProtocolError,
+  RemoteTaskError,
+} from "./errors.js";
+import { referenceTimeout, toTaskResult } from "./result.js";
+import { backoffDelay, capacityDelay, outOfPatience, withRetries } from "./retry.js";
 import { runMany } from "./run-many.js";
 import { CallScope } from "./scope.js";
+import { Secrets } from "./secrets.js";
 import { sseEvents } from "./sse.js";
 import { stdinField } from "./stdin.js";
 import {
   fetchTransport,
+  jsonResponse,
   type Transport,
   type TransportResponse,
   undiciTransport,
@@ -84,10 +89,14 @@ function isMissingRoute(error: unknown): boolean {
   return InvalidRequestError.isInstance(error) && (error.status === 404 || error.status === 405);
 }
 
-/** One request to the bridge. */
+/** One request to a bridge. */
 interface Exchange {
   method: "GET" | "POST";
   path: string;
+  /** The bridge it goes to; without one (an exec), the first of the client's with room. */
+  to?: Bridge | undefined;
+  /** Told of each refusal for capacity (runMany's adaptive window listens). */
+  onRefused?: (() => void) | undefined;
   body?: unknown;
   accept: string;
   retry: RetryPolicy;
@@ -115,6 +124,7 @@ interface PreparedCall {
   keptBytes: number;
   deadlineMs: number;
   secrets: Secrets;
+  onRefused: (() => void) | undefined;
 }
 
 /** Refuses a request before sending it. */
@@ -133,7 +143,40 @@ function explainNetwork(issue: Issue): Issue {
   return { path: issue.path, message: 'must be "none", "open" or {allow: [host patterns]}' };
 }
 
-/** Creates a client for one bridge. Options are checked now; a mistake is a `ConfigurationError`. */
+/** The options a call takes; any other is refused before sending (it would do nothing). */
+const RUN_OPTIONS: ReadonlySet<string> = new Set([
+  "timeoutSeconds",
+  "cwd",
+  "env",
+  "signal",
+  "onOutput",
+  "maxOutputBytes",
+  "sandboxId",
+  "network",
+  "stdin",
+] satisfies ReadonlyArray<keyof RunOptions>);
+
+/** Refuses call options that are not an object or name an option calls do not have. */
+function assertRunOptions(options: RunOptions): void {
+  if (typeof options !== "object" || options === null) {
+    throw new InvalidRequestError(
+      "The options of a call must be an object, e.g. {timeoutSeconds: 30}.",
+    );
+  }
+  assertKnownKeys(
+    options,
+    RUN_OPTIONS,
+    "A call",
+    (message) =>
+      new InvalidRequestError(`The request is invalid and was not sent: ${message}`, {
+        issues: Object.keys(options)
+          .filter((key) => !RUN_OPTIONS.has(key))
+          .map((key) => ({ path: [key], message: "unknown option" })),
+      }),
+  );
+}
+
+/** Creates a client for one bridge (`url`) or several (`bridges`). Options are checked now; a mistake is a `ConfigurationError`. */
 export function createClient(options: ClientOptions): RemoteTaskClient {
   return new Client(resolveConfig(options));
 }
@@ -153,20 +196,36 @@ export function clientFromEnv(
 class Client implements RemoteTaskClient {
   readonly #config: ResolvedConfig;
   readonly #transport: Transport;
+  readonly #pool: BridgePool;
+  /** The bridge each exec call in flight was sent to, by sandbox id (where `cancel()` goes). */
+  readonly #takenBy = new Map<string, Bridge>();
   readonly #backgroundCancels = new Set<Promise<void>>();
-  /** The bridge's `/health`, asked once before the first call with `network` or `stdin`. */
-  #support: Promise<HealthResponse> | undefined;
+  /** Each bridge's `/health`, asked once before its first call with `network` or `stdin`. */
+  readonly #support = new Map<Bridge, Promise<HealthResponse>>();
+  /** Every bridge's token: none may appear in a message. */
+  readonly #tokens: ReadonlyArray<string | undefined>;
   #closed = false;
 
   constructor(config: ResolvedConfig) {
     this.#config = config;
+    this.#pool = new BridgePool(config.bridges);
+    this.#tokens = config.bridges.map((bridge) => bridge.token);
     this.#transport =
       config.fetch === undefined
         ? undiciTransport(config.dispatcher, config.maxConnections)
         : fetchTransport(config.fetch);
   }
 
-  async run(command: string, options: RunOptions = {}): Promise<TaskResult> {
+  run(command: string, options: RunOptions = {}): Promise<TaskResult> {
+    return this.#run(command, options, undefined);
+  }
+
+  async #run(
+    command: string,
+    options: RunOptions,
+    onRefused: (() => void) | undefined,
+  ): Promise<TaskResult> {
+    assertRunOptions(options);
     const onOutput = options.onOutput;
     if (onOutput !== undefined) {
       if (typeof onOutput !== "function") {
@@ -174,7 +233,7 @@ class Client implements RemoteTaskClient {
       }
       const started = performance.now();
       const call = { sandboxId: "", keptBytes: 0 };
-      for await (const event of this.#events(command, options, onOutput, call)) {
+      for await (const event of this.#events(command, options, onOutput, call, onRefused)) {
         if (event.type === "exit") {
           const ms = performance.now() - started;
           return toTaskResult(event.result, call.sandboxId, ms, call.keptBytes);
@@ -183,11 +242,15 @@ class Client implements RemoteTaskClient {
       // #events always ends with an exit event or throws.
       throw new ProtocolError("The bridge's stream ended without an exit event.");
     }
-    return this.#runJson(command, options);
+    return this.#runJson(command, options, onRefused);
   }
 
   stream(command: string, options: Omit<RunOptions, "onOutput"> = {}): AsyncIterable<StreamEvent> {
-    return this.#events(command, options, undefined, { sandboxId: "", keptBytes: 0 });
+    assertRunOptions(options);
+    if ((options as RunOptions).onOutput !== undefined) {
+      throw new InvalidRequestError("stream() takes no onOutput: iterate its events instead.");
+    }
+    return this.#events(command, options, undefined, { sandboxId: "", keptBytes: 0 }, undefined);
   }
 
   runMany(
@@ -195,42 +258,109 @@ class Client implements RemoteTaskClient {
     options: RunManyOptions = {},
   ): Promise<SettledTask[]> {
     this.#assertOpen();
-    return runMany((command, runOptions) => this.run(command, runOptions), tasks, options);
+    return runMany(
+      (command, runOptions, onRefused) => this.#run(command, runOptions, onRefused),
+      tasks,
+      options,
+      () => this.#freeCapacity(options.signal),
+    );
   }
 
   async health(options: { signal?: AbortSignal | undefined } = {}): Promise<HealthResponse> {
     this.#assertOpen();
+    return this.#health(this.#pool.first, options.signal, this.#config.retry);
+  }
+
+  #health(
+    bridge: Bridge,
+    signal: AbortSignal | undefined,
+    retry: RetryPolicy,
+  ): Promise<HealthResponse> {
     const scope = new CallScope({
-      signal: options.signal,
+      signal,
       deadlineMs: this.#shortDeadlineMs(),
       what: "The health check",
     });
     return this.#exchange(
       scope,
-      { method: "GET", path: "/health", accept: "application/json", ...this.#plain() },
+      {
+        method: "GET",
+        path: "/health",
+        accept: "application/json",
+        ...this.#plain(),
+        retry,
+        to: bridge,
+      },
       healthResponseSchema,
       "a health check",
     );
   }
 
+  /**
+   * How many calls the bridges can take now, from their `/health` (free slots and places in their
+   * queues); a bridge that reports no admission counts as the default concurrency. Undefined when
+   * none reports it.
+   */
+  async #freeCapacity(signal: AbortSignal | undefined): Promise<number | undefined> {
+    const answers = await Promise.all(
+      this.#pool.bridges.map((bridge) =>
+        this.#health(bridge, signal, NO_RETRY).then(
+          (health) => health.admission,
+          () => undefined,
+        ),
+      ),
+    );
+    if (answers.every((admission) => admission === undefined)) return undefined;
+    let free = 0;
+    for (const admission of answers) {
+      if (admission === undefined) free += DEFAULT_CONCURRENCY;
+      else {
+        const { maxConcurrent, maxQueued, running, queued } = admission;
+        free += Math.max(0, maxConcurrent + maxQueued - running - queued);
+      }
+    }
+    return free;
+  }
+
   async cancel(
-    sandboxId: string,
+    givenId: string,
     options: { signal?: AbortSignal | undefined } = {},
   ): Promise<CancelResult> {
     this.#assertOpen();
+    const sandboxId = typeof givenId === "string" ? givenId.toLowerCase() : givenId;
     if (!isSandboxId(sandboxId)) {
       throw new InvalidRequestError(
         "sandboxId is not a valid sandbox id (lowercase letters, digits and '-', 1-63 characters).",
         { issues: [{ path: ["sandboxId"], message: "invalid sandbox id" }] },
       );
     }
-    try {
-      const response = await this.#postCancel(sandboxId, options.signal, this.#config.retry);
-      return { sandboxId, cancelled: response.cancelled, supported: true };
-    } catch (error) {
-      if (isMissingRoute(error)) return { sandboxId, cancelled: false, supported: false };
-      throw error;
+    // The bridge that took the call, while it is in flight; otherwise every bridge (one that
+    // never had the id answers that it cancelled nothing).
+    const taken = this.#takenBy.get(sandboxId);
+    const bridges = taken === undefined ? this.#pool.bridges : [taken];
+    const answers = await Promise.allSettled(
+      bridges.map((bridge) =>
+        this.#postCancel(bridge, sandboxId, options.signal, this.#config.retry).then(
+          (response) => ({ cancelled: response.cancelled, supported: true }),
+          (error: unknown) => {
+            if (isMissingRoute(error)) return { cancelled: false, supported: false };
+            throw error;
+          },
+        ),
+      ),
+    );
+    const results = answers.flatMap((answer) =>
+      answer.status === "fulfilled" ? [answer.value] : [],
+    );
+    const failure = answers.find((answer) => answer.status === "rejected");
+    if (failure !== undefined && !results.some((result) => result.cancelled)) {
+      throw failure.reason;
     }
+    return {
+      sandboxId,
+      cancelled: results.some((result) => result.cancelled),
+      supported: results.some((result) => result.supported),
+    };
   }
 
   async close(): Promise<void> {
@@ -252,9 +382,17 @@ class Client implements RemoteTaskClient {
   }
 
   /** Builds and checks the exec request; a mistake is an `InvalidRequestError` before sending. */
-  #prepare(command: string, options: RunOptions): PreparedCall {
+  #prepare(
+    command: string,
+    options: RunOptions,
+    onRefused: (() => void) | undefined,
+  ): PreparedCall {
     this.#assertOpen();
-    const sandboxId = options.sandboxId ?? newSandboxId(this.#config.idPrefix);
+    // The reference bridge lower-cases ids; this client does the same rather than refuse them.
+    const sandboxId =
+      typeof options.sandboxId === "string"
+        ? options.sandboxId.toLowerCase()
+        : (options.sandboxId ?? newSandboxId(this.#config.idPrefix));
     const timeoutSeconds = options.timeoutSeconds ?? this.#config.timeoutSeconds;
     const candidate: Record<string, unknown> = {
       sandboxId,
@@ -273,7 +411,7 @@ class Client implements RemoteTaskClient {
       stdinBytes = stdin.bytes;
     }
     const secrets = new Secrets([
-      this.#config.token,
+      ...this.#tokens,
       ...(typeof options.env === "object" && options.env !== null
         ? Object.values(options.env)
         : []),
@@ -287,7 +425,15 @@ class Client implements RemoteTaskClient {
     const graceSeconds = graceSecondsFor(this.#config, timeoutSeconds);
     const deadlineMs = (timeoutSeconds + graceSeconds) * 1000;
     const keptBytes = parsed.data.maxOutputBytes ?? DEFAULT_KEPT_OUTPUT_BYTES;
-    return { sandboxId, request: parsed.data, keptBytes, deadlineMs, secrets, stdinBytes };
+    return {
+      sandboxId,
+      request: parsed.data,
+      keptBytes,
+      deadlineMs,
+      secrets,
+      stdinBytes,
+      onRefused,
+    };
   }
 
   /** The scope of an exec call: however it ends early, a command that may run is cancelled. */
@@ -302,7 +448,10 @@ class Client implements RemoteTaskClient {
     scope.signal.addEventListener(
       "abort",
       () => {
-        if (scope.commandInFlight) this.#cancelInBackground(call.sandboxId);
+        const bridge = this.#takenBy.get(call.sandboxId);
+        if (scope.commandInFlight && bridge !== undefined) {
+          this.#cancelInBackground(bridge, call.sandboxId);
+        }
       },
       { once: true },
     );
@@ -320,6 +469,7 @@ class Client implements RemoteTaskClient {
       secrets: call.secrets,
       keptBytes: call.keptBytes,
       stdinBytes: call.stdinBytes,
+      onRefused: call.onRefused,
     };
   }
 
@@ -328,13 +478,17 @@ class Client implements RemoteTaskClient {
    * and run the command without the policy, or with empty input. Before the first call with
    * either, the bridge's `/health` is asked once whether it takes them; if not, nothing is sent.
    */
-  async #assertBridgeTakes(request: ExecRequest): Promise<void> {
+  async #assertBridgeTakes(request: ExecRequest, bridge: Bridge): Promise<void> {
     if (request.network === undefined && request.stdin === undefined) return;
-    this.#support ??= this.health().catch((error: unknown) => {
-      this.#support = undefined;
-      throw error;
-    });
-    const health = await this.#support;
+    let support = this.#support.get(bridge);
+    if (support === undefined) {
+      support = this.#health(bridge, undefined, this.#config.retry).catch((error: unknown) => {
+        this.#support.delete(bridge);
+        throw error;
+      });
+      this.#support.set(bridge, support);
+    }
+    const health = await support;
     const protocol = health.protocol ?? 1;
     if (request.network !== undefined && health.network === undefined) {
       throw new ForbiddenError(
@@ -353,9 +507,12 @@ class Client implements RemoteTaskClient {
     }
   }
 
-  async #runJson(command: string, options: RunOptions): Promise<TaskResult> {
-    const call = this.#prepare(command, options);
-    await this.#assertBridgeTakes(call.request);
+  async #runJson(
+    command: string,
+    options: RunOptions,
+    onRefused: (() => void) | undefined,
+  ): Promise<TaskResult> {
+    const call = this.#prepare(command, options, onRefused);
     const scope = this.#execScope(call, options.signal);
     const started = performance.now();
     const exchange = this.#execExchange(call, "application/json");
@@ -374,9 +531,9 @@ class Client implements RemoteTaskClient {
     onOutput: RunOptions["onOutput"],
     /** Receives the call's sandbox id and output budget once the call is prepared. */
     meta: { sandboxId: string; keptBytes: number },
+    onRefused: (() => void) | undefined,
   ): AsyncGenerator<StreamEvent, void, undefined> {
-    const call = this.#prepare(command, options);
-    await this.#assertBridgeTakes(call.request);
+    const call = this.#prepare(command, options, onRefused);
     const { sandboxId } = call;
     meta.sandboxId = sandboxId;
     meta.keptBytes = call.keptBytes;
@@ -436,7 +593,13 @@ class Client implements RemoteTaskClient {
         if (event.type === "error") {
           scope.settled();
           throw errorFromBody(statusForCode(event.error.code), event.error, {
-            ...this.#errorContext(call.secrets, sandboxId, undefined, call.stdinBytes),
+            ...this.#errorContext(
+              this.#takenBy.get(sandboxId) ?? this.#pool.first,
+              call.secrets,
+              sandboxId,
+              undefined,
+              call.stdinBytes,
+            ),
             accepted: true,
           });
         }
@@ -465,21 +628,23 @@ class Client implements RemoteTaskClient {
         scope.abort(new AbortError("The stream was closed before the command ended.", scope.facts));
       }
       scope.dispose();
+      this.#endCall(scope);
     }
   }
 
   /** The secrets of a call that sends only the token (health, cancel). */
   #plain(): { retry: RetryPolicy; secrets: Secrets } {
-    return { retry: this.#config.retry, secrets: new Secrets([this.#config.token]) };
+    return { retry: this.#config.retry, secrets: new Secrets(this.#tokens) };
   }
 
   #errorContext(
+    bridge: Bridge,
     secrets: Secrets,
     sandboxId: string | undefined,
     retryAfter: string | undefined,
     stdinBytes = 0,
   ) {
-    const { token, tokenSource } = this.#config;
+    const { token, tokenSource } = bridge.target;
     return {
       sandboxId,
       secrets,
@@ -508,58 +673,178 @@ class Client implements RemoteTaskClient {
       throw this.#settleFailure(error, scope);
     } finally {
       scope.dispose();
+      this.#endCall(scope);
     }
   }
 
-  /** Sends one request, retrying what provably did not run; resolves with a 2xx response. */
+  /**
+   * Sends one request, retrying what provably did not run; resolves with a 2xx response. A request
+   * to a named bridge (health, cancel) retries within the retry budget; an exec goes through the
+   * pool (`#sendPooled`).
+   */
   async #send(scope: CallScope, exchange: Exchange): Promise<TransportResponse> {
-    const { token } = this.#config;
+    const bridge = exchange.to;
+    if (bridge === undefined) return this.#sendPooled(scope, exchange);
+    return withRetries(exchange.retry, scope.signal, scope.deadlineAt, () =>
+      this.#attempt(scope, exchange, bridge),
+    );
+  }
+
+  /**
+   * Sends an exec to the first bridge with room, and again wherever there is room after each
+   * refusal that proves it did not run: a refusal for capacity (patient calls wait for room until
+   * the call's deadline; the pool closes that bridge until a call of this client ends there or
+   * its `Retry-After` passes, so the next try may be another bridge at once) or an unreachable
+   * bridge (within the retry budget). Anything that may have run is never sent again.
+   */
+  async #sendPooled(scope: CallScope, exchange: Exchange): Promise<TransportResponse> {
+    const policy = exchange.retry;
+    const sandboxId = scope.sandboxId as string;
+    const startedAt = Date.now();
+    const waitUntil = scope.deadlineAt;
+    const refusals: CapacityError[] = [];
+    let failures = 0;
+    let waitedMs = 0;
+    for (let number = 1; ; number++) {
+      const bridge =
+        this.#pool.tryAcquire(number > 1) ??
+        (await this.#waitForRoom(scope, refusals, startedAt, waitUntil));
+      this.#takenBy.set(sandboxId, bridge);
+      scope.answered = false;
+      try {
+        const request = exchange.body as ExecRequest;
+        if (request.network !== undefined || request.stdin !== undefined) {
+          await this.#assertBridgeTakes(request, bridge);
+        }
+        if (number > 1) scope.restartDeadline();
+        return await this.#attempt(scope, exchange, bridge);
+      } catch (error) {
+        const notRun =
+          RemoteTaskError.isInstance(error) &&
+          error.retryable &&
+          !error.mayHaveRun &&
+          !scope.reason;
+        // The call's end (`#endCall`) gives the bridge back, after any cancel went to it.
+        if (!notRun) throw error;
+        // Nothing runs: a new try (or the end of the call) sends no cancel.
+        scope.unsent();
+        this.#takenBy.delete(sandboxId);
+        const refused = CapacityError.isInstance(error);
+        const patient = refused && policy.patient;
+        if (!patient) failures++;
+        const delayMs = refused
+          ? capacityDelay(policy, error, refusals.length + 1)
+          : backoffDelay(policy, failures);
+        if (
+          !patient &&
+          (failures >= policy.maxAttempts ||
+            waitedMs + delayMs > policy.maxTotalMs ||
+            Date.now() + delayMs >= waitUntil)
+        ) {
+          this.#pool.release(bridge, { kind: "ended" });
+          throw error;
+        }
+        this.#pool.release(bridge, { kind: refused ? "refused" : "unreachable", delayMs });
+        if (refused) {
+          refusals.push(error);
+          exchange.onRefused?.();
+          if (patient && this.#pool.earliestOpening() >= waitUntil) {
+            throw outOfPatience(scope, refusals, Date.now() - startedAt, true);
+          }
+        }
+        if (!patient) waitedMs += delayMs;
+        policy.onRetry?.({ attempt: number, delayMs, error });
+      }
+    }
+  }
+
+  /**
+   * Waits (at the front of the line after a refusal) for a bridge with room, until the call's
+   * first deadline, also once a try has restarted it; then the call fails with how long it waited.
+   */
+  async #waitForRoom(
+    scope: CallScope,
+    refusals: readonly CapacityError[],
+    startedAt: number,
+    waitUntil: number,
+  ): Promise<Bridge> {
+    const patience = () => outOfPatience(scope, refusals, Date.now() - startedAt);
+    scope.waiting = patience;
+    const until = AbortSignal.timeout(Math.max(0, waitUntil - Date.now()));
+    try {
+      return await this.#pool.acquire(AbortSignal.any([scope.signal, until]), refusals.length > 0);
+    } catch (error) {
+      throw scope.reason ?? (until.aborted ? patience() : error);
+    } finally {
+      scope.waiting = undefined;
+    }
+  }
+
+  /** One try of `exchange` at `bridge`; resolves with a 2xx response, or throws its error. */
+  async #attempt(scope: CallScope, exchange: Exchange, bridge: Bridge): Promise<TransportResponse> {
+    const { token, baseUrl } = bridge.target;
     const headers: Record<string, string> = { accept: exchange.accept };
     if (exchange.body !== undefined) headers["content-type"] = "application/json";
     if (token !== undefined) headers.authorization = `Bearer ${token}`;
     const body = exchange.body === undefined ? undefined : JSON.stringify(exchange.body);
-    const url = `${this.#config.baseUrl}${exchange.path}`;
-    return withRetries(exchange.retry, scope.signal, scope.deadlineAt, async () => {
-      let response: TransportResponse;
+    let response: TransportResponse;
+    // Nothing has left yet: a transport that cannot work here, or an abort meanwhile, sends no
+    // cancel for this try.
+    const preparing = this.#transport.prepare();
+    if (preparing !== undefined) await preparing;
+    if (scope.reason) throw scope.reason;
+    scope.sent();
+    try {
+      response = await this.#transport.send({
+        method: exchange.method,
+        url: `${baseUrl}${exchange.path}`,
+        headers,
+        body,
+        signal: scope.signal,
+      });
+    } catch (error) {
       if (scope.reason) throw scope.reason;
-      scope.sent();
-      try {
-        response = await this.#transport.send({
-          method: exchange.method,
-          url,
-          headers,
-          body,
-          signal: scope.signal,
-        });
-      } catch (error) {
-        if (scope.reason) throw scope.reason;
-        const failure = connectionFailure(error, true, scope.facts);
-        if (failure.retryable) scope.unsent();
-        throw failure;
-      }
-      // However the call ends early, the response is released (even a stalled read ends).
-      scope.signal.addEventListener("abort", () => response.discard(), { once: true });
-      if (response.status >= 200 && response.status < 300) return response;
-      // The bridge answered with an error: it is not (or no longer) running the command.
-      scope.settled();
-      const context = { status: response.status, ...scope.facts };
-      const bytes = await this.#read<Uint8Array | undefined>(
-        scope,
-        response,
-        readBounded(response, MAX_ERROR_BODY_BYTES, scope.signal, context),
-        () => undefined,
-      );
-      throw errorFromResponse(
-        bytes,
-        { status: response.status, contentType: response.header("content-type") },
-        this.#errorContext(
-          exchange.secrets,
-          scope.sandboxId,
-          response.header("retry-after"),
-          exchange.stdinBytes,
-        ),
-      );
-    });
+      const failure = connectionFailure(error, true, scope.facts);
+      if (failure.retryable) scope.unsent();
+      throw failure;
+    }
+    scope.answered = true;
+    // However the call ends early, the response is released (even a stalled read ends).
+    scope.signal.addEventListener("abort", () => response.discard(), { once: true });
+    if (response.status >= 200 && response.status < 300) return response;
+    // The bridge answered with an error: it is not (or no longer) running the command.
+    scope.settled();
+    const context = { status: response.status, ...scope.facts };
+    const bytes = await this.#read<Uint8Array | undefined>(
+      scope,
+      response,
+      readBounded(response, MAX_ERROR_BODY_BYTES, scope.signal, context),
+      () => undefined,
+    );
+    const timedOut =
+      exchange.path === "/exec" ? referenceTimeout(response.status, bytes) : undefined;
+    if (timedOut !== undefined) return jsonResponse(timedOut);
+    throw errorFromResponse(
+      bytes,
+      { status: response.status, contentType: response.header("content-type") },
+      this.#errorContext(
+        bridge,
+        exchange.secrets,
+        scope.sandboxId,
+        response.header("retry-after"),
+        exchange.stdinBytes,
+      ),
+    );
+  }
+
+  /** An exec call ended: the bridge that took it has a free slot again. */
+  #endCall(scope: CallScope): void {
+    const sandboxId = scope.sandboxId;
+    if (sandboxId === undefined || !scope.runsCommand) return;
+    const bridge = this.#takenBy.get(sandboxId);
+    if (bridge === undefined) return;
+    this.#takenBy.delete(sandboxId);
+    this.#pool.release(bridge, { kind: scope.answered ? "answered" : "ended" });
   }
 
   /** Reads a 2xx answer's JSON (the call's outcome) and validates it with `schema`. */
@@ -623,6 +908,7 @@ class Client implements RemoteTaskClient {
   }
 
   async #postCancel(
+    bridge: Bridge,
     sandboxId: string,
     signal: AbortSignal | undefined,
     retry: RetryPolicy,
@@ -636,14 +922,21 @@ class Client implements RemoteTaskClient {
       accept: "application/json",
       ...this.#plain(),
       retry,
+      to: bridge,
     };
     return this.#exchange(scope, exchange, cancelResponseSchema, "a cancel answer");
   }
 
   /** Fire and forget: never throws, bounded by its own short deadline; `close()` waits for it. */
-  #cancelInBackground(sandboxId: string): void {
+  #cancelInBackground(bridge: Bridge, sandboxId: string): void {
     if (this.#closed) return;
-    const pending = this.#postCancel(sandboxId, undefined, NO_RETRY, BACKGROUND_CANCEL_MS).then(
+    const pending = this.#postCancel(
+      bridge,
+      sandboxId,
+      undefined,
+      NO_RETRY,
+      BACKGROUND_CANCEL_MS,
+    ).then(
       () => {},
       () => {},
     );

@@ -5,9 +5,10 @@ import {
   DEFAULT_TIMEOUT_SECONDS,
 } from "@remote-task/protocol";
 import type { Dispatcher } from "undici";
+import type { BridgeTarget } from "./bridges.js";
 import { ConfigurationError } from "./errors.js";
 import { unsupportedNodeReason } from "./node-version.js";
-import type { ClientOptions, RetryInfo } from "./types.js";
+import type { BridgeOptions, ClientOptions, RetryInfo, RetryOptions } from "./types.js";
 
 /** Bounds of the default grace period, which follows the client's default task timeout. */
 export const MIN_DEFAULT_GRACE_SECONDS = 10;
@@ -26,23 +27,25 @@ export const DEFAULT_KEPT_OUTPUT_BYTES = 1024 * 1024;
  */
 export const WHOLE_RESULT_BYTES = 4 * 1024 * 1024;
 export const DEFAULT_MAX_CONNECTIONS = 128;
+/** Where a fan-out's window starts when the bridges report no capacity. */
 export const DEFAULT_CONCURRENCY = 8;
+/** The ceiling of a fan-out's window when the caller sets no `concurrency`. */
+export const MAX_DEFAULT_FAN_OUT = 64;
 
 export interface RetryPolicy {
   maxAttempts: number;
   initialDelayMs: number;
   maxDelayMs: number;
   maxTotalMs: number;
+  /** A call refused for capacity waits for room until its deadline, outside the budget above. */
+  patient: boolean;
   onRetry: ((info: RetryInfo) => void) | undefined;
 }
 
 /** Options after validation and defaults. */
 export interface ResolvedConfig {
-  /** Base URL without a trailing slash; routes are appended to it. */
-  baseUrl: string;
-  token: string | undefined;
-  /** Where the token came from (or where to set one), named by authentication errors. */
-  tokenSource: string;
+  /** The bridges, in the order calls try them (one for `url`). */
+  bridges: BridgeTarget[];
   cwd: string;
   idPrefix: string;
   timeoutSeconds: number;
@@ -64,6 +67,7 @@ export const NO_RETRY: RetryPolicy = {
   initialDelayMs: 0,
   maxDelayMs: 0,
   maxTotalMs: 0,
+  patient: false,
   onRetry: undefined,
 };
 
@@ -123,12 +127,20 @@ export function parseBridgeUrl(value: string | URL, source: string): string {
 function resolveRetry(retry: ClientOptions["retry"]): RetryPolicy {
   if (retry === false) return NO_RETRY;
   const options = retry ?? {};
+  if (typeof options !== "object" || options === null) {
+    throw new ConfigurationError("retry must be an object of retry options, or false.");
+  }
+  assertKnownKeys(options, RETRY_OPTIONS, "retry");
+  if (options.patient !== undefined && typeof options.patient !== "boolean") {
+    throw new ConfigurationError("retry.patient must be true or false.");
+  }
   const initialDelayMs = nonNegativeNumber("retry.initialDelayMs", options.initialDelayMs, 250);
   const policy: RetryPolicy = {
     maxAttempts: positiveInteger("retry.maxAttempts", options.maxAttempts, 4),
     initialDelayMs,
     maxDelayMs: nonNegativeNumber("retry.maxDelayMs", options.maxDelayMs, 10_000),
     maxTotalMs: nonNegativeNumber("retry.maxTotalMs", options.maxTotalMs, 30_000),
+    patient: options.patient ?? true,
     onRetry: options.onRetry,
   };
   if (policy.onRetry !== undefined && typeof policy.onRetry !== "function") {
@@ -150,18 +162,107 @@ export function graceSecondsFor(config: ResolvedConfig, timeoutSeconds: number):
   return config.graceOption ?? defaultGraceSeconds(timeoutSeconds);
 }
 
+/** The option names `createClient` takes; any other is refused (a misspelt option does nothing). */
+const CLIENT_OPTIONS: ReadonlySet<string> = new Set([
+  "url",
+  "token",
+  "tokenSource",
+  "bridges",
+  "cwd",
+  "idPrefix",
+  "timeoutSeconds",
+  "graceSeconds",
+  "idleTimeoutSeconds",
+  "maxConnections",
+  "retry",
+  "dispatcher",
+  "fetch",
+  "maxResponseBytes",
+] satisfies ReadonlyArray<keyof ClientOptions>);
+const RETRY_OPTIONS: ReadonlySet<string> = new Set([
+  "maxAttempts",
+  "initialDelayMs",
+  "maxDelayMs",
+  "maxTotalMs",
+  "patient",
+  "onRetry",
+] satisfies ReadonlyArray<keyof RetryOptions>);
+const BRIDGE_OPTIONS: ReadonlySet<string> = new Set([
+  "url",
+  "token",
+  "tokenSource",
+] satisfies ReadonlyArray<keyof BridgeOptions>);
+
+/**
+ * Throws a `ConfigurationError` naming the first key of `value` that is not in `known` (`where`
+ * names the object, e.g. "createClient"). TypeScript catches these at compile time; this catches
+ * them from JavaScript and from objects built at run time.
+ */
+export function assertKnownKeys(
+  value: object,
+  known: ReadonlySet<string>,
+  where: string,
+  makeError: (message: string) => Error = (message) => new ConfigurationError(message),
+): void {
+  for (const key of Object.keys(value)) {
+    if (known.has(key)) continue;
+    throw makeError(
+      `${where} has no option \`${key}\` (it would be ignored). The options are: ${[...known].join(", ")}.`,
+    );
+  }
+}
+
+/** One bridge's URL and token, checked; `where` names it in messages (`url`, `bridges[1]`). */
+function resolveBridge(options: BridgeOptions, where: string): BridgeTarget {
+  if (options.url === undefined || options.url === "") {
+    throw new ConfigurationError(
+      `${where === "url" ? "url" : `${where}.url`} is required: the bridge's base URL.`,
+    );
+  }
+  const baseUrl = parseBridgeUrl(options.url, where === "url" ? "url" : `${where}.url`);
+  const token = options.token === "" ? undefined : options.token;
+  if (token !== undefined && (typeof token !== "string" || /[\s]/.test(token))) {
+    throw new ConfigurationError(
+      `${where === "url" ? "token" : `${where}.token`} must be a string without whitespace or line breaks.`,
+    );
+  }
+  if (options.tokenSource !== undefined && typeof options.tokenSource !== "string") {
+    throw new ConfigurationError('tokenSource must be a string, e.g. "--token".');
+  }
+  return {
+    baseUrl,
+    token,
+    tokenSource: options.tokenSource ?? (where === "url" ? TOKEN_OPTION : `the token of ${where}`),
+  };
+}
+
+/** The bridges of `options`: `url` and `token` for one, or `bridges` for several. */
+function resolveBridges(options: ClientOptions): BridgeTarget[] {
+  if (options.bridges === undefined) return [resolveBridge(options as BridgeOptions, "url")];
+  if (options.url !== undefined || options.token !== undefined) {
+    throw new ConfigurationError(
+      "Pass either url (and token) for one bridge or bridges for several, not both.",
+    );
+  }
+  if (!Array.isArray(options.bridges) || options.bridges.length === 0) {
+    throw new ConfigurationError("bridges must be a non-empty array of {url, token}.");
+  }
+  return options.bridges.map((bridge, index) => {
+    const where = `bridges[${index}]`;
+    if (typeof bridge !== "object" || bridge === null) {
+      throw new ConfigurationError(`${where} must be an object {url, token}.`);
+    }
+    assertKnownKeys(bridge, BRIDGE_OPTIONS, where);
+    return resolveBridge(bridge, where);
+  });
+}
+
 export function resolveConfig(options: ClientOptions): ResolvedConfig {
   if (typeof options !== "object" || options === null) {
     throw new ConfigurationError("createClient needs an options object with at least `url`.");
   }
-  if (options.url === undefined || options.url === "") {
-    throw new ConfigurationError("url is required: the bridge's base URL.");
-  }
-  const baseUrl = parseBridgeUrl(options.url, "url");
-  const token = options.token === "" ? undefined : options.token;
-  if (token !== undefined && (typeof token !== "string" || /[\s]/.test(token))) {
-    throw new ConfigurationError("token must be a string without whitespace or line breaks.");
-  }
+  assertKnownKeys(options, CLIENT_OPTIONS, "createClient");
+  const bridges = resolveBridges(options);
   const cwd = options.cwd ?? DEFAULT_CWD;
   if (typeof cwd !== "string" || !cwd.startsWith("/")) {
     throw new ConfigurationError(
@@ -182,9 +283,6 @@ export function resolveConfig(options: ClientOptions): ResolvedConfig {
   if (options.fetch !== undefined && typeof options.fetch !== "function") {
     throw new ConfigurationError("fetch must be a Fetch API function.");
   }
-  if (options.tokenSource !== undefined && typeof options.tokenSource !== "string") {
-    throw new ConfigurationError('tokenSource must be a string, e.g. "--token".');
-  }
   const unsupported = options.fetch === undefined ? unsupportedNodeReason() : undefined;
   if (unsupported !== undefined) throw new ConfigurationError(unsupported);
   const timeoutSeconds = positiveNumber(
@@ -197,9 +295,7 @@ export function resolveConfig(options: ClientOptions): ResolvedConfig {
       ? undefined
       : nonNegativeNumber("graceSeconds", options.graceSeconds, 0);
   return {
-    baseUrl,
-    token,
-    tokenSource: options.tokenSource ?? TOKEN_OPTION,
+    bridges,
     cwd,
     idPrefix,
     timeoutSeconds,
@@ -254,6 +350,7 @@ export function optionsFromEnv(env: Env, overrides: Partial<ClientOptions> = {})
   const url = readEnv(env, ENV_URL);
   const token = readEnv(env, ENV_TOKEN);
   const cwd = readEnv(env, ENV_CWD);
+  if (overrides.bridges !== undefined) return { ...overrides };
   let resolvedUrl: string | URL;
   if (overrides.url !== undefined) resolvedUrl = overrides.url;
   else if (url === undefined) {

@@ -3,6 +3,13 @@ import type { ErrorCode, Issue } from "@remote-task/protocol";
 
 const BRAND = Symbol.for("remote-task.RemoteTaskError");
 
+/** What an error needs to know about the call it ends. */
+export interface CallFacts {
+  sandboxId: string | undefined;
+  /** Whether the command may have started (see `RemoteTaskError.mayHaveRun`). */
+  mayHaveRun: boolean;
+}
+
 export interface RemoteTaskErrorOptions {
   cause?: unknown;
   /** HTTP status of the bridge's answer, when there was one. */

@@ -1,7 +1,3 @@
-import { TailBuffer } from "@remote-task/internal";
-import { execResultSchema } from "@remote-task/protocol";
-import type { ParsedJson } from "./body.js";
-
 /**
  * Reading an exec result too large to hold: a bridge that caps nothing (the reference one) sends
  * all of a command's output. The body is scanned byte by byte as it arrives; the bytes of the
@@ -21,6 +17,9 @@ import type { ParsedJson } from "./body.js";
  * as U+FFFD (it counts 3 bytes either way), and bytes that are not UTF-8 inside a string count as
  * they are (a whole read counts each U+FFFD they decode to as 3).
  */
+import { TailBuffer } from "@remote-task/internal";
+import { execResultSchema } from "@remote-task/protocol";
+import type { ParsedJson } from "./json.js";
 
 /** Longest value kept of a field other than `stdout`/`stderr`; a longer one reads as `null`. */
 const MAX_FIELD_BYTES = 1024;

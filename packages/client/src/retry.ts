@@ -1,6 +1,12 @@
+/**
+ * Retrying what provably did not run. Two kinds of wait: the retry budget (`RetryPolicy`: attempts
+ * and total wait) for an unreachable bridge, and patience for a call refused for capacity, which
+ * waits for room until the call's own deadline however many refusals that takes (see the client
+ * README, "Capacity"). Nothing that may have run is ever sent again.
+ */
 import type { RetryPolicy } from "./config.js";
 import { CapacityError, RemoteTaskError } from "./errors.js";
-import { sleep } from "./scope.js";
+import { type CallScope, sleep } from "./scope.js";
 
 /**
  * `Retry-After` as milliseconds: delta-seconds or an HTTP date (RFC 9110 section 10.2.3).
@@ -20,6 +26,70 @@ export function parseRetryAfter(value: string | undefined, now = Date.now()): nu
 export function backoffDelay(policy: RetryPolicy, attempt: number, random = Math.random): number {
   const exponential = Math.min(policy.maxDelayMs, policy.initialDelayMs * 2 ** (attempt - 1));
   return exponential / 2 + random() * (exponential / 2);
+}
+
+/** Longest extra wait, as a share of the bridge's `Retry-After`, that jitter adds. */
+const RETRY_AFTER_JITTER = 0.2;
+
+/**
+ * How long a call refused for capacity (refusal number `refusal`) leaves that bridge alone: the
+ * bridge's `Retry-After` plus up to a fifth more, so a refused burst does not come back at once
+ * in step, and never less than the backoff.
+ */
+export function capacityDelay(
+  policy: RetryPolicy,
+  error: CapacityError,
+  refusal: number,
+  random = Math.random,
+): number {
+  const backoff = backoffDelay(policy, refusal, random);
+  const seconds = error.retryAfterSeconds;
+  if (seconds === undefined) return backoff;
+  return Math.max(backoff, seconds * 1000 * (1 + RETRY_AFTER_JITTER * random()));
+}
+
+/**
+ * The error of a call whose deadline passed while it waited for room: how long it waited and why
+ * (the bridges' refusals, or the client holding it back while its own calls filled them). The
+ * command never ran, so it may be sent again.
+ */
+export function outOfPatience(
+  scope: CallScope,
+  refusals: readonly CapacityError[],
+  waitedMs: number,
+  /** The wait ends before the deadline: no bridge will have room by then. */
+  early = false,
+): CapacityError {
+  const last = refusals.at(-1);
+  const waited = `${Math.round(waitedMs / 100) / 10} s`;
+  const deadline = `its deadline (${scope.deadlineSeconds} s: the task timeout plus the grace period)`;
+  const ending = early
+    ? `no bridge will have room before ${deadline}, so it stopped waiting; the command never ran.`
+    : `${deadline} passed before there was room, and the command never ran.`;
+  const advice =
+    "Give calls more time (timeoutSeconds, graceSeconds), run fewer at once, or add a bridge (the `bridges` option).";
+  let why: string;
+  if (last === undefined) {
+    why = `${scope.what} waited ${waited} for room on the bridge (this client's calls in flight already filled what it takes); ${ending}`;
+  } else {
+    const label = `HTTP ${last.status ?? "?"}${last.code === undefined ? "" : ` ${last.code}`}`;
+    const words = last.bridgeMessage ? `: ${last.bridgeMessage.replace(/\.\s*$/, "")}` : "";
+    const suggests =
+      last.retryAfterSeconds === undefined
+        ? ""
+        : `; the bridge suggests after ${last.retryAfterSeconds}s`;
+    const times = `${refusals.length} ${refusals.length === 1 ? "time" : "times"}`;
+    why = `${scope.what} was refused for capacity ${times} over ${waited} (last: ${label}${words}${suggests}); ${ending}`;
+  }
+  return new CapacityError(`${why} ${advice}`, {
+    status: last?.status,
+    code: last?.code,
+    bridgeMessage: last?.bridgeMessage,
+    retryAfterSeconds: last?.retryAfterSeconds,
+    sandboxId: scope.sandboxId,
+    retryable: true,
+    mayHaveRun: false,
+  });
 }
 
 /**

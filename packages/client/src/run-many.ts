@@ -1,5 +1,12 @@
-import { setMaxListeners } from "node:events";
-import { DEFAULT_CONCURRENCY } from "./config.js";
+/**
+ * Fan-out: many tasks, each one call, with as many in flight as the bridges can take. The number
+ * in flight is a window that adapts, AIMD-style, within the caller's `concurrency` (a ceiling): it
+ * starts from the free capacity the bridges' `/health` reports (or 8 when they report none, then
+ * doubles each round until the first refusal), grows by one task per window of successes, and
+ * halves (at most once per window) when a bridge refuses a call for capacity. A refused call is not
+ * lost: it waits for room (see `bridges.ts`) and the window shrinks so no more pile up behind it.
+ */
+import { DEFAULT_CONCURRENCY, MAX_DEFAULT_FAN_OUT } from "./config.js";
 import { AbortError, ConfigurationError, RemoteTaskError } from "./errors.js";
 import type {
   Progress,
@@ -10,7 +17,47 @@ import type {
   TaskResult,
 } from "./types.js";
 
-type Run = (command: string, options: RunOptions) => Promise<TaskResult>;
+/** Runs one task; calls `onRefused` each time a bridge refuses it for capacity. */
+type Run = (
+  command: string,
+  options: RunOptions,
+  onRefused: (() => void) | undefined,
+) => Promise<TaskResult>;
+
+/** The tasks in flight a fan-out allows: grows on success, halves on refusal, within a ceiling. */
+export class FanOutWindow {
+  #size: number;
+  /** Before the first refusal with no capacity reported: the window doubles each round. */
+  #slowStart: boolean;
+  /** Successes since the window was last halved; it is not halved again within one window. */
+  #sinceCut = Number.POSITIVE_INFINITY;
+
+  /** `start`: the free capacity the bridges report, or undefined when they report none. */
+  constructor(
+    readonly ceiling: number,
+    start: number | undefined,
+  ) {
+    this.#slowStart = start === undefined;
+    this.#size = Math.min(ceiling, Math.max(1, start ?? DEFAULT_CONCURRENCY));
+  }
+
+  /** How many tasks may be in flight now. */
+  get size(): number {
+    return Math.max(1, Math.floor(this.#size));
+  }
+
+  succeeded(): void {
+    this.#sinceCut++;
+    this.#size = Math.min(this.ceiling, this.#size + (this.#slowStart ? 1 : 1 / this.#size));
+  }
+
+  refused(): void {
+    this.#slowStart = false;
+    if (this.#sinceCut < this.size) return;
+    this.#size = Math.max(1, this.#size / 2);
+    this.#sinceCut = 0;
+  }
+}
 
 /** A task failed when it was rejected or its command did not exit with 0. */
 function isFailure(settled: SettledTask): boolean {
@@ -22,17 +69,19 @@ function isFailure(settled: SettledTask): boolean {
 }
 
 /**
- * Runs `tasks` with at most `concurrency` in flight; resolves with one settled entry per task,
- * in input order. An abort stops scheduling, aborts the tasks in flight, and settles the tasks
- * not started as rejected with an `AbortError`.
+ * Runs `tasks` with at most `concurrency` in flight, fewer while the bridges can take fewer
+ * (`freeCapacity` asks them); resolves with one settled entry per task, in input order. An abort
+ * stops scheduling, aborts the tasks in flight, and settles the tasks not started as rejected
+ * with an `AbortError`.
  */
 export async function runMany(
   run: Run,
   tasks: ReadonlyArray<string | Task>,
   options: RunManyOptions,
+  freeCapacity: () => Promise<number | undefined>,
 ): Promise<SettledTask[]> {
-  const concurrency = options.concurrency ?? DEFAULT_CONCURRENCY;
-  if (!Number.isSafeInteger(concurrency) || concurrency < 1) {
+  const ceiling = options.concurrency ?? MAX_DEFAULT_FAN_OUT;
+  if (!Number.isSafeInteger(ceiling) || ceiling < 1) {
     throw new ConfigurationError("concurrency must be a positive integer.");
   }
   const normalized: Task[] = tasks.map((task) =>
@@ -40,15 +89,23 @@ export async function runMany(
   );
   const total = normalized.length;
   const results = new Array<SettledTask>(total);
+  if (total === 0) return results;
   const progress: Progress = { done: 0, failed: 0, total };
-  // One signal for every task in flight: the caller's abort, or a throwing onProgress.
+  // Ends every task in flight: the caller's abort, or a throwing onProgress. Each task gets a
+  // signal of its own (one listener each, not hundreds on one signal).
   const controller = new AbortController();
-  setMaxListeners(0, controller.signal);
+  const inFlight = new Set<AbortController>();
+  controller.signal.addEventListener(
+    "abort",
+    () => {
+      for (const task of inFlight) task.abort(controller.signal.reason);
+    },
+    { once: true },
+  );
   const onCallerAbort = () => controller.abort(options.signal?.reason);
   if (options.signal?.aborted) onCallerAbort();
   else options.signal?.addEventListener("abort", onCallerAbort, { once: true });
   let callbackError: { error: unknown } | undefined;
-  let next = 0;
 
   const settle = (settled: SettledTask) => {
     results[settled.index] = settled;
@@ -63,33 +120,54 @@ export async function runMany(
     }
   };
 
-  const worker = async () => {
-    for (let index = next++; index < total; index = next++) {
-      const task = normalized[index] as Task;
-      if (controller.signal.aborted) {
-        settle({
-          status: "rejected",
-          reason: new AbortError("The task was not started: runMany was aborted."),
-          task,
-          index,
-        });
-        continue;
-      }
-      const { command, ...runOptions } = task;
-      try {
-        const value = await run(command, { ...runOptions, signal: controller.signal });
-        settle({ status: "fulfilled", value, task, index });
-      } catch (error) {
-        const reason = RemoteTaskError.isInstance(error)
-          ? error
-          : new RemoteTaskError("The task failed unexpectedly.", { cause: error });
-        settle({ status: "rejected", reason, task, index });
-      }
+  const runTask = async (index: number, window: FanOutWindow) => {
+    const task = normalized[index] as Task;
+    const { command, ...runOptions } = task;
+    const own = new AbortController();
+    inFlight.add(own);
+    try {
+      const value = await run(command, { ...runOptions, signal: own.signal }, () =>
+        window.refused(),
+      );
+      window.succeeded();
+      settle({ status: "fulfilled", value, task, index });
+    } catch (error) {
+      const reason = RemoteTaskError.isInstance(error)
+        ? error
+        : new RemoteTaskError("The task failed unexpectedly.", { cause: error });
+      settle({ status: "rejected", reason, task, index });
+    } finally {
+      inFlight.delete(own);
     }
   };
 
   try {
-    await Promise.all(Array.from({ length: Math.min(concurrency, total) }, worker));
+    const start = controller.signal.aborted ? undefined : await freeCapacity();
+    const window = new FanOutWindow(Math.min(ceiling, total), start);
+    let next = 0;
+    let running = 0;
+    await new Promise<void>((done) => {
+      const pump = () => {
+        while (next < total && controller.signal.aborted) {
+          const index = next++;
+          settle({
+            status: "rejected",
+            reason: new AbortError("The task was not started: runMany was aborted."),
+            task: normalized[index] as Task,
+            index,
+          });
+        }
+        while (next < total && running < window.size) {
+          running++;
+          void runTask(next++, window).finally(() => {
+            running--;
+            pump();
+          });
+        }
+        if (running === 0 && next >= total) done();
+      };
+      pump();
+    });
   } finally {
     options.signal?.removeEventListener("abort", onCallerAbort);
   }

@@ -34,7 +34,8 @@ export class CallScope {
         this.#errorOptions(this.#callerSignal?.reason),
       ),
     );
-  readonly #deadlineTimer: ReturnType<typeof setTimeout>;
+  #deadlineTimer: ReturnType<typeof setTimeout>;
+  readonly #deadlineMs: number;
   readonly #runsCommand: boolean;
   #progress: Progress = "unsent";
   #idleTimer: ReturnType<typeof setTimeout> | undefined;
@@ -42,27 +43,51 @@ export class CallScope {
   readonly what: string;
   readonly sandboxId: string | undefined;
   /** When the deadline passes, in `Date.now()` time. */
-  readonly deadlineAt: number;
+  deadlineAt: number;
+  /**
+   * While the call waits for room on a bridge: the error its deadline ends it with instead of a
+   * `TimeoutError` (how long it waited and why).
+   */
+  waiting: (() => RemoteTaskError) | undefined;
+  /** The bridge answered the call's last request (with anything: a result, an error). */
+  answered = false;
 
   constructor(options: ScopeOptions) {
     this.what = options.what;
     this.sandboxId = options.sandboxId;
     this.#callerSignal = options.signal;
     this.#runsCommand = options.runsCommand === true;
+    this.#deadlineMs = options.deadlineMs;
     this.deadlineAt = Date.now() + options.deadlineMs;
-    const seconds = Math.round(options.deadlineMs / 100) / 10;
-    this.#deadlineTimer = setTimeout(
-      () =>
-        this.abort(
-          new TimeoutError(
-            `${this.what} did not finish within ${seconds}s (the task timeout plus the grace period); the bridge may be stalled or unreachable. Raise timeoutSeconds or graceSeconds if the task needs longer.`,
-            this.#errorOptions(undefined),
-          ),
-        ),
-      timerDelay(options.deadlineMs),
-    );
+    this.#deadlineTimer = this.#startDeadline();
     if (this.#callerSignal?.aborted) this.#onCallerAbort();
     else this.#callerSignal?.addEventListener("abort", this.#onCallerAbort, { once: true });
+  }
+
+  #startDeadline(): ReturnType<typeof setTimeout> {
+    const seconds = Math.round(this.#deadlineMs / 100) / 10;
+    return setTimeout(
+      () =>
+        this.abort(
+          this.waiting?.() ??
+            new TimeoutError(
+              `${this.what} did not finish within ${seconds}s (the task timeout plus the grace period); the bridge may be stalled or unreachable. Raise timeoutSeconds or graceSeconds if the task needs longer.`,
+              this.#errorOptions(undefined),
+            ),
+        ),
+      timerDelay(this.#deadlineMs),
+    );
+  }
+
+  /**
+   * The call's request is sent again after waiting for room: its whole deadline starts again, so
+   * the command gets all of its timeout however long the wait was.
+   */
+  restartDeadline(): void {
+    if (this.#controller.signal.aborted) return;
+    clearTimeout(this.#deadlineTimer);
+    this.deadlineAt = Date.now() + this.#deadlineMs;
+    this.#deadlineTimer = this.#startDeadline();
   }
 
   #errorOptions(cause: unknown) {
@@ -82,6 +107,16 @@ export class CallScope {
   /** The bridge has given the call's outcome: nothing of it runs any more. */
   settled(): void {
     this.#progress = "settled";
+  }
+
+  /** The whole deadline, in seconds (one decimal). */
+  get deadlineSeconds(): number {
+    return Math.round(this.#deadlineMs / 100) / 10;
+  }
+
+  /** The call runs a command (`/exec`). */
+  get runsCommand(): boolean {
+    return this.#runsCommand;
   }
 
   /** The command may have started (what the scope's own errors say as `mayHaveRun`). */

@@ -1,8 +1,8 @@
 import { formatSize, type StreamEvent, streamEventSchema } from "@remote-task/protocol";
 import { createParser, type EventSourceMessage } from "eventsource-parser";
 import { abortableChunks } from "./body.js";
-import { ProtocolError } from "./errors.js";
-import { type CallFacts, protocolMismatch } from "./responses.js";
+import { protocolMismatch } from "./error-mapping.js";
+import { type CallFacts, ProtocolError } from "./errors.js";
 
 const KNOWN_TYPES = new Set<string>(["start", "stdout", "stderr", "heartbeat", "exit", "error"]);
 

@@ -1,15 +1,30 @@
 import { raceAbort } from "@remote-task/internal";
 import type { Agent, Dispatcher } from "undici";
+import { ConfigurationError } from "./errors.js";
 
 type Undici = typeof import("undici");
 let undici: Undici | undefined;
 
 /**
+ * The module name in a variable, so that bundlers leave the import to run time: a bundle for a
+ * browser or a Worker that passes `fetch` never contains undici.
+ */
+const UNDICI = "undici";
+
+/**
  * undici is loaded on the first request, not when the client is imported: on a Node.js older
- * than it needs it fails while loading, and `createClient` reports that clearly first.
+ * than it needs it fails while loading, and `createClient` reports that clearly first. Where it
+ * cannot be loaded at all (a Worker, a browser), the request fails before anything is sent.
  */
 async function loadUndici(): Promise<Undici> {
-  undici ??= await import("undici");
+  try {
+    undici ??= (await import(/* webpackIgnore: true */ /* @vite-ignore */ UNDICI)) as Undici;
+  } catch (error) {
+    throw new ConfigurationError(
+      "This runtime cannot load undici, the client's default HTTP stack (it is for Node.js); nothing was sent. Pass the runtime's Fetch API as the `fetch` option: createClient({ url, token, fetch }).",
+      { cause: error },
+    );
+  }
   return undici;
 }
 
@@ -35,6 +50,11 @@ export interface TransportResponse {
 }
 
 export interface Transport {
+  /**
+   * Gets ready to send (loads undici on first use); nothing is sent yet. Undefined when ready
+   * already; rejects with a `ConfigurationError` when the transport cannot work in this runtime.
+   */
+  prepare(): Promise<void> | undefined;
   send(request: TransportRequest): Promise<TransportResponse>;
   /** Releases what the transport owns (not an injected dispatcher). */
   close(): Promise<void>;
@@ -52,6 +72,9 @@ export function undiciTransport(
   let owned: Agent | undefined;
   let dispatcher = injected;
   return {
+    prepare() {
+      return undici === undefined ? loadUndici().then(() => {}) : undefined;
+    },
     async send(req) {
       const { Agent, request } = undici ?? (await loadUndici());
       dispatcher ??= owned = new Agent({
@@ -102,6 +125,7 @@ export function undiciTransport(
 /** Any Fetch API implementation (msw in tests, runtimes without undici). Redirects are not followed. */
 export function fetchTransport(fetchImpl: typeof globalThis.fetch): Transport {
   return {
+    prepare: () => undefined,
     async send(req) {
       const init: RequestInit = {
         method: req.method,
@@ -139,5 +163,25 @@ export function fetchTransport(fetchImpl: typeof globalThis.fetch): Transport {
       };
     },
     async close() {},
+  };
+}
+
+/**
+ * A 200 JSON answer held in memory, read like any other: what the client reads in place of an
+ * answer it translated (a reference bridge's timeout, see `referenceTimeout`).
+ */
+export function jsonResponse(value: unknown): TransportResponse {
+  const bytes = new TextEncoder().encode(JSON.stringify(value));
+  return {
+    status: 200,
+    header: (name) =>
+      ({ "content-type": "application/json", "content-length": String(bytes.byteLength) })[
+        name.toLowerCase()
+      ],
+    body: (async function* () {
+      yield bytes;
+    })(),
+    readAll: async () => bytes,
+    discard() {},
   };
 }

@@ -12,6 +12,14 @@ export interface RetryOptions {
   maxDelayMs?: number | undefined;
   /** Most time spent waiting between attempts, in ms (default 30_000). */
   maxTotalMs?: number | undefined;
+  /**
+   * A call refused for capacity (HTTP 429, or 503 `capacity_exceeded`: the command did not run)
+   * waits for room and tries again until its own deadline (timeout plus grace), outside the
+   * attempt and time budget above (default true). The wait honours the bridge's `Retry-After`,
+   * with jitter; once sent, the command gets its whole timeout. With `false`, such refusals
+   * count against the budget like an unreachable bridge.
+   */
+  patient?: boolean | undefined;
   /** Called before each wait for another attempt (logging, metrics). */
   onRetry?: ((info: RetryInfo) => void) | undefined;
 }
@@ -26,7 +34,8 @@ export interface RetryInfo {
   error: RemoteTaskError;
 }
 
-export interface ClientOptions {
+/** One bridge of a client with several (see {@link ClientOptions.bridges}). */
+export interface BridgeOptions {
   /** Base URL of the bridge, e.g. `https://bridge.example.workers.dev`. */
   url: string | URL;
   /** Bearer token the bridge expects. */
@@ -36,6 +45,15 @@ export interface ClientOptions {
    * line flag (default: the `token` option; `clientFromEnv` names the variable it read).
    */
   tokenSource?: string | undefined;
+}
+
+export interface ClientOptions extends Partial<BridgeOptions> {
+  /**
+   * Several bridges instead of `url` and `token`, in the order calls try them: a call refused
+   * for capacity by one (so it did not run there) goes to the next at once; a call that may have
+   * run is never sent elsewhere. `cancel()` reaches the bridge that took the call.
+   */
+  bridges?: ReadonlyArray<BridgeOptions> | undefined;
   /** Default working directory inside each sandbox (default `/workspace`). */
   cwd?: string | undefined;
   /** Prefix of generated sandbox ids (default `mikan-task`). */
@@ -96,7 +114,10 @@ export interface RunOptions {
    * and kept by the client itself when a bridge sends more.
    */
   maxOutputBytes?: number | undefined;
-  /** Use this sandbox id instead of a fresh one (it must follow the protocol's id rules). */
+  /**
+   * Use this sandbox id instead of a fresh one (it must follow the protocol's id rules; upper-case
+   * letters are lower-cased, as the reference bridge does).
+   */
   sandboxId?: string | undefined;
   /**
    * Where the command may connect: `"none"`, `"open"` or `{allow: ["pypi.org", "*.example.com:443"]}`
@@ -154,7 +175,11 @@ export interface Progress {
 }
 
 export interface RunManyOptions {
-  /** Most tasks in flight at once (default 8). */
+  /**
+   * Most tasks in flight at once (default 64): a ceiling. Below it runMany runs as many as the
+   * bridges can take: it starts from the free capacity their `/health` reports (8 when they report
+   * none), grows on each success and halves when a bridge refuses a call for capacity.
+   */
   concurrency?: number | undefined;
   signal?: AbortSignal | undefined;
   onProgress?: ((progress: Progress, settled: SettledTask) => void) | undefined;

@@ -46,6 +46,13 @@ async function referenceBridge(token: string | undefined): Promise<ReferenceBrid
     if (body.command === "big") return send(200, { stdout: BIG_STDOUT, stderr: "", code: 0 });
     if (body.command === "pwd") return send(200, referenceExecResponse);
     if (body.command === "explode") return send(500, { error: "Container crashed" });
+    if (body.command.startsWith("sleep ")) {
+      // The SDK's exec throws at its timeout; the reference Worker answers 500 with its message.
+      const ms = ((body as { timeoutSeconds?: number }).timeoutSeconds ?? 120) * 1000;
+      return send(500, {
+        error: `Failed to execute command '${body.command}' in session 'sandbox-${body.sandboxId}': Command timeout after ${ms}ms`,
+      });
+    }
     if (body.command === "quiet") return send(200, { stdout: "", stderr: "", code: 0 });
     return send(200, { stdout: "", stderr: `sh: ${body.command}: not found\n`, code: 127 });
   });
@@ -110,6 +117,20 @@ describe("against a bridge that speaks only the reference shape", () => {
     expect(crashed.message).toContain("Container crashed");
     expect(crashed.bridgeMessage).toBe("Container crashed");
     await Promise.all([wrong.close(), client.close()]);
+  });
+
+  it("its timeout (HTTP 500 with the SDK's text) is a timed-out result, code 124, in every mode", async () => {
+    server = await referenceBridge(undefined);
+    const client = createClient({ url: server.url, timeoutSeconds: 2 });
+    const result = await client.run("sleep 100");
+    expect(result).toMatchObject({ outcome: "timeout", exitCode: 124, stdout: "", stderr: "" });
+    const streamed = await client.run("sleep 100", { onOutput: () => {} });
+    expect(streamed).toMatchObject({ outcome: "timeout", exitCode: 124 });
+    const [settled] = await client.runMany(["sleep 100"]);
+    expect(settled?.status).toBe("fulfilled");
+    // Another 500 stays a bridge failure.
+    expect(BridgeError.isInstance(await failure(client.run("explode")))).toBe(true);
+    await client.close();
   });
 
   it("a big output comes back as its tail with exact totals, and formats as the reference tool shows it", async () => {

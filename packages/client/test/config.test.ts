@@ -2,6 +2,7 @@ import * as protocol from "@remote-task/protocol";
 import { describe, expect, it } from "vitest";
 import { defaultGraceSeconds, optionsFromEnv, resolveConfig } from "../src/config.js";
 import {
+  type ClientOptions,
   ConfigurationError,
   clientFromEnv,
   createClient,
@@ -165,5 +166,21 @@ describe("re-exports", () => {
     expect(formatOutput).toBe(protocol.formatOutput);
     expect(truncateTail).toBe(protocol.truncateTail);
     expect(formatSize).toBe(protocol.formatSize);
+  });
+});
+
+describe("unknown options", () => {
+  it("a misspelt client or retry option is a ConfigurationError naming it", () => {
+    const url = "https://bridge.test";
+    expect(
+      configError(() => createClient({ url, timeout: 5 } as unknown as ClientOptions)).message,
+    ).toMatch(/createClient has no option `timeout` \(it would be ignored\)/);
+    expect(
+      configError(() => createClient({ url, retry: { attempts: 2 } } as unknown as ClientOptions))
+        .message,
+    ).toMatch(/retry has no option `attempts`/);
+    expect(
+      configError(() => createClient({ url, retry: { patient: "yes" } } as never)).message,
+    ).toMatch(/retry.patient must be true or false/);
   });
 });

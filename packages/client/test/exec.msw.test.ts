@@ -17,6 +17,7 @@ import {
   InvalidRequestError,
   ProtocolError,
   type RetryInfo,
+  type RunOptions,
   TimeoutError,
 } from "../src/index.js";
 import { eventually, expectedErrorClass, failure } from "./helpers/assertions.js";
@@ -534,12 +535,48 @@ describe("run: answers larger than maxResponseBytes (a bridge that caps nothing)
 });
 
 describe("run: refused before sending", () => {
+  it("an option calls do not have (graceSeconds is a client option) is refused, naming it", async () => {
+    const f = mswFetch(http.post(`${URL_BASE}/exec`, () => HttpResponse.json(fullResult)));
+    const c = client(f);
+    const options = { graceSeconds: 5 } as unknown as RunOptions;
+    for (const call of [
+      () => c.run("x", options),
+      () =>
+        c.runMany([{ command: "x", ...options }]).then((s) => {
+          if (s[0]?.status === "rejected") throw s[0].reason;
+        }),
+    ]) {
+      const error = (await failure(call())) as InvalidRequestError;
+      expect(InvalidRequestError.isInstance(error)).toBe(true);
+      expect(error.message).toMatch(/has no option `graceSeconds` \(it would be ignored\)/);
+      expect(error.issues).toEqual([{ path: ["graceSeconds"], message: "unknown option" }]);
+    }
+    expect(() => c.stream("x", options)).toThrow(/graceSeconds/);
+    expect(execRequests(f)).toHaveLength(0);
+  });
+
+  it("a caller's upper-case sandbox id is lower-cased, as the reference bridge does", async () => {
+    const f = mswFetch(
+      http.post(`${URL_BASE}/exec`, () => HttpResponse.json(fullResult)),
+      http.post(`${URL_BASE}/cancel`, async ({ request }) => {
+        const { sandboxId } = (await request.json()) as { sandboxId: string };
+        return HttpResponse.json({ ok: true, sandboxId, cancelled: false });
+      }),
+    );
+    const c = client(f);
+    const result = await c.run("x", { sandboxId: "My-Task-1" });
+    expect(result.sandboxId).toBe("my-task-1");
+    expect((await (execRequests(f)[0] as Request).json()).sandboxId).toBe("my-task-1");
+    expect((await c.cancel("My-Task-1")).sandboxId).toBe("my-task-1");
+    expect((await (cancelRequests(f)[0] as Request).json()).sandboxId).toBe("my-task-1");
+  });
+
   it.each([
     ["an empty command", "", {}, ["command"]],
     ["a relative cwd", "x", { cwd: "rel" }, ["cwd"]],
     ["an invalid env name", "x", { env: { "BAD-NAME": "v" } }, ["env", "BAD-NAME"]],
     ["a non-positive timeout", "x", { timeoutSeconds: 0 }, ["timeoutSeconds"]],
-    ["an invalid sandbox id", "x", { sandboxId: "Not-Valid" }, ["sandboxId"]],
+    ["an invalid sandbox id", "x", { sandboxId: "not_valid!" }, ["sandboxId"]],
     ["a fractional maxOutputBytes", "x", { maxOutputBytes: 1.5 }, ["maxOutputBytes"]],
   ])("%s is an InvalidRequestError and nothing is sent", async (_, command, options, path) => {
     const f = mswFetch(http.post(`${URL_BASE}/exec`, () => HttpResponse.json(fullResult)));
@@ -582,12 +619,12 @@ describe("retries: only what provably did not run", () => {
     expect(CapacityError.isInstance(retries[0]?.error)).toBe(true);
   });
 
-  it("retries 429 (any body) up to maxAttempts, then throws CapacityError", async () => {
+  it("with patient: false, retries 429 (any body) up to maxAttempts, then throws CapacityError", async () => {
     const f = mswFetch(
       http.post(`${URL_BASE}/exec`, () => HttpResponse.text("slow down", { status: 429 })),
     );
     const error = await failure(
-      client(f, { retry: { maxAttempts: 3, initialDelayMs: 1 } }).run("x"),
+      client(f, { retry: { maxAttempts: 3, initialDelayMs: 1, patient: false } }).run("x"),
     );
     expect(CapacityError.isInstance(error)).toBe(true);
     expect(error.status).toBe(429);

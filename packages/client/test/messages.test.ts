@@ -95,3 +95,32 @@ describe("a backend's own message", () => {
     expect(error.message).not.toContain("dev-secret-9");
   });
 });
+
+describe("invalid request errors", () => {
+  it("say an issue once when the bridge's own words already say it", async () => {
+    const said = "cwd must be an absolute path inside /workspace.";
+    const fetch = (async () =>
+      Response.json(
+        { error: said, code: "invalid_request", issues: [{ path: ["cwd"], message: said }] },
+        { status: 400 },
+      )) as typeof globalThis.fetch;
+    const client = createClient({ url: URL_BASE, token: BRIDGE_TOKEN, fetch, retry: false });
+    const error = await failure(client.run("true"));
+    expect(error.message.split("cwd must be an absolute path").length).toBe(2);
+  });
+
+  it("still list issues the bridge's words do not say", async () => {
+    const fetch = (async () =>
+      Response.json(
+        {
+          error: "Invalid exec request.",
+          code: "invalid_request",
+          issues: [{ path: ["timeoutSeconds"], message: "must be at most 3600" }],
+        },
+        { status: 400 },
+      )) as typeof globalThis.fetch;
+    const client = createClient({ url: URL_BASE, token: BRIDGE_TOKEN, fetch, retry: false });
+    const error = await failure(client.run("true"));
+    expect(error.message).toContain("timeoutSeconds: must be at most 3600");
+  });
+});

@@ -1,9 +1,10 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import type { RetryPolicy } from "../src/config.js";
+import { connectionFailure, errorFromBody, errorFromResponse } from "../src/error-mapping.js";
 import { CapacityError, ConnectionError } from "../src/errors.js";
-import { connectionFailure, errorFromBody, errorFromResponse, Secrets } from "../src/responses.js";
 import { backoffDelay, parseRetryAfter, shouldRetry, withRetries } from "../src/retry.js";
+import { Secrets } from "../src/secrets.js";
 import { sseEvents } from "../src/sse.js";
 import { fullResult, sse } from "./helpers/fixtures.js";
 
@@ -12,6 +13,7 @@ const policy: RetryPolicy = {
   initialDelayMs: 100,
   maxDelayMs: 1_000,
   maxTotalMs: 10_000,
+  patient: true,
   onRetry: undefined,
 };
 

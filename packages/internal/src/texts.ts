@@ -24,7 +24,7 @@ export const BRIDGE_TEXTS = {
   conflict: (sandboxId: string) =>
     `Sandbox id ${sandboxId} is already in use by a running call; use a fresh id per call.`,
   payloadTooLarge: (maxBytes: number) =>
-    `Request body is larger than ${maxBytes} bytes; send a shorter command or fewer env entries.`,
+    `Request body is larger than ${maxBytes} bytes (command, env and stdin together), so the command did not run.`,
   notJsonType: "Content-Type must be application/json.",
   unsupportedType: (mediaType: string) => `unsupported content type "${mediaType}"`,
   notUtf8: "Request body is not valid UTF-8.",
@@ -45,11 +45,11 @@ export const BRIDGE_TEXTS = {
   networkUncontrolled:
     "This bridge does not control network access, so it cannot honour `network`; leave the field out.",
   networkBeyondCeiling: (requested: string, ceiling: string) =>
-    `The call asks for network ${requested}, more than this bridge allows (${ceiling}), so the command did not run. Ask for less, or have the deployer widen the network ceiling.`,
+    `The call asks for network ${requested}, more than this bridge allows (${ceiling}), so the command did not run.`,
   networkModeUnsupported: (mode: string, modes: string) =>
     `This bridge cannot enforce network ${mode} (it enforces ${modes}), so the command did not run.`,
   stdinTooLarge: (bytes: number, maxBytes: number) =>
-    `stdin is ${bytes} bytes; this bridge takes at most ${maxBytes}, so the command did not run. Send less, or have the command fetch its data.`,
+    `stdin is ${bytes} bytes; this bridge takes at most ${maxBytes}, so the command did not run.`,
 } as const;
 
 /** Texts of the Cloudflare backend (apps/worker). */

@@ -17,7 +17,10 @@ export interface TruncateResult {
   totalLines: number;
   keptBytes: number;
   keptLines: number;
-  /** True when even the last line alone exceeded `maxBytes` and was cut on a UTF-8 boundary. */
+  /**
+   * True when even the last line alone (with its final newline, if any) exceeded `maxBytes` and
+   * its end was kept, cut on a UTF-8 boundary.
+   */
   lastLinePartial: boolean;
 }
 
@@ -86,7 +89,8 @@ function countLines(text: string): number {
 /**
  * Keeps the end of `text`: at most `maxLines` whole lines and `maxBytes` UTF-8 bytes, whichever
  * limit is hit first. Lines are what `text.split("\n")` gives. When the last line alone is too
- * large, its end is kept, cut on a character boundary, so no character is ever broken.
+ * large, its end is kept, cut on a character boundary, so no character is ever broken; a final
+ * newline does not count as that line (40 MB of `a` then `\n` keeps the end of the `a`s).
  */
 export function truncateTail(text: string, options: TruncateOptions = {}): TruncateResult {
   const maxBytes = options.maxBytes ?? DISPLAY_MAX_BYTES;
@@ -120,10 +124,13 @@ export function truncateTail(text: string, options: TruncateOptions = {}): Trunc
     const lineBytes = utf8ByteLength(text, start, end) + (keptLines > 0 ? 1 : 0);
     if (keptBytes + lineBytes > maxBytes) {
       truncatedBy = "bytes";
-      if (keptLines === 0) {
-        keptStart = suffixStartWithin(text, start, end, maxBytes);
-        keptBytes = utf8ByteLength(text, keptStart, end);
-        keptLines = 1;
+      // Only the empty "line" after a final newline kept so far: the long line it ends is the
+      // output's real last line, so keep its end rather than nothing.
+      const afterNewline = keptLines === 1 && keptStart === text.length && maxBytes >= 1;
+      if (keptLines === 0 || afterNewline) {
+        keptStart = suffixStartWithin(text, start, end, maxBytes - (afterNewline ? 1 : 0));
+        keptBytes = utf8ByteLength(text, keptStart, text.length);
+        keptLines += 1;
         lastLinePartial = true;
       }
       break;
@@ -153,9 +160,12 @@ export function formatSize(bytes: number): string {
   return `${(bytes / (1024 * 1024)).toFixed(1)}MB`;
 }
 
-/** The notice appended to tail-truncated output. */
-export function truncationNotice(keptBytes: number, totalBytes: number, maxBytes: number): string {
-  return `[Showing the last ${formatSize(keptBytes)} of ${formatSize(totalBytes)} (${formatSize(maxBytes)} limit). Have the command summarise or filter its own output.]`;
+/**
+ * The notice appended to tail-truncated output; `limit` names the limit that cut it, e.g.
+ * `50.0KB limit` or `2000-line limit`.
+ */
+export function truncationNotice(keptBytes: number, totalBytes: number, limit: string): string {
+  return `[Showing the last ${formatSize(keptBytes)} of ${formatSize(totalBytes)} (${limit}). Have the command summarise or filter its own output.]`;
 }
 
 /** Text shown when a command printed nothing. */
@@ -188,10 +198,14 @@ export function formatOutput(result: OutputLike, options: TruncateOptions = {}):
   const fullBytes = stdoutTotal + stderrTotal + (stdoutTotal > 0 && stderrTotal > 0 ? 1 : 0);
   const totalBytes = Math.max(cut.totalBytes, fullBytes);
   if (!cut.truncated && totalBytes === cut.totalBytes) return { text: joined, truncated: false };
-  const maxBytes = options.maxBytes ?? DISPLAY_MAX_BYTES;
+  // Cut here by the line limit, or by bytes: the display limit, or before (a bridge kept a tail).
+  const limit =
+    cut.truncatedBy === "lines"
+      ? `${options.maxLines ?? DISPLAY_MAX_LINES}-line limit`
+      : `${formatSize(options.maxBytes ?? DISPLAY_MAX_BYTES)} limit`;
   const kept = cut.text || NO_OUTPUT_TEXT;
   return {
-    text: `${kept}\n\n${truncationNotice(cut.keptBytes, totalBytes, maxBytes)}`,
+    text: `${kept}\n\n${truncationNotice(cut.keptBytes, totalBytes, limit)}`,
     truncated: true,
   };
 }

@@ -25,15 +25,18 @@ function naiveTruncateTail(text: string, maxBytes: number, maxLines: number) {
     const line = lines[i] ?? "";
     const size = bytes(line) + (kept.length > 0 ? 1 : 0);
     if (used + size > maxBytes) {
-      if (kept.length === 0) {
+      // A final newline's empty "line" does not count: the line it ends is cut instead.
+      const afterNewline = kept.length === 1 && kept[0] === "" && maxBytes >= 1;
+      if (kept.length === 0 || afterNewline) {
+        const room = maxBytes - (afterNewline ? 1 : 0);
         const chars = Array.from(line);
         let tail = "";
         for (let j = chars.length - 1; j >= 0; j--) {
           const next = chars[j] + tail;
-          if (bytes(next) > maxBytes) break;
+          if (bytes(next) > room) break;
           tail = next;
         }
-        return { text: tail, truncated: true };
+        return { text: afterNewline ? `${tail}\n` : tail, truncated: true };
       }
       break;
     }
@@ -165,7 +168,7 @@ describe("formatSize and the notice", () => {
   });
 
   it("says what was kept and what to do", () => {
-    expect(truncationNotice(12_595, 4.1 * 1024 * 1024, 51_200)).toBe(
+    expect(truncationNotice(12_595, 4.1 * 1024 * 1024, "50.0KB limit")).toBe(
       "[Showing the last 12.3KB of 4.1MB (50.0KB limit). Have the command summarise or filter its own output.]",
     );
   });
@@ -185,13 +188,33 @@ describe("formatOutput", () => {
     });
   });
 
-  it("keeps the tail and appends the notice", () => {
+  it("keeps the tail and appends the notice naming the limit that cut it: lines", () => {
     const stdout = Array.from({ length: 5000 }, (_, i) => `line ${i}`).join("\n");
     const { text, truncated } = formatOutput({ stdout, stderr: "" });
     const tail = truncateTail(stdout);
+    expect(tail.truncatedBy).toBe("lines");
     expect(truncated).toBe(true);
     expect(text).toBe(
-      `${tail.text}\n\n${truncationNotice(tail.keptBytes, tail.totalBytes, 51_200)}`,
+      `${tail.text}\n\n${truncationNotice(tail.keptBytes, tail.totalBytes, "2000-line limit")}`,
+    );
+  });
+
+  it("names the byte limit when bytes cut the output", () => {
+    const stdout = Array.from({ length: 1000 }, (_, i) => `${i} ${"x".repeat(100)}`).join("\n");
+    const { text } = formatOutput({ stdout, stderr: "" });
+    expect(truncateTail(stdout).truncatedBy).toBe("bytes");
+    expect(text).toMatch(/ \(50\.0KB limit\)\. Have the command/);
+  });
+
+  it("shows the end of one long line that ends in a newline, not (no output)", () => {
+    const stdout = `${"a".repeat(200_000)}b\n`;
+    const tail = truncateTail(stdout, { maxBytes: 1000 });
+    expect(tail.text).toBe(`${"a".repeat(998)}b\n`);
+    expect(tail.keptBytes).toBe(1000);
+    expect(tail.lastLinePartial).toBe(true);
+    const { text } = formatOutput({ stdout, stderr: "" });
+    expect(text.startsWith(`${"a".repeat(51_198)}b\n\n\n[Showing the last 50.0KB of 195.3KB`)).toBe(
+      true,
     );
   });
 
@@ -202,6 +225,6 @@ describe("formatOutput", () => {
       stdoutBytes: 5_000_000,
     });
     expect(truncated).toBe(true);
-    expect(text).toBe(`last\n\n\n${truncationNotice(5, 5_000_000, 51_200)}`);
+    expect(text).toBe(`last\n\n\n${truncationNotice(5, 5_000_000, "50.0KB limit")}`);
   });
 });

@@ -57,6 +57,3 @@ export function remoteTaskToolSet(
     ? { remote_task: createRemoteTaskAiTool({ ...options, env }) }
     : {};
 }
-
-/** @deprecated Renamed {@link createRemoteTaskAiTool}, like every adapter's factory. */
-export const remoteTaskTool: typeof createRemoteTaskAiTool = createRemoteTaskAiTool;

@@ -15,7 +15,7 @@ import type {
   ResponseInputItem,
 } from "openai/resources/responses/responses";
 import { errorResult, type RemoteTaskToolResult } from "./result.js";
-import type { JsonSchemaObject } from "./schema.js";
+import { strictSchema, withoutNullTimeout } from "./strict-schema.js";
 import {
   type ExecuteOptions,
   type RemoteTaskTool,
@@ -52,28 +52,9 @@ export interface RemoteTaskOpenAITool {
   ): Promise<ResponseInputItem.FunctionCallOutput>;
 }
 
-function strictSchema(schema: JsonSchemaObject): JsonSchemaObject {
-  const properties = schema.properties as Record<string, { description?: string }>;
-  return {
-    type: "object",
-    properties: {
-      command: { type: "string", description: properties.command?.description },
-      timeout: { type: ["number", "null"], description: properties.timeout?.description },
-    },
-    required: ["command", "timeout"],
-    additionalProperties: false,
-  };
-}
-
 function parseArguments(text: string): { ok: true; value: unknown } | { ok: false } {
   try {
-    const value: unknown = JSON.parse(text === "" ? "{}" : text);
-    // Strict mode sends `timeout: null` for "use the default".
-    if (value && typeof value === "object" && "timeout" in value && value.timeout === null) {
-      const { timeout: _null, ...rest } = value;
-      return { ok: true, value: rest };
-    }
-    return { ok: true, value };
+    return { ok: true, value: withoutNullTimeout(JSON.parse(text === "" ? "{}" : text)) };
   } catch {
     return { ok: false };
   }
@@ -150,9 +131,3 @@ export function createRemoteTaskOpenAITool(
     handleToolCall,
   };
 }
-
-/** @deprecated Renamed {@link createRemoteTaskOpenAITool}, like every adapter's factory. */
-export const createRemoteTaskOpenAI: typeof createRemoteTaskOpenAITool = createRemoteTaskOpenAITool;
-
-/** @deprecated Renamed {@link RemoteTaskOpenAITool}. */
-export type RemoteTaskOpenAI = RemoteTaskOpenAITool;

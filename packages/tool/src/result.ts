@@ -30,7 +30,12 @@ export const ABORTED_TEXT = "remote_task aborted";
  * period, exactly as the reference tool words its own client-side timeout.
  */
 export function clientTimeoutText(timeoutSeconds: number): string {
-  return `remote_task timed out after ${timeoutSeconds} seconds`;
+  return `remote_task timed out after ${seconds(timeoutSeconds)}`;
+}
+
+/** `1 second`, `2 seconds`, `0.5 seconds`. */
+function seconds(n: number): string {
+  return `${n} ${n === 1 ? "second" : "seconds"}`;
 }
 
 /** An error result's text: the output, a blank line, the notice, trimmed as the reference trims. */
@@ -44,7 +49,7 @@ export function resultFromTask(result: TaskResult, timeoutSeconds: number): Remo
   switch (result.outcome) {
     case "timeout":
       return {
-        text: errorText(output, `Command timed out after ${timeoutSeconds} seconds`),
+        text: errorText(output, `Command timed out after ${seconds(timeoutSeconds)}`),
         isError: true,
         status: "timeout",
         result,

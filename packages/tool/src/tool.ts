@@ -94,35 +94,54 @@ function defaultEnv(): EnvLike {
   return typeof process === "undefined" ? {} : process.env;
 }
 
+/** The protocol's field is `timeoutSeconds`; the model's parameter is `timeout`. */
+function modelWords(text: string): string {
+  return text.replaceAll("timeoutSeconds", "timeout");
+}
+
 function describeIssues(error: { issues: ReadonlyArray<SchemaIssue> }): string {
   const lines = issuesOf(error).map((issue) => {
     const path = issue.path.join(".");
-    return path ? `${path}: ${issue.message}` : issue.message;
+    const message = modelWords(issue.message);
+    // "timeout must be greater than 0", not "timeout: timeout must be greater than 0".
+    return path && !message.startsWith(path) ? `${path}: ${message}` : message;
   });
   return `Invalid ${REMOTE_TASK_TOOL_NAME} arguments: ${lines.join("; ")}. Pass {"command": "<shell command>", "timeout": <seconds, optional>}.`;
 }
 
 /**
+ * The bridge's text with its issues in it: "Exec request exceeds the bridge limits: see issues."
+ * says which limit only in the issues, which the model would otherwise never read.
+ */
+function withIssues(text: string, error: RemoteTaskError): string {
+  if (!InvalidRequestError.isInstance(error) || error.issues.length === 0) return text;
+  const issues = error.issues.map((issue) => modelWords(issue.message).replace(/\.$/, ""));
+  const stem = text.replace(/:? see issues\.?$/, "");
+  const list = issues.filter((issue) => !stem.includes(issue)).join("; ");
+  if (list === "") return stem === text ? text : `${stem}.`;
+  return stem === text ? `${text} (${list})` : `${stem}: ${list}.`;
+}
+
+/**
  * A call the bridge refused or failed (an HTTP error answer), worded as the reference tool words
- * it: the bridge's own text (its `error`, else its `stderr`), else `remote sandbox returned HTTP
- * <status>`. Undefined for a failure that is not such an answer.
+ * it: the bridge's own text (its `error`, else its `stderr`; with its issues), else `remote
+ * sandbox returned HTTP <status>`. Undefined for a failure that is not such an answer, and for a
+ * refusal for capacity: the client waited for room until the call's deadline, and its message
+ * says for how long.
  */
 function answerText(error: RemoteTaskError): string | undefined {
-  if (error.bridgeMessage !== undefined) return error.bridgeMessage;
-  const answered = [
-    AuthenticationError,
-    ForbiddenError,
-    InvalidRequestError,
-    CapacityError,
-    BridgeError,
-  ].some((kind) => kind.isInstance(error));
+  if (CapacityError.isInstance(error)) return undefined;
+  if (error.bridgeMessage !== undefined) return withIssues(error.bridgeMessage, error);
+  const answered = [AuthenticationError, ForbiddenError, InvalidRequestError, BridgeError].some(
+    (kind) => kind.isInstance(error),
+  );
   return answered && error.status !== undefined
     ? `remote sandbox returned HTTP ${error.status}`
     : undefined;
 }
 
 function messageOf(error: unknown): string {
-  if (RemoteTaskError.isInstance(error)) return answerText(error) ?? error.message;
+  if (RemoteTaskError.isInstance(error)) return answerText(error) ?? modelWords(error.message);
   const detail = error instanceof Error ? error.message : String(error);
   return `${REMOTE_TASK_TOOL_NAME} failed unexpectedly: ${detail}`;
 }

@@ -28,8 +28,22 @@ describe("core tool configured from env (real bridge)", () => {
       const result = await tool.execute({ command: "yes line | head -n 300000" });
       expect(result.result).toMatchObject({ stdoutBytes: 1_500_000, stdoutTruncated: true });
       expect(result.text).toBe(
-        `${"line\n".repeat(1999)}\n\n[Showing the last 9.8KB of 1.4MB (50.0KB limit). Have the command summarise or filter its own output.]`,
+        `${"line\n".repeat(1999)}\n\n[Showing the last 9.8KB of 1.4MB (2000-line limit). Have the command summarise or filter its own output.]`,
       );
+    } finally {
+      await tool.close();
+    }
+  });
+
+  it("says which bridge limit a call is over, and its value", async () => {
+    const tool = createRemoteTaskTool({ env: bridge.env });
+    try {
+      const long = await tool.execute({ command: "x".repeat(70_000) });
+      expect(long).toMatchObject({ isError: true, status: "error" });
+      expect(long.text).toMatch(/command is longer than 65536 bytes/);
+      const slow = await tool.execute({ command: "echo x", timeout: 100_000 });
+      expect(slow.text).toMatch(/timeout must be at most 3600\b/);
+      expect(slow.text).not.toMatch(/see issues|timeoutSeconds/);
     } finally {
       await tool.close();
     }

@@ -50,9 +50,9 @@ const ANSWERS: Record<string, { status: number; body: string }> = {
   "http-404-reference": { status: 404, body: '{"error":"not_found"}' },
   "http-500-reference": { status: 500, body: '{"error":"Container crashed"}' },
   "http-502-empty": { status: 502, body: "" },
-  "http-503-capacity": {
-    status: 503,
-    body: '{"error":"No sandbox container is free right now. Try again shortly.","code":"capacity_exceeded","retryAfterSeconds":1}',
+  "http-400-over-limits": {
+    status: 400,
+    body: '{"error":"Exec request exceeds the bridge limits: see issues.","code":"invalid_request","issues":[{"path":["timeoutSeconds"],"message":"timeoutSeconds must be at most 3600"}]}',
   },
   "http-503-stderr": { status: 503, body: '{"stdout":"","stderr":"sandbox gone\\n","code":1}' },
   "http-500-empty-error": { status: 500, body: '{"error":"","stderr":""}' },
@@ -126,6 +126,18 @@ const cases: Case[] = [
     isError: true,
   },
   {
+    name: "client-timeout-one-second",
+    throws: () => new TimeoutError("Running the command did not finish within 11s."),
+    timeout: 1,
+    isError: true,
+  },
+  {
+    name: "timeout-one-second",
+    result: { stdout: "tick\n", exitCode: 124, outcome: "timeout" },
+    timeout: 1,
+    isError: true,
+  },
+  {
     name: "timeout-partial",
     result: { stdout: "tick 1\ntick 2\n", exitCode: 124, outcome: "timeout" },
     timeout: 5,
@@ -150,6 +162,11 @@ const cases: Case[] = [
   },
   { name: "emoji-at-cut", result: { stdout: `${"😀".repeat(13000)}x` }, isError: false },
   { name: "line-limit", result: { stdout: numbered("line", 3000) }, isError: false },
+  {
+    name: "long-line-then-newline",
+    result: { stdout: `${"a".repeat(200_000)}b\n` },
+    isError: false,
+  },
   {
     name: "bridge-truncated",
     result: { stdout: "tail line\n", stdoutBytes: 4_400_000, stdoutTruncated: true },

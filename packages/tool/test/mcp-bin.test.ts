@@ -1,4 +1,5 @@
-import { execFile } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
+import { once } from "node:events";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -7,6 +8,7 @@ import {
   StdioClientTransport,
 } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { describe, expect, it } from "vitest";
+import { startTestBridge } from "./helpers/bridge.js";
 
 const run = promisify(execFile);
 /** The bin as npm links it. */
@@ -41,28 +43,71 @@ async function failure(args: string[], env: NodeJS.ProcessEnv = getDefaultEnviro
 }
 
 describe("the remote-task-mcp bin", () => {
-  it("--local serves remote_task on its own embedded bridge", async () => {
+  /** The result of one call through the bin started with `args` (no CLOUDFLARE_SANDBOX_*). */
+  async function callThroughBin(args: string[], command: string) {
     const transport = new StdioClientTransport({
       command: process.execPath,
-      args: [BIN, "--local"],
-      // No CLOUDFLARE_SANDBOX_* at all: --local needs none.
+      args: [BIN, ...args],
       env: getDefaultEnvironment(),
       stderr: "pipe",
     });
     const client = new Client({ name: "remote-task-test", version: "1.0.0" });
     await client.connect(transport);
     try {
-      const result = await client.callTool({
-        name: "remote_task",
-        arguments: { command: "echo via-local; exit 3" },
-      });
-      expect(result.isError).toBe(true);
-      expect(result.content).toEqual([
-        { type: "text", text: "via-local\n\n\nCommand exited with code 3" },
-      ]);
+      return await client.callTool({ name: "remote_task", arguments: { command } });
     } finally {
       await client.close();
     }
+  }
+
+  it("--local serves remote_task on its own embedded bridge", async () => {
+    const result = await callThroughBin(["--local"], "echo via-local; exit 3");
+    expect(result.isError).toBe(true);
+    expect(result.content).toEqual([
+      { type: "text", text: "via-local\n\n\nCommand exited with code 3" },
+    ]);
+  });
+
+  it("takes the bridge from --url and --token", async () => {
+    const bridge = await startTestBridge();
+    try {
+      const result = await callThroughBin(
+        ["--url", bridge.url, "--token", bridge.token],
+        "echo via-url",
+      );
+      expect(result.content).toEqual([{ type: "text", text: "via-url\n" }]);
+    } finally {
+      await bridge.close();
+    }
+  });
+
+  it("refuses a --network that is neither a mode nor a host, saying what is accepted", async () => {
+    const error = await failure([BIN, "--network", "internet"]);
+    expect(error?.code).toBe(2);
+    expect(error?.stderr).toContain('"internet" is neither a mode nor a host');
+    expect(error?.stderr).toContain("none, open, or hosts separated by commas");
+  });
+
+  it("--local ends cleanly when the MCP client closes the session: the bridge and its backend close", async () => {
+    const child = spawn(process.execPath, [BIN, "--local"], {
+      env: getDefaultEnvironment(),
+      stdio: ["pipe", "pipe", "pipe"],
+    });
+    let stderr = "";
+    child.stderr.setEncoding("utf8").on("data", (d: string) => {
+      stderr += d;
+    });
+    // Wait until it serves: a tools/list answer.
+    child.stdin.write(
+      `${JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "t", version: "1" } } })}\n`,
+    );
+    await once(child.stdout, "data");
+    const exited = once(child, "exit");
+    child.stdin.end();
+    const timer = setTimeout(() => child.kill("SIGKILL"), 15_000);
+    const [code, signal] = await exited;
+    clearTimeout(timer);
+    expect({ code, signal, stderr }).toEqual({ code: 0, signal: null, stderr: "" });
   });
 
   it("names the package to install when the MCP SDK is missing", async () => {
@@ -83,7 +128,9 @@ describe("the remote-task-mcp bin", () => {
 
   it("prints its usage with --help and refuses unknown flags", async () => {
     const { stdout } = await run(process.execPath, [BIN, "--help"]);
-    expect(stdout).toContain("Usage: remote-task-mcp [--local]");
+    expect(stdout).toContain(
+      "Usage: remote-task-mcp [--local [--isolation auto|bwrap|none]] [--url <url>] [--token <token>] [--network <policy>]",
+    );
     const error = await failure([BIN, "--bogus"]);
     expect(error?.code).toBe(2);
     expect(error?.stderr).toContain("Unknown option '--bogus'");

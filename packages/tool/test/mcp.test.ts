@@ -78,7 +78,17 @@ describe("MCP stdio server (real SDK client, built bin, real bridge)", () => {
   it("returns invalid arguments as an isError result", async () => {
     const result = await client.callTool({ name: "remote_task", arguments: { command: "" } });
     expect(result.isError).toBe(true);
-    expect(textOf(result)).toMatch(/command/);
+    // The same words as every adapter (not the MCP SDK's "Input validation error: …").
+    expect(textOf(result)).toBe(
+      'Invalid remote_task arguments: command must not be empty. Pass {"command": "<shell command>", "timeout": <seconds, optional>}.',
+    );
+    const timeout = await client.callTool({
+      name: "remote_task",
+      arguments: { command: "true", timeout: 0 },
+    });
+    expect(textOf(timeout)).toMatch(
+      /^Invalid remote_task arguments: timeout must be greater than 0\./,
+    );
   });
 
   it("a cancelled call stops the remote command", async () => {

@@ -1,4 +1,4 @@
-import { AbortError, BridgeError } from "@remote-task/client";
+import { AbortError, BridgeError, CapacityError } from "@remote-task/client";
 import { DEFAULT_TIMEOUT_SECONDS } from "@remote-task/protocol";
 import { describe, expect, it } from "vitest";
 import {
@@ -103,11 +103,39 @@ describe("createRemoteTaskTool: execute", () => {
     const empty = await tool.execute({ command: "" });
     expect(empty).toMatchObject({ isError: true, status: "error" });
     expect(empty.text).toBe(
-      'Invalid remote_task arguments: command: command must not be empty. Pass {"command": "<shell command>", "timeout": <seconds, optional>}.',
+      'Invalid remote_task arguments: command must not be empty. Pass {"command": "<shell command>", "timeout": <seconds, optional>}.',
     );
     const notObject = await tool.execute("ls");
     expect(notObject).toMatchObject({ isError: true, status: "error" });
     expect(client.runs).toHaveLength(0);
+  });
+
+  it("names the model's parameter `timeout` (not the protocol's timeoutSeconds) in its invalid-arguments text", async () => {
+    const tool = createRemoteTaskTool({ client: fakeClient(ok) });
+    expect((await tool.execute({ command: "x", timeout: -1 })).text).toBe(
+      'Invalid remote_task arguments: timeout must be greater than 0. Pass {"command": "<shell command>", "timeout": <seconds, optional>}.',
+    );
+    expect((await tool.execute({ command: "x", timeout: "a" })).text).toMatch(
+      /^Invalid remote_task arguments: timeout: /,
+    );
+  });
+
+  it("shows a capacity failure in the client's words, which say how long the call waited", async () => {
+    const waited =
+      "The bridge had no capacity for the whole of the call's 120 s (waited 119.6 s, 7 attempts; HTTP 429): the command did not run.";
+    const tool = createRemoteTaskTool({
+      client: fakeClient(() => {
+        throw new CapacityError(waited, {
+          status: 429,
+          bridgeMessage: "The bridge is at its limit of 4 running and 0 waiting calls.",
+        });
+      }),
+    });
+    expect(await tool.execute({ command: "x" })).toEqual({
+      text: waited,
+      isError: true,
+      status: "error",
+    });
   });
 
   it("reports an abort during the call as aborted", async () => {

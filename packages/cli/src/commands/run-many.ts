@@ -1,10 +1,18 @@
 import { readFile } from "node:fs/promises";
 import { text } from "node:stream/consumers";
-import type { SettledTask } from "@remote-task/client";
+import {
+  AbortError,
+  AuthenticationError,
+  ConfigurationError,
+  ConnectionError,
+  ProtocolError,
+  type RemoteTaskError,
+  type SettledTask,
+} from "@remote-task/client";
 import { DEFAULT_TIMEOUT_SECONDS, type NetworkPolicy } from "@remote-task/protocol";
 import { type Connection, type ConnectionFlags, connect } from "../connect.js";
 import { EXIT } from "../exit-codes.js";
-import { abortOnInterrupt } from "../interrupt.js";
+import { abortOnInterrupt, isOutputClosed } from "../interrupt.js";
 import { createProgressBar } from "../progress.js";
 import {
   describeError,
@@ -16,10 +24,46 @@ import {
 } from "../report.js";
 
 export interface RunManyFlags extends ConnectionFlags {
-  concurrency: number;
+  concurrency?: number | undefined;
   file?: string;
   json?: boolean;
   network?: NetworkPolicy;
+  maxOutputBytes?: number;
+}
+
+/** `1 task`, `2 tasks`. */
+function tasks(n: number): string {
+  return `${n} ${n === 1 ? "task" : "tasks"}`;
+}
+
+/**
+ * A failure no later task can escape: the bridge cannot be reached, refuses the token, or is not
+ * a bridge. The rest are not sent (they would each fail the same way, after their own retries).
+ */
+function failsEveryTask(error: RemoteTaskError): boolean {
+  return [AuthenticationError, ConfigurationError, ConnectionError, ProtocolError].some((kind) =>
+    kind.isInstance(error),
+  );
+}
+
+/** The commands: from `--file`, else stdin (on a terminal, after saying how to end the input). */
+async function readInput(flags: RunManyFlags): Promise<string | undefined> {
+  if (flags.file !== undefined) {
+    try {
+      return await readFile(flags.file, "utf8");
+    } catch (error) {
+      process.stderr.write(
+        `remote-task: cannot read --file ${flags.file}: ${(error as Error).message}\n`,
+      );
+      return undefined;
+    }
+  }
+  if (process.stdin.isTTY) {
+    process.stderr.write(
+      "remote-task: reading commands from stdin, one per line; end with Ctrl-D (or pass --file <path>; --help shows usage).\n",
+    );
+  }
+  return text(process.stdin);
 }
 
 /** Commands are the non-empty lines that do not start with `#`. */
@@ -50,8 +94,12 @@ function settledJson(settled: SettledTask) {
       };
 }
 
-function printHuman(settled: SettledTask, timeoutSeconds: number): void {
+function printHuman(settled: SettledTask, timeoutSeconds: number, stopped: boolean): void {
   const head = `--- [${taskNumber(settled)}] ${settled.task.command}`;
+  if (settled.status === "rejected" && stopped && AbortError.isInstance(settled.reason)) {
+    process.stdout.write(`${head} (stopped)\n`);
+    return;
+  }
   if (settled.status === "rejected") {
     process.stdout.write(`${head} (error)\n`);
     process.stderr.write(`remote-task: ${describeError(settled.reason)}\n`);
@@ -71,7 +119,8 @@ function printHuman(settled: SettledTask, timeoutSeconds: number): void {
 
 /** Fans the commands out, prints results in input order, and returns the exit code. */
 export async function runManyCommand(flags: RunManyFlags): Promise<number> {
-  const input = flags.file ? await readFile(flags.file, "utf8") : await text(process.stdin);
+  const input = await readInput(flags);
+  if (input === undefined) return EXIT.usage;
   const commands = parseCommands(input);
   if (commands.length === 0) {
     process.stderr.write("remote-task: no commands given (one per line, on stdin or --file).\n");
@@ -79,36 +128,70 @@ export async function runManyCommand(flags: RunManyFlags): Promise<number> {
   }
   const timeoutSeconds = flags.timeout ?? DEFAULT_TIMEOUT_SECONDS;
   const interrupt = abortOnInterrupt();
+  // Aborted by Ctrl-C, or by a failure every later task would meet too.
+  const stop = new AbortController();
+  interrupt.signal.addEventListener("abort", () => stop.abort(), { once: true });
+  let stoppedBy: RemoteTaskError | undefined;
   let connection: Connection | undefined;
   const started = Date.now();
   try {
     connection = await connect(flags);
     const bar = createProgressBar(process.stderr, commands.length);
     const results = await connection.client.runMany(
-      commands.map((command) => ({ command, timeoutSeconds, network: flags.network })),
+      commands.map((command) => ({
+        command,
+        timeoutSeconds,
+        network: flags.network,
+        maxOutputBytes: flags.maxOutputBytes,
+      })),
       {
         concurrency: flags.concurrency,
-        signal: interrupt.signal,
-        onProgress: (p) => bar.update(p),
+        signal: stop.signal,
+        onProgress: (progress, settled) => {
+          bar.update(progress);
+          if (settled.status === "rejected" && !stop.signal.aborted) {
+            if (failsEveryTask(settled.reason)) {
+              stoppedBy = settled.reason;
+              stop.abort();
+            }
+          }
+        },
       },
     );
     bar.finish();
+    if (isOutputClosed()) return EXIT.outputClosed;
+    const stopped = stoppedBy !== undefined;
     if (flags.json) {
       process.stdout.write(`${JSON.stringify(results.map(settledJson), null, 2)}\n`);
     } else {
-      for (const settled of results) printHuman(settled, timeoutSeconds);
+      for (const settled of results) {
+        // After a stop, only the failure that stopped the run is explained (once, below).
+        if (stopped && settled.status === "rejected" && failsEveryTask(settled.reason)) {
+          process.stdout.write(`--- [${taskNumber(settled)}] ${settled.task.command} (error)\n`);
+        } else printHuman(settled, timeoutSeconds, stopped);
+      }
     }
     const failed = results.filter((settled) => !succeeded(settled)).length;
     const seconds = ((Date.now() - started) / 1000).toFixed(1);
+    if (stoppedBy !== undefined) {
+      const notRun = results.filter(
+        (s) => s.status === "rejected" && AbortError.isInstance(s.reason),
+      ).length;
+      process.stderr.write(
+        `remote-task: ${describeError(stoppedBy)}\nremote-task: stopped early: ${tasks(notRun)} stopped or never sent, since each would fail the same way.\n`,
+      );
+    }
     process.stderr.write(
-      `remote-task: ${results.length} tasks, ${results.length - failed} succeeded, ${failed} failed in ${seconds}s\n`,
+      `remote-task: ${tasks(results.length)}, ${results.length - failed} succeeded, ${failed} failed in ${seconds}s\n`,
     );
     if (interrupt.signal.aborted) return EXIT.interrupted;
+    if (stoppedBy !== undefined) return exitCodeOfError(stoppedBy);
     // Every task refused before it ran (e.g. a --timeout above the bridge's limit): a usage error.
     if (results.every((s) => s.status === "rejected" && refusedRequest(s.reason)))
       return EXIT.usage;
     return failed > 0 ? EXIT.failed : EXIT.ok;
   } catch (error) {
+    if (isOutputClosed()) return EXIT.outputClosed;
     process.stderr.write(`remote-task: ${describeError(error)}\n`);
     return exitCodeOfError(error);
   } finally {

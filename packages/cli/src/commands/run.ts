@@ -3,14 +3,16 @@ import type { NetworkPolicy } from "@remote-task/protocol";
 import { DEFAULT_TIMEOUT_SECONDS, formatSize } from "@remote-task/protocol";
 import { type Connection, type ConnectionFlags, connect } from "../connect.js";
 import { EXIT } from "../exit-codes.js";
-import { abortOnInterrupt } from "../interrupt.js";
+import { abortOnInterrupt, isOutputClosed } from "../interrupt.js";
 import {
   describeError,
   exitCodeOf,
   exitCodeOfError,
+  hasReplacement,
   refusedStdin,
   resultJson,
   resultNotes,
+  type StreamedOutput,
 } from "../report.js";
 import { commandFromWords } from "../shell.js";
 import { readStdinData, StdinTooLargeError } from "../stdin.js";
@@ -21,6 +23,8 @@ export interface RunFlags extends ConnectionFlags {
   network?: NetworkPolicy;
   /** False with `--no-stdin`. */
   stdin?: boolean;
+  /** Bytes of the end of each output to keep (and, with `--stream`, of its start to stream). */
+  maxOutputBytes?: number;
 }
 
 /** Most characters of each stream kept to show when the run is interrupted. */
@@ -62,6 +66,9 @@ function showArrived(tails: Record<OutputEvent["stream"], OutputTail>): void {
   }
 }
 
+const streamOf = (stream: OutputEvent["stream"]) =>
+  stream === "stdout" ? process.stdout : process.stderr;
+
 /** Runs one task and returns the exit code for the process. */
 export async function runCommand(words: string[], flags: RunFlags): Promise<number> {
   const command = commandFromWords(words);
@@ -70,10 +77,20 @@ export async function runCommand(words: string[], flags: RunFlags): Promise<numb
     stdout: new OutputTail(INTERRUPTED_TAIL_CHARS),
     stderr: new OutputTail(INTERRUPTED_TAIL_CHARS),
   };
+  const streamed: Record<OutputEvent["stream"], StreamedOutput> = {
+    stdout: { shown: 0, skipped: 0, replaced: false },
+    stderr: { shown: 0, skipped: 0, replaced: false },
+  };
   const onOutput = (event: OutputEvent) => {
-    if (flags.stream)
-      (event.stream === "stdout" ? process.stdout : process.stderr).write(event.data);
-    else tails[event.stream].add(event.data);
+    if (!flags.stream) {
+      tails[event.stream].add(event.data);
+      return;
+    }
+    const live = streamed[event.stream];
+    live.shown += Buffer.byteLength(event.data);
+    live.skipped += event.skippedBytes ?? 0;
+    live.replaced ||= hasReplacement(event.data);
+    streamOf(event.stream).write(event.data);
   };
   let stdin: Uint8Array | undefined;
   try {
@@ -93,6 +110,7 @@ export async function runCommand(words: string[], flags: RunFlags): Promise<numb
       signal: interrupt.signal,
       network: flags.network,
       stdin,
+      maxOutputBytes: flags.maxOutputBytes,
       ...(flags.json ? {} : { onOutput }),
     });
     if (flags.json) {
@@ -102,13 +120,17 @@ export async function runCommand(words: string[], flags: RunFlags): Promise<numb
         process.stdout.write(result.stdout);
         process.stderr.write(result.stderr);
       }
-      for (const note of resultNotes(result, timeoutSeconds)) {
-        process.stderr.write(`remote-task: ${note}\n`);
-      }
+      // A reader that went away while the output was written hears nothing more (no notes).
+      await new Promise<void>((resolve) => process.stdout.write("", () => resolve()));
+      if (isOutputClosed()) return EXIT.outputClosed;
+      const notes = resultNotes(result, timeoutSeconds, flags.stream ? streamed : undefined);
+      for (const note of notes) process.stderr.write(`remote-task: ${note}\n`);
     }
     return exitCodeOf(result);
   } catch (error) {
     if (interrupt.signal.aborted) {
+      // A reader that closed stdout ends the command quietly, as `seq … | head` does.
+      if (isOutputClosed()) return EXIT.outputClosed;
       if (!flags.stream && !flags.json) showArrived(tails);
       process.stderr.write("remote-task: interrupted; the remote command was cancelled.\n");
       return EXIT.interrupted;

@@ -1,12 +1,17 @@
+import type { LocalBackend } from "@remote-task/bridge/local";
+import type { LocalBridge } from "@remote-task/bridge/node";
 import type { NetworkPolicy, SandboxReport } from "@remote-task/protocol";
 import { EXIT } from "../exit-codes.js";
-import { cliLogger } from "../log.js";
+import { warnIsolationNone } from "../isolation.js";
+import { serveLogger } from "../log.js";
+import { type ServeToken, serveToken } from "../token.js";
 
 export interface ServeFlags {
   local?: boolean;
   port: number;
   host: string;
   token?: string;
+  tokenFile?: string;
   isolation: "auto" | "bwrap" | "none";
   processes?: number;
   memoryMib?: number;
@@ -40,53 +45,59 @@ export async function serveCommand(flags: ServeFlags): Promise<number> {
     );
     return EXIT.usage;
   }
-  const [{ startLocalBridge }, { createLocalBackend }] = await Promise.all([
-    import("@remote-task/bridge/node"),
-    import("@remote-task/bridge/local"),
-  ]);
-  let backend: ReturnType<typeof createLocalBackend>;
+  let token: ServeToken;
   try {
-    backend = createLocalBackend({
-      isolation: flags.isolation,
-      limits: sandboxLimits(flags),
-      ...(flags.uids === undefined ? {} : { uids: flags.uids }),
-      ...(flags.allowPrivate === undefined ? {} : { egress: { allowPrivate: flags.allowPrivate } }),
-    });
+    token = await serveToken(flags);
   } catch (error) {
     process.stderr.write(`remote-task: ${(error as Error).message}\n`);
-    return error instanceof TypeError ? EXIT.usage : EXIT.bridge;
+    return EXIT.usage;
   }
+  if (flags.isolation === "none") warnIsolationNone();
+  const { startLocalBridge } = await import("@remote-task/bridge/node");
   const network =
     flags.networkDefault === undefined && flags.networkCeiling === undefined
       ? undefined
       : { default: flags.networkDefault, ceiling: flags.networkCeiling };
-  let bridge: Awaited<ReturnType<typeof startLocalBridge>>;
+  let bridge: LocalBridge<LocalBackend>;
   try {
+    // The bridge creates its backend and closes it again when it closes.
     bridge = await startLocalBridge({
-      backend,
+      local: {
+        isolation: flags.isolation,
+        limits: sandboxLimits(flags),
+        ...(flags.uids === undefined ? {} : { uids: flags.uids }),
+        ...(flags.allowPrivate === undefined
+          ? {}
+          : { egress: { allowPrivate: flags.allowPrivate } }),
+      },
       port: flags.port,
       host: flags.host,
-      logger: cliLogger(true),
-      ...(flags.token ? { token: flags.token } : {}),
+      logger: serveLogger,
+      ...(token.value === undefined ? {} : { token: token.value }),
       ...(network === undefined ? {} : { network }),
     });
   } catch (error) {
-    // E.g. a network setting the backend cannot enforce (isolation none): a usage error.
-    await backend.close();
+    // A limit or network setting the backend cannot take (e.g. network with isolation none).
     process.stderr.write(`remote-task: ${(error as Error).message}\n`);
     return error instanceof TypeError ? EXIT.usage : EXIT.bridge;
   }
+  const { backend } = bridge;
   if (!LOOPBACK.has(flags.host)) {
     process.stderr.write(
       `remote-task: warning: listening on ${flags.host}; anyone who can reach it with the token can run commands on this machine.\n`,
     );
   }
+  // A token the deployer gave is not printed: it may be a secret used elsewhere too.
+  const exportLine =
+    token.from === undefined
+      ? `export CLOUDFLARE_SANDBOX_URL=${bridge.url} CLOUDFLARE_SANDBOX_TOKEN=${bridge.token}`
+      : `export CLOUDFLARE_SANDBOX_URL=${bridge.url}`;
   process.stdout.write(
     `remote-task local bridge on ${bridge.url} (backend ${backend.name}, isolation ${backend.isolation})\n` +
       `sandbox: ${describeSandbox(backend.sandbox)}\n` +
       `network: ${describeNetwork(network, backend.networkModes)}\n` +
-      `token: ${bridge.token}\n\n` +
-      `export CLOUDFLARE_SANDBOX_URL=${bridge.url} CLOUDFLARE_SANDBOX_TOKEN=${bridge.token}\n\n` +
+      `token: ${token.from === undefined ? bridge.token : `from ${token.from}`}\n\n` +
+      `${exportLine}\n\n` +
       "Press Ctrl-C to stop.\n",
   );
   await new Promise<void>((resolve) => {

@@ -35,19 +35,22 @@ def size(n):
 
 
 def tail(text):
-    """Returns (kept_text, kept_bytes, truncated)."""
+    """Returns (kept_text, kept_bytes, truncated, limit that cut it)."""
     lines = text.split("\n")
     total = len(text.encode("utf-8"))
     if total <= MAX_BYTES and len(lines) <= MAX_LINES:
-        return text, total, False
+        return text, total, False, None
     kept = []
     used = 0
     for line in reversed(lines):
         if len(kept) == MAX_LINES:
-            break
+            return "\n".join(reversed(kept)), used, True, "lines"
         cost = len(line.encode("utf-8")) + (1 if kept else 0)
         if used + cost > MAX_BYTES:
-            if not kept:
+            # DELIBERATE: the empty "line" after a final newline does not count; the long line
+            # it ends is cut instead (the reference shows nothing of it).
+            if not kept or kept == [""]:
+                used = 1 if kept else 0
                 chars = []
                 for ch in reversed(line):
                     width = len(ch.encode("utf-8"))
@@ -56,10 +59,10 @@ def tail(text):
                     used += width
                     chars.append(ch)
                 kept.append("".join(reversed(chars)))
-            break
+            return "\n".join(reversed(kept)), used, True, "bytes"
         used += cost
         kept.append(line)
-    return "\n".join(reversed(kept)), used, True
+    return "\n".join(reversed(kept)), used, True, "lines"
 
 
 def output(stdout, stderr, stdout_bytes=None, stderr_bytes=None):
@@ -68,13 +71,15 @@ def output(stdout, stderr, stdout_bytes=None, stderr_bytes=None):
     err_total = stderr_bytes if stderr_bytes is not None else len(stderr.encode("utf-8"))
     if not joined and out_total + err_total == 0:
         return "(no output)"
-    kept, kept_bytes, truncated = tail(joined)
+    kept, kept_bytes, truncated, cut_by = tail(joined)
     full = out_total + err_total + (1 if out_total > 0 and err_total > 0 else 0)
     total = max(len(joined.encode("utf-8")), full)
     if not truncated and total == len(joined.encode("utf-8")):
         return joined
+    # DELIBERATE: the notice names the limit that cut the output (the reference always names bytes).
+    limit = f"{MAX_LINES}-line limit" if cut_by == "lines" else f"{size(MAX_BYTES)} limit"
     notice = (
-        f"[Showing the last {size(kept_bytes)} of {size(total)} ({size(MAX_BYTES)} limit). "
+        f"[Showing the last {size(kept_bytes)} of {size(total)} ({limit}). "
         "Have the command summarise or filter its own output.]"
     )
     return f"{kept or '(no output)'}\n\n{notice}"
@@ -103,10 +108,23 @@ def ended(text, notice):
 
 
 def refused(status, body):
-    """The reference's error message for an HTTP error answer with this body."""
+    """The reference's error message for an HTTP error answer with this body.
+
+    DELIBERATE: a text that says "see issues." has the issues in it (`timeoutSeconds` named as the
+    model's parameter `timeout`), so the model reads which limit and its value.
+    """
     raw = js_trim(body)
     parsed = json.loads(raw) if raw else {}
-    return parsed.get("error") or parsed.get("stderr") or f"remote sandbox returned HTTP {status}"
+    text = parsed.get("error") or parsed.get("stderr") or f"remote sandbox returned HTTP {status}"
+    issues = [i["message"].replace("timeoutSeconds", "timeout") for i in parsed.get("issues", [])]
+    if issues and text.endswith(": see issues."):
+        return text[: -len(": see issues.")] + ": " + "; ".join(issues) + "."
+    return text
+
+
+def seconds(n):
+    """DELIBERATE: `1 second`, `5 seconds` (the reference says `1 seconds`)."""
+    return f"{n} second" if n == 1 else f"{n} seconds"
 
 
 def answered(body):
@@ -140,10 +158,10 @@ ANSWERS = {
     "http-404-reference": (404, '{"error":"not_found"}'),
     "http-500-reference": (500, '{"error":"Container crashed"}'),
     "http-502-empty": (502, ""),
-    "http-503-capacity": (
-        503,
-        '{"error":"No sandbox container is free right now. Try again shortly.",'
-        '"code":"capacity_exceeded","retryAfterSeconds":1}',
+    "http-400-over-limits": (
+        400,
+        '{"error":"Exec request exceeds the bridge limits: see issues.","code":"invalid_request",'
+        '"issues":[{"path":["timeoutSeconds"],"message":"timeoutSeconds must be at most 3600"}]}',
     ),
     "http-503-stderr": (503, '{"stdout":"","stderr":"sandbox gone\\n","code":1}'),
     "http-500-empty-error": (500, '{"error":"","stderr":""}'),
@@ -175,14 +193,17 @@ CASES = {
     "exit-code-leading-space-stderr": exited(output("", "   warning: x\n"), 2),
     "exit-code-unicode-space": exited(output("\u00a0\ufeff\u3000text\n", ""), 1),
     "aborted": "remote_task aborted",
-    "client-timeout": "remote_task timed out after 5 seconds",
-    "timeout-partial": ended(output("tick 1\ntick 2\n", ""), "Command timed out after 5 seconds"),
-    "timeout-no-output": ended(output("", ""), "Command timed out after 0.5 seconds"),
-    "timeout-leading-blank": ended(output("\n tick\n", ""), "Command timed out after 3 seconds"),
+    "client-timeout": f"remote_task timed out after {seconds(5)}",
+    "client-timeout-one-second": f"remote_task timed out after {seconds(1)}",
+    "timeout-partial": ended(output("tick 1\ntick 2\n", ""), f"Command timed out after {seconds(5)}"),
+    "timeout-no-output": ended(output("", ""), f"Command timed out after {seconds(0.5)}"),
+    "timeout-leading-blank": ended(output("\n tick\n", ""), f"Command timed out after {seconds(3)}"),
+    "timeout-one-second": ended(output("tick\n", ""), f"Command timed out after {seconds(1)}"),
     "cancelled": ended(output("started\n", ""), "remote_task aborted"),
     "cjk-single-line": output("頭" + "界" * 20000, ""),
     "cjk-lines": output(cjk_lines(), "エラー：最後の行\n"),
     "emoji-at-cut": output("😀" * 13000 + "x", ""),
+    "long-line-then-newline": output("a" * 200_000 + "b\n", ""),  # DELIBERATE: its end shown
     "line-limit": output("".join(f"line {i}\n" for i in range(1, 3001)), ""),
     "bridge-truncated": output("tail line\n", "", stdout_bytes=4_400_000),  # DELIBERATE total
     "truncated-exit-code": exited(

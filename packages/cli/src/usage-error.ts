@@ -1,0 +1,7 @@
+/**
+ * A flag value refused where it is used rather than where it is parsed (e.g. `--network` with
+ * isolation none, which the embedded bridge refuses as it starts): exit 2, as in `serve`.
+ */
+export class UsageError extends Error {
+  override readonly name = "UsageError";
+}

@@ -1,0 +1,135 @@
+/**
+ * The one MCP command, run by both `remote-task-mcp` and `remote-task mcp`: its flags, the bridge
+ * it talks to (the environment, `--url`/`--token`, or an embedded one with `--local`), and a
+ * clean end when the MCP client closes our input. `@remote-task/bridge` is an optional peer,
+ * loaded only for `--local`, so a missing one is named instead of a stack trace.
+ */
+import { parseArgs } from "node:util";
+import type { NetworkPolicy } from "@remote-task/protocol";
+import { runMcpStdio } from "./mcp-server.js";
+import { networkFromFlag } from "./network-flag.js";
+
+function usage(program: string): string {
+  return `Usage: ${program} [--local [--isolation auto|bwrap|none]] [--url <url>] [--token <token>] [--network <policy>]
+
+Serves the remote_task tool over the Model Context Protocol on stdio, for an MCP client to start.
+The bridge comes from CLOUDFLARE_SANDBOX_URL (and CLOUDFLARE_SANDBOX_TOKEN, CLOUDFLARE_SANDBOX_CWD).
+
+Options:
+  --local              start the embedded local bridge in this process instead (needs
+                       @remote-task/bridge); it stops when the session ends
+  --isolation <mode>   with --local: auto (default), bwrap or none
+  --url <url>          the bridge's URL (instead of $CLOUDFLARE_SANDBOX_URL)
+  --token <token>      the bridge's token (prefer $CLOUDFLARE_SANDBOX_TOKEN: arguments are
+                       visible to every process on the machine)
+  --network <policy>   where every call's command may connect: none, open, or hosts separated
+                       by commas; the model cannot change it
+  -h, --help           show this help
+
+Example MCP client configuration:
+  {"mcpServers": {"remote-task": {"command": "${program.split(" ")[0]}", "args": [${program.includes(" ") ? '"mcp"' : ""}],
+    "env": {"CLOUDFLARE_SANDBOX_URL": "https://bridge.example.workers.dev",
+            "CLOUDFLARE_SANDBOX_TOKEN": "..."}}}}
+With the embedded bridge instead, add "--local" to "args"; to limit every call to the Python
+package index, add "--network", "pypi.org,files.pythonhosted.org".
+`;
+}
+
+/** Imports an optional peer's module; a missing package becomes a message naming it. */
+async function load<T>(load: () => Promise<T>, peer: string, purpose: string): Promise<T> {
+  try {
+    return await load();
+  } catch (error) {
+    const { code, message } = error as { code?: unknown; message?: unknown };
+    if (code === "ERR_MODULE_NOT_FOUND" && String(message).includes(`'${peer}`)) {
+      throw new Error(
+        `${purpose} needs ${peer}, which is not installed. Install it next to @remote-task/tool: npm install ${peer}`,
+      );
+    }
+    throw error;
+  }
+}
+
+type Isolation = "auto" | "bwrap" | "none";
+
+/** The embedded bridge; `startLocalBridge` owns its backend and closes it with the bridge. */
+async function startEmbeddedBridge(isolation: Isolation) {
+  const { startLocalBridge } = await load(
+    () => import("@remote-task/bridge/node"),
+    "@remote-task/bridge",
+    "--local (the embedded bridge)",
+  );
+  return startLocalBridge({
+    local: { isolation },
+    // stdout is the MCP channel. The tool reports each call's failure to the model; only what
+    // it cannot see (an unexpected backend failure, a failed cleanup) goes to stderr.
+    logger: (entry) => {
+      if (entry.detail !== undefined) {
+        process.stderr.write(`remote-task: embedded bridge: ${entry.event}: ${entry.detail}\n`);
+      }
+    },
+  });
+}
+
+/**
+ * Runs the MCP command with `args` (the words after the program name); `program` names it in
+ * messages. Resolves with the exit code once the server is up (it serves until stdin closes).
+ */
+export async function runMcpCommand(args: readonly string[], program: string): Promise<number> {
+  let flags: {
+    local?: boolean | undefined;
+    isolation?: string | undefined;
+    url?: string | undefined;
+    token?: string | undefined;
+    network?: string | undefined;
+    help?: boolean | undefined;
+  };
+  let network: NetworkPolicy | undefined;
+  try {
+    flags = parseArgs({
+      args: [...args],
+      options: {
+        local: { type: "boolean" },
+        isolation: { type: "string" },
+        url: { type: "string" },
+        token: { type: "string" },
+        network: { type: "string" },
+        help: { type: "boolean", short: "h" },
+      },
+    }).values;
+    if (flags.isolation !== undefined && !["auto", "bwrap", "none"].includes(flags.isolation)) {
+      throw new TypeError(`--isolation must be auto, bwrap or none, not "${flags.isolation}".`);
+    }
+    if (flags.isolation !== undefined && !flags.local) {
+      throw new TypeError("--isolation applies only with --local (the embedded bridge).");
+    }
+    if (flags.local && flags.url !== undefined) {
+      throw new TypeError("--url and --local name two bridges: give one.");
+    }
+    if (flags.network !== undefined) network = networkFromFlag(flags.network);
+  } catch (error) {
+    process.stderr.write(`${program}: ${(error as Error).message}\n\n${usage(program)}`);
+    return 2;
+  }
+  if (flags.help) {
+    process.stdout.write(usage(program));
+    return 0;
+  }
+  const bridge = flags.local
+    ? await startEmbeddedBridge((flags.isolation ?? "auto") as Isolation)
+    : undefined;
+  const target = bridge ?? { url: flags.url, token: flags.token };
+  const env = { ...process.env };
+  if (target.url !== undefined) env.CLOUDFLARE_SANDBOX_URL = target.url;
+  if (target.token !== undefined) env.CLOUDFLARE_SANDBOX_TOKEN = target.token;
+  try {
+    const server = await runMcpStdio({ env, network });
+    // The session ends when the MCP client closes our input: the server closes its client, and
+    // the embedded bridge closes with its backend.
+    if (bridge) process.stdin.once("end", () => void server.close().then(() => bridge.close()));
+  } catch (error) {
+    await bridge?.close();
+    throw error;
+  }
+  return 0;
+}

@@ -1,0 +1,42 @@
+/**
+ * `remote_task` for the OpenAI Agents SDK (`@openai/agents` >= 0.20): a function tool in strict
+ * mode, whose `timeout: null` (what the model sends for "the default") means the tool's default.
+ * The model reads the result text whatever happened (a non-zero exit, a timeout, a bridge
+ * failure), as with the function-calling adapter; the run's abort signal stops the remote command.
+ */
+import { type FunctionTool, tool } from "@openai/agents";
+import { strictSchema, withoutNullTimeout } from "./strict-schema.js";
+import {
+  type EnvLike,
+  isRemoteTaskAvailable,
+  type RemoteTaskToolOptions,
+  type RemoteTaskToolSource,
+  toRemoteTaskTool,
+} from "./tool.js";
+
+export type RemoteTaskAgentsTool = FunctionTool<unknown, ReturnType<typeof strictSchema>, string>;
+
+/** A function tool running `remote_task`; add it to an `Agent`'s `tools`. */
+export function createRemoteTaskAgentsTool(
+  source: RemoteTaskToolSource = {},
+): RemoteTaskAgentsTool {
+  const core = toRemoteTaskTool(source);
+  return tool({
+    name: core.name,
+    description: core.description,
+    parameters: strictSchema(core.jsonSchema),
+    strict: true,
+    async execute(input, _context, details) {
+      const result = await core.execute(withoutNullTimeout(input), { signal: details?.signal });
+      return result.text;
+    },
+  }) as RemoteTaskAgentsTool;
+}
+
+/** `[remote_task]` when `env` configures a bridge, otherwise `[]`. */
+export function remoteTaskAgentsTools(
+  env?: EnvLike,
+  options: Omit<RemoteTaskToolOptions, "client" | "env"> = {},
+): RemoteTaskAgentsTool[] {
+  return isRemoteTaskAvailable(env) ? [createRemoteTaskAgentsTool({ ...options, env })] : [];
+}
