@@ -37,7 +37,7 @@ export default defineConfig({
                 RealSandbox: "Sandbox",
                 WarmPool: { className: "TestWarmPoolShard", useSQLite: true },
               },
-              bindings: { BRIDGE_TOKEN: "test-token" },
+              bindings: { BRIDGE_TOKEN: "test-token-0123456789" },
             },
           }),
         ],

@@ -35,11 +35,12 @@ function backend() {
  */
 async function destroyThroughBridge(b: SandboxBackend, id: string): Promise<BridgeLogEntry[]> {
   const entries: BridgeLogEntry[] = [];
-  const bridge = createBridge({ backend: b, token: "t", logger: (entry) => entries.push(entry) });
+  const token = "t".repeat(16);
+  const bridge = createBridge({ backend: b, token, logger: (entry) => entries.push(entry) });
   const answer = await bridge(
     new Request("http://bridge.test/cancel", {
       method: "POST",
-      headers: { authorization: "Bearer t", "content-type": "application/json" },
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
       body: JSON.stringify({ sandboxId: id }),
     }),
   );

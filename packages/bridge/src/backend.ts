@@ -4,7 +4,7 @@
  * The bridge core owns deadlines, output caps, cancellation and the destroy-on-every-path rule.
  */
 
-import { hasBrand } from "@remote-task/internal";
+import { brandClass } from "@remote-task/internal";
 import type { HealthResponse, NetworkPolicy } from "@remote-task/protocol";
 import type { NetworkMode } from "./network.js";
 
@@ -87,15 +87,12 @@ export interface SandboxBackend {
 
 export type BackendErrorCode = "invalid_request" | "capacity_exceeded" | "sandbox_error";
 
-const BACKEND_ERROR_BRAND: unique symbol = Symbol.for("remote-task.BackendError");
-
 /**
  * The only error a backend should throw on purpose. `message` must be safe to show to the
  * caller (no env values, no secrets); anything else thrown becomes a generic `sandbox_error`.
  */
 export class BackendError extends Error {
-  static readonly brand: typeof BACKEND_ERROR_BRAND = BACKEND_ERROR_BRAND;
-  readonly [BACKEND_ERROR_BRAND] = true;
+  static readonly isInstance = brandClass(this, "remote-task.BackendError");
   override readonly name = "BackendError";
 
   constructor(
@@ -110,9 +107,5 @@ export class BackendError extends Error {
     } = {},
   ) {
     super(message, details.cause === undefined ? undefined : { cause: details.cause });
-  }
-
-  static isInstance(value: unknown): value is BackendError {
-    return hasBrand(value, BACKEND_ERROR_BRAND);
   }
 }

@@ -1,4 +1,4 @@
-import { BRIDGE_TEXTS } from "@remote-task/internal";
+import { BRIDGE_TEXTS, WHOLE_WORD_SECRET_LENGTH } from "@remote-task/internal";
 import {
   DEFAULT_CWD,
   type HealthResponse,
@@ -24,6 +24,17 @@ import { type NetworkOptions, resolveNetwork } from "./network.js";
 import { errorResponse, HttpError, jsonResponse } from "./responses.js";
 import { BRIDGE_VERSION } from "./version.js";
 
+/**
+ * Shortest token the bridge takes without a warning: a shorter one can be guessed, and log
+ * redaction replaces it only where it stands as a whole word (see redact.ts in the internal
+ * package), since a few letters also occur inside ordinary words.
+ */
+export const MIN_TOKEN_LENGTH = WHOLE_WORD_SECRET_LENGTH;
+
+function weakToken(length: number): string {
+  return `The bridge token is ${length} characters long, too short to be a secret: it can be guessed, and log redaction replaces it only where it stands as a whole word. Use at least ${MIN_TOKEN_LENGTH} random characters (e.g. \`openssl rand -base64 32\`).`;
+}
+
 /** Default interval between SSE heartbeats of a quiet command. */
 export const DEFAULT_HEARTBEAT_INTERVAL_MS = 10_000;
 
@@ -31,7 +42,10 @@ export const DEFAULT_HEARTBEAT_INTERVAL_MS = 10_000;
 export interface BridgeOptions {
   /** Runs the commands. */
   backend: SandboxBackend;
-  /** Bearer token every route but `/openapi.json` requires. */
+  /**
+   * Bearer token every route but `/openapi.json` requires. One shorter than
+   * {@link MIN_TOKEN_LENGTH} (16) characters is taken, with a `warning` log entry.
+   */
   token?: string | undefined;
   /** Serve without a token. Without a token and without this, the bridge refuses to run commands. */
   allowUnauthenticated?: boolean | undefined;
@@ -108,6 +122,9 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
   }
   const token = options.token === "" ? undefined : options.token;
   const logger = neverThrows(options.logger ?? jsonLineLogger);
+  if (token !== undefined && token.length < MIN_TOKEN_LENGTH) {
+    logger({ event: "warning", level: "warn", detail: weakToken(token.length) });
+  }
   const calls = new CallRegistry(
     options.backend,
     logger,
@@ -181,7 +198,7 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
  * it carries; anything else is a bug, logged (secrets redacted) and answered 500 `internal`.
  */
 function answerError(error: unknown, logger: BridgeLogger, token: string | undefined): Response {
-  if (error instanceof HttpError) return error.toResponse();
+  if (HttpError.isInstance(error)) return error.toResponse();
   const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
   logger({ event: "internal_error", level: "error", detail: logDetail(text, [token]) });
   return errorResponse("internal", BRIDGE_TEXTS.internal);

@@ -189,11 +189,6 @@ export class ExecCall {
     return true;
   }
 
-  /** Why the call was ended early, once it was; never changes afterwards. */
-  get endedBy(): EndReason | undefined {
-    return this.#endedBy;
-  }
-
   /**
    * Ends the call early (first reason wins): the backend's signal aborts, the command is
    * stopped, and the outcome becomes `timeout` or `cancelled`. False once the outcome is decided.

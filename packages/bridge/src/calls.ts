@@ -2,22 +2,19 @@ import { BRIDGE_TEXTS } from "@remote-task/internal";
 import type { Admission } from "@remote-task/protocol";
 import type { SandboxBackend } from "./backend.js";
 import { type CallHost, type CallSpec, destroySandbox, ExecCall } from "./call.js";
-import type { AdmissionSettings } from "./limits.js";
+import { type AdmissionSettings, queuedCallBytes } from "./limits.js";
 import type { BridgeLogger } from "./logger.js";
 import { HttpError } from "./responses.js";
 
-/** `Retry-After` of a call refused because the bridge is at its admission limits. */
-export const OVERLOAD_RETRY_AFTER_SECONDS = 1;
+/** Bounds of the `Retry-After` of a call refused because the bridge is at its admission limits. */
+export const OVERLOAD_RETRY_AFTER_SECONDS = { min: 1, max: 60 } as const;
+/** How long a call is taken to hold its slot before any call has ended (a short command's start, run and teardown). */
+const ASSUMED_SLOT_MS = 1_000;
+/** Weight of the newest call in the running mean of how long calls hold their slot. */
+const SLOT_MEAN_WEIGHT = 0.1;
 
 function shuttingDown(): HttpError {
   return new HttpError("capacity_exceeded", BRIDGE_TEXTS.shuttingDown, { retryAfterSeconds: 1 });
-}
-
-function overloaded({ maxConcurrent, maxQueued }: AdmissionSettings): HttpError {
-  return new HttpError("capacity_exceeded", BRIDGE_TEXTS.overloaded(maxConcurrent, maxQueued), {
-    retryAfterSeconds: OVERLOAD_RETRY_AFTER_SECONDS,
-    status: 429,
-  });
 }
 
 /**
@@ -26,10 +23,13 @@ function overloaded({ maxConcurrent, maxQueued }: AdmissionSettings): HttpError 
  */
 export class CallRegistry implements CallHost {
   readonly #calls = new Map<string, ExecCall>();
-  /** Calls holding a slot: their sandbox is starting, running or being destroyed. */
-  readonly #running = new Set<ExecCall>();
-  /** Calls waiting for a slot, oldest first. */
-  readonly #waiting = new Set<ExecCall>();
+  /** Calls holding a slot (their sandbox is starting, running or being destroyed), with when they got it. */
+  readonly #running = new Map<ExecCall, number>();
+  /** Calls waiting for a slot, oldest first, with the bytes each holds (`queuedCallBytes`). */
+  readonly #waiting = new Map<ExecCall, number>();
+  #waitingBytes = 0;
+  /** Running mean of how long the calls that ended held their slot (assumed until one has). */
+  #slotMs: number | undefined;
   #closed = false;
 
   constructor(
@@ -46,59 +46,111 @@ export class CallRegistry implements CallHost {
 
   /** The admission settings and the load now, as `/health` reports them. */
   load(): Admission {
-    return { ...this.admission, running: this.#running.size, queued: this.#waiting.size };
+    const { maxConcurrent, maxQueued } = this.admission;
+    return { maxConcurrent, maxQueued, running: this.#running.size, queued: this.#waiting.size };
+  }
+
+  /** Bytes the waiting calls hold now, as the queue counts them. */
+  get queuedBytes(): number {
+    return this.#waitingBytes;
   }
 
   /**
-   * Throws the refusal `open` would give for want of a place, before the request is even read:
-   * an overloaded bridge answers at once, and spends nothing on requests it cannot take.
+   * Seconds until the calls waiting now have all reached a slot: as many rounds of the slots as
+   * they fill, each as long as calls recently held their slot; whole seconds within
+   * {@link OVERLOAD_RETRY_AFTER_SECONDS}. The `Retry-After` of a refusal for want of room.
+   */
+  retryAfterSeconds(): number {
+    const rounds = Math.max(1, this.#waiting.size) / this.admission.maxConcurrent;
+    const seconds = Math.ceil((rounds * (this.#slotMs ?? ASSUMED_SLOT_MS)) / 1000);
+    const { min, max } = OVERLOAD_RETRY_AFTER_SECONDS;
+    return Math.min(max, Math.max(min, seconds));
+  }
+
+  #overloaded(): HttpError {
+    const { maxConcurrent, maxQueued, maxQueuedBytes } = this.admission;
+    const retryAfterSeconds = this.retryAfterSeconds();
+    return new HttpError(
+      "capacity_exceeded",
+      BRIDGE_TEXTS.overloaded(maxConcurrent, maxQueued, maxQueuedBytes, retryAfterSeconds),
+      { retryAfterSeconds, status: 429 },
+    );
+  }
+
+  /** Whether a call holding `bytes` would find no slot and no room in the queue. */
+  #full(bytes: number): boolean {
+    const { maxConcurrent, maxQueued, maxQueuedBytes } = this.admission;
+    return (
+      this.#running.size >= maxConcurrent &&
+      (this.#waiting.size >= maxQueued || this.#waitingBytes + bytes > maxQueuedBytes)
+    );
+  }
+
+  /**
+   * Throws the refusal `open` would give for want of a place, before the request is even read
+   * (counting it as holding nothing yet): an overloaded bridge answers at once, and spends
+   * nothing on requests it cannot take.
    */
   assertRoom(): void {
     if (this.#closed) throw shuttingDown();
-    const { maxConcurrent, maxQueued } = this.admission;
-    if (this.#running.size >= maxConcurrent && this.#waiting.size >= maxQueued) {
-      throw overloaded(this.admission);
-    }
+    if (this.#full(0)) throw this.#overloaded();
   }
 
   /**
    * Opens a call for `spec`: it starts at once when a slot is free, else waits in the queue
    * (its deadline already running). Throws the refusal: the bridge is shutting down (503
    * `capacity_exceeded`, retry elsewhere), the id belongs to a call in flight (409), or every
-   * slot and every place in the queue is taken (429 `capacity_exceeded`; nothing ran).
+   * slot is taken and the queue has no room for it, by count or by bytes (429
+   * `capacity_exceeded` with `Retry-After`; nothing ran).
    */
   open(spec: CallSpec): ExecCall {
     if (this.#closed) throw shuttingDown();
     if (this.#calls.has(spec.sandboxId)) {
       throw new HttpError("conflict", BRIDGE_TEXTS.conflict(spec.sandboxId));
     }
+    // Only a call that will wait is counted (and its request measured).
     const slotFree = this.#running.size < this.admission.maxConcurrent;
-    if (!slotFree && this.#waiting.size >= this.admission.maxQueued) {
-      throw overloaded(this.admission);
-    }
+    const bytes = slotFree ? 0 : queuedCallBytes(spec);
+    if (this.#full(bytes)) throw this.#overloaded();
     const call = new ExecCall(this, spec);
     this.#calls.set(spec.sandboxId, call);
     if (slotFree) {
-      if (call.begin()) this.#running.add(call);
+      if (call.begin()) this.#running.set(call, Date.now());
     } else {
       call.wait();
-      this.#waiting.add(call);
+      this.#waiting.set(call, bytes);
+      this.#waitingBytes += bytes;
     }
     return call;
   }
 
   released(call: ExecCall): void {
     if (this.#calls.get(call.sandboxId) === call) this.#calls.delete(call.sandboxId);
-    if (this.#running.delete(call)) this.#admitWaiting();
-    else this.#waiting.delete(call);
+    const since = this.#running.get(call);
+    if (since !== undefined) {
+      this.#running.delete(call);
+      const held = Date.now() - since;
+      this.#slotMs =
+        this.#slotMs === undefined ? held : this.#slotMs + (held - this.#slotMs) * SLOT_MEAN_WEIGHT;
+      this.#admitWaiting();
+    } else {
+      this.#leaveQueue(call);
+    }
+  }
+
+  #leaveQueue(call: ExecCall): void {
+    const bytes = this.#waiting.get(call);
+    if (bytes === undefined) return;
+    this.#waiting.delete(call);
+    this.#waitingBytes -= bytes;
   }
 
   /** Starts waiting calls, oldest first, while slots are free; one that already ended is dropped. */
   #admitWaiting(): void {
-    for (const call of this.#waiting) {
+    for (const call of this.#waiting.keys()) {
       if (this.#running.size >= this.admission.maxConcurrent) return;
-      this.#waiting.delete(call);
-      if (call.begin()) this.#running.add(call);
+      this.#leaveQueue(call);
+      if (call.begin()) this.#running.set(call, Date.now());
     }
   }
 

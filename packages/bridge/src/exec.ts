@@ -35,10 +35,30 @@ function utf8Length(text: string): number {
   return encoder.encode(text).byteLength;
 }
 
+/**
+ * `body` with its `sandboxId` in lower case, as the reference bridge takes ids (the sandbox SDK's
+ * `normalizeId`): `MyTask-1` names the sandbox `mytask-1`, for `/exec` and `/cancel` alike, and
+ * answers carry the lower-case id. Only ASCII letters are lowered; any other character outside
+ * the id pattern is still refused.
+ */
+function lowerCaseSandboxId(body: unknown): unknown {
+  if (typeof body !== "object" || body === null) return body;
+  const fields = body as { sandboxId?: unknown };
+  if (typeof fields.sandboxId === "string") {
+    fields.sandboxId = fields.sandboxId.replace(/[A-Z]+/g, (letters) => letters.toLowerCase());
+  }
+  return body;
+}
+
+/** Reads a JSON request body (within `maxRequestBytes`), its sandbox id lower-cased. */
+async function readJsonRequest(limits: Limits, request: Request): Promise<unknown> {
+  assertJsonContentType(request);
+  return lowerCaseSandboxId(parseJsonBody(await readBodyLimited(request, limits.maxRequestBytes)));
+}
+
 /** Parses and validates an `/exec` body against the protocol schema and the bridge limits. */
 async function readExecRequest(limits: Limits, request: Request): Promise<ExecRequest> {
-  assertJsonContentType(request);
-  const body = parseJsonBody(await readBodyLimited(request, limits.maxRequestBytes));
+  const body = await readJsonRequest(limits, request);
   const exec = validate(execRequestSchema, body, "Exec request");
   const issues: Issue[] = [];
   if (utf8Length(exec.command) > limits.maxCommandBytes) {
@@ -152,8 +172,7 @@ export async function handleCancel(
   context: ExecRoutesContext,
   request: Request,
 ): Promise<Response> {
-  assertJsonContentType(request);
-  const body = parseJsonBody(await readBodyLimited(request, context.limits.maxRequestBytes));
+  const body = await readJsonRequest(context.limits, request);
   const { sandboxId } = validate(cancelRequestSchema, body, "Cancel request");
   const cancelled = await context.calls.cancel(sandboxId);
   const answer: CancelResponse = { ok: true, sandboxId, cancelled };

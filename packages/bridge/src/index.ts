@@ -13,6 +13,7 @@ export {
   type BridgeRequestContext,
   createBridge,
   DEFAULT_HEARTBEAT_INTERVAL_MS,
+  MIN_TOKEN_LENGTH,
 } from "./bridge.js";
 export { CANCELLED_EXIT_CODE } from "./call.js";
 export {
@@ -20,10 +21,13 @@ export {
   type AdmissionSettings,
   CONCURRENT_CALLS_PER_CORE,
   DEFAULT_LIMITS,
+  DEFAULT_MAX_QUEUED_BYTES,
   DEFAULT_STREAM_BUFFER_BYTES,
   defaultAdmission,
   MIN_OUTPUT_CAP_BYTES,
+  QUEUED_CALL_OVERHEAD_BYTES,
   QUEUED_CALLS_PER_RUNNING,
+  queuedCallBytes,
 } from "./limits.js";
 export {
   type BridgeLogEntry,

@@ -48,27 +48,67 @@ export interface AdmissionOptions {
   maxConcurrent?: number | undefined;
   /** Most calls waiting for a slot; beyond them `/exec` answers 429 `capacity_exceeded`. */
   maxQueued?: number | undefined;
+  /**
+   * Most bytes the waiting calls may hold, each counted by {@link queuedCallBytes}; beyond them
+   * `/exec` answers 429 `capacity_exceeded` too (default {@link DEFAULT_MAX_QUEUED_BYTES}).
+   */
+  maxQueuedBytes?: number | undefined;
 }
 
-/** The admission a bridge enforces; reported by `/health` with its load. */
+/** The admission a bridge enforces; reported by `/health` with its load (all but the bytes). */
 export interface AdmissionSettings {
   maxConcurrent: number;
   maxQueued: number;
+  maxQueuedBytes: number;
 }
 
 /** Default calls running at once per core of the machine (most wait on their command, not the CPU). */
 export const CONCURRENT_CALLS_PER_CORE = 4;
-/** Default calls waiting per call running. */
-export const QUEUED_CALLS_PER_RUNNING = 4;
+/**
+ * Default calls waiting per call running: a burst waits its turn rather than being refused (2
+ * cores: 8 running, 512 waiting), within {@link DEFAULT_MAX_QUEUED_BYTES}.
+ */
+export const QUEUED_CALLS_PER_RUNNING = 64;
+/** Default most bytes the waiting calls hold (64 MiB); see {@link queuedCallBytes}. */
+export const DEFAULT_MAX_QUEUED_BYTES = 64 * 1024 * 1024;
+/**
+ * What a waiting call is charged beyond its command, env and stdin: its request, call and
+ * connection objects (an allowance, above what they were measured to take).
+ */
+export const QUEUED_CALL_OVERHEAD_BYTES = 16 * 1024;
+
+const encoder = new TextEncoder();
+
+/**
+ * The bytes a waiting call holds, as the queue counts them: the UTF-8 bytes of its command, env
+ * names and values, and stdin, plus {@link QUEUED_CALL_OVERHEAD_BYTES}. Within the default limits
+ * at most 64 KiB + 64 x 8 KiB + 1 MiB + 16 KiB, about 1.6 MiB; a plain command, about 16 KiB.
+ */
+export function queuedCallBytes(call: {
+  command: string;
+  env: Readonly<Record<string, string>>;
+  stdin?: Uint8Array | undefined;
+}): number {
+  let bytes = QUEUED_CALL_OVERHEAD_BYTES + encoder.encode(call.command).byteLength;
+  for (const [name, value] of Object.entries(call.env)) {
+    bytes += encoder.encode(name).byteLength + encoder.encode(value).byteLength;
+  }
+  return bytes + (call.stdin?.byteLength ?? 0);
+}
 
 /**
  * The default admission for a machine with `cores` cores (default: `navigator.hardwareConcurrency`
- * where the runtime has it, else 1): {@link CONCURRENT_CALLS_PER_CORE} calls per core, and
- * {@link QUEUED_CALLS_PER_RUNNING} waiting per running call. 2 cores: 8 running, 32 waiting.
+ * where the runtime has it, else 1): {@link CONCURRENT_CALLS_PER_CORE} calls per core,
+ * {@link QUEUED_CALLS_PER_RUNNING} waiting per running call, holding at most
+ * {@link DEFAULT_MAX_QUEUED_BYTES}. 2 cores: 8 running, 512 waiting.
  */
 export function defaultAdmission(cores: number = machineCores()): AdmissionSettings {
   const maxConcurrent = Math.max(1, Math.floor(cores)) * CONCURRENT_CALLS_PER_CORE;
-  return { maxConcurrent, maxQueued: maxConcurrent * QUEUED_CALLS_PER_RUNNING };
+  return {
+    maxConcurrent,
+    maxQueued: maxConcurrent * QUEUED_CALLS_PER_RUNNING,
+    maxQueuedBytes: DEFAULT_MAX_QUEUED_BYTES,
+  };
 }
 
 function machineCores(): number {
@@ -77,22 +117,27 @@ function machineCores(): number {
   return typeof cores === "number" && Number.isInteger(cores) && cores > 0 ? cores : 1;
 }
 
+function wholeNumber(name: string, value: number | undefined, least: number): void {
+  if (value !== undefined && (!Number.isSafeInteger(value) || value < least)) {
+    throw new TypeError(
+      `admission.${name} must be a whole number of at least ${least}; got ${value}.`,
+    );
+  }
+}
+
 /**
  * Fills what `options` leaves out from {@link defaultAdmission} (the waiting room follows a given
  * `maxConcurrent`); throws a `TypeError` naming a bad value.
  */
 export function resolveAdmission(options: AdmissionOptions = {}): AdmissionSettings {
-  const { maxConcurrent, maxQueued } = options;
-  if (maxConcurrent !== undefined && (!Number.isSafeInteger(maxConcurrent) || maxConcurrent < 1)) {
-    throw new TypeError(
-      `admission.maxConcurrent must be a whole number of at least 1; got ${maxConcurrent}.`,
-    );
-  }
-  if (maxQueued !== undefined && (!Number.isSafeInteger(maxQueued) || maxQueued < 0)) {
-    throw new TypeError(
-      `admission.maxQueued must be a whole number of at least 0; got ${maxQueued}.`,
-    );
-  }
+  const { maxConcurrent, maxQueued, maxQueuedBytes } = options;
+  wholeNumber("maxConcurrent", maxConcurrent, 1);
+  wholeNumber("maxQueued", maxQueued, 0);
+  wholeNumber("maxQueuedBytes", maxQueuedBytes, 0);
   const running = maxConcurrent ?? defaultAdmission().maxConcurrent;
-  return { maxConcurrent: running, maxQueued: maxQueued ?? running * QUEUED_CALLS_PER_RUNNING };
+  return {
+    maxConcurrent: running,
+    maxQueued: maxQueued ?? running * QUEUED_CALLS_PER_RUNNING,
+    maxQueuedBytes: maxQueuedBytes ?? DEFAULT_MAX_QUEUED_BYTES,
+  };
 }

@@ -55,10 +55,10 @@ export function jsonLine(entry: BridgeLogEntry): string {
   return JSON.stringify({ time: new Date().toISOString(), ...entry });
 }
 
-/** Writes each entry as one JSON line: info to `console.log`, errors to `console.error`. */
+/** Writes each entry as one JSON line: info to `console.log`, warnings and errors to `console.error`. */
 export const jsonLineLogger: BridgeLogger = (entry) => {
-  if (entry.level === "error") console.error(jsonLine(entry));
-  else console.log(jsonLine(entry));
+  if (entry.level === "info") console.log(jsonLine(entry));
+  else console.error(jsonLine(entry));
 };
 
 /**

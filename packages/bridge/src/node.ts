@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
-import { createServer, type ServerResponse } from "node:http";
-import type { AddressInfo } from "node:net";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo, Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import { getRequestListener } from "@hono/node-server";
 import { BRIDGE_TEXTS } from "@remote-task/internal";
@@ -42,7 +42,30 @@ export interface LocalBridgeOptions<B extends SandboxBackend = SandboxBackend> {
   streamBufferBytes?: number | undefined;
   /** Receives one entry per call (default `stderrLogger`: JSON lines on stderr). */
   logger?: BridgeLogger | undefined;
+  /** Limits on the HTTP connections the server keeps (defaults: {@link DEFAULT_CONNECTION_LIMITS}). */
+  connections?: ConnectionLimitOptions | undefined;
 }
+
+/**
+ * What the Node host allows a connection, so idle or slow sockets cannot take the bridge down.
+ * None of them cuts a response being sent: a streamed call may run its full timeout.
+ */
+export interface ConnectionLimits {
+  /**
+   * Most connections open at once; beyond them new ones are closed as they are accepted. When
+   * the open ones reach 90% of it, those idle longest (no request in progress) are closed down
+   * to 75%, so a flood of idle sockets cannot keep `/health` and `/exec` out.
+   */
+  maxConnections: number;
+  /** Time a connection has to send a request's headers, from when it opens or goes idle. */
+  headersTimeoutMs: number;
+  /** Time a request has to arrive whole (headers and body); the answer may take longer. */
+  requestTimeoutMs: number;
+  /** Time an idle kept-alive connection stays open after an answer. */
+  keepAliveTimeoutMs: number;
+}
+
+export type ConnectionLimitOptions = { [K in keyof ConnectionLimits]?: number | undefined };
 
 export interface LocalBridge<B extends SandboxBackend = SandboxBackend> {
   /** Base URL, e.g. `http://127.0.0.1:41234`. */
@@ -55,6 +78,88 @@ export interface LocalBridge<B extends SandboxBackend = SandboxBackend> {
    * sandboxes, closes the server, and closes the backend it created (`local`, or the default).
    */
   close(): Promise<void>;
+}
+
+/** The Node host's connection limits when none are given. */
+export const DEFAULT_CONNECTION_LIMITS: Readonly<ConnectionLimits> = Object.freeze({
+  maxConnections: 2_048,
+  headersTimeoutMs: 10_000,
+  requestTimeoutMs: 60_000,
+  keepAliveTimeoutMs: 5_000,
+});
+
+function resolveConnectionLimits(options: ConnectionLimitOptions = {}): ConnectionLimits {
+  const limits = { ...DEFAULT_CONNECTION_LIMITS };
+  for (const key of Object.keys(limits) as Array<keyof ConnectionLimits>) {
+    const value = options[key];
+    if (value === undefined) continue;
+    if (!Number.isSafeInteger(value) || value < 1) {
+      throw new TypeError(`connections.${key} must be a whole number of at least 1; got ${value}.`);
+    }
+    limits[key] = value;
+  }
+  if (limits.requestTimeoutMs < limits.headersTimeoutMs) {
+    throw new TypeError(
+      "connections.requestTimeoutMs must be at least connections.headersTimeoutMs.",
+    );
+  }
+  return limits;
+}
+
+/**
+ * The HTTP server of the Node host, with its connection limits: Node's header, request and
+ * keep-alive timeouts (checked every second) and its cap on connections, plus what Node leaves
+ * out: a connection that sends nothing at all is closed after `headersTimeoutMs` too, and as the
+ * open connections near the cap, those idle longest (no request in progress) are closed to make
+ * room. No inactivity timeout once a request arrives: a JSON call is silent on its connection
+ * while its command runs (up to `maxTimeoutSeconds`).
+ */
+function createLimitedServer(
+  listener: Parameters<typeof createServer>[1],
+  limits: ConnectionLimits,
+): Server {
+  const server = createServer(
+    {
+      headersTimeout: limits.headersTimeoutMs,
+      requestTimeout: limits.requestTimeoutMs,
+      keepAliveTimeout: limits.keepAliveTimeoutMs,
+      connectionsCheckingInterval: 1_000,
+    },
+    listener,
+  );
+  server.maxConnections = limits.maxConnections;
+  const evictAt = Math.max(1, Math.floor(limits.maxConnections * 0.9));
+  const evictTo = Math.floor(limits.maxConnections * 0.75);
+  let open = 0;
+  /** Connections with no request in progress, idle longest first. */
+  const idle = new Set<Socket>();
+  server.on("connection", (socket: Socket) => {
+    open++;
+    idle.add(socket);
+    // Until its first request (Node's own timeouts start at the first byte).
+    socket.setTimeout(limits.headersTimeoutMs);
+    socket.once("close", () => {
+      open--;
+      idle.delete(socket);
+    });
+    if (open < evictAt) return;
+    let excess = open - evictTo;
+    for (const other of idle) {
+      if (excess <= 0) break;
+      if (other === socket) continue;
+      other.destroy();
+      excess--;
+    }
+  });
+  server.on("request", (request: IncomingMessage, response: ServerResponse) => {
+    const { socket } = request;
+    idle.delete(socket as Socket);
+    socket.setTimeout(0);
+    response.once("close", () => {
+      if (!socket.destroyed) idle.add(socket as Socket);
+    });
+  });
+  return server;
 }
 
 /**
@@ -91,6 +196,7 @@ function urlHost(host: string): string {
 export async function startLocalBridge<
   B extends SandboxBackend = ReturnType<typeof createLocalBackend>,
 >(options: LocalBridgeOptions<B> = {}): Promise<LocalBridge<B>> {
+  const connectionLimits = resolveConnectionLimits(options.connections);
   const host = options.host ?? "127.0.0.1";
   const unauthenticated = options.allowUnauthenticated === true;
   const token = unauthenticated ? "" : (options.token ?? randomBytes(32).toString("base64url"));
@@ -125,7 +231,7 @@ export async function startLocalBridge<
         issues: [{ path: [], message: BRIDGE_TEXTS.malformedRequestIssue }],
       }),
   });
-  const server = createServer(listener);
+  const server = createLimitedServer(listener, connectionLimits);
   // Answers still being written: close() lets them finish (a cancelled call's answer included).
   const answering = new Set<Promise<void>>();
   server.on("request", (_request, response: ServerResponse) => {

@@ -1,4 +1,4 @@
-import { retryAfterHeader } from "@remote-task/internal";
+import { brandClass, retryAfterHeader } from "@remote-task/internal";
 import {
   ERROR_STATUS,
   type ErrorBody,
@@ -72,6 +72,9 @@ export function errorResponse(
 
 /** Thrown inside request handling to answer with a protocol error (see `errorResponse`). */
 export class HttpError extends Error {
+  static readonly isInstance = brandClass(this, "remote-task.HttpError");
+  override readonly name = "HttpError";
+
   constructor(
     readonly code: ErrorCode,
     message: string,

@@ -6,7 +6,9 @@ import {
   defaultAdmission,
   type ExecLogEntry,
   QUEUED_CALLS_PER_RUNNING,
+  queuedCallBytes,
 } from "../src/index.js";
+
 import { createFakeBackend } from "../src/testing/index.js";
 import { events, eventually, freshId, request, setupBridge, shutdownBridges } from "./helpers.js";
 
@@ -24,14 +26,21 @@ async function health(bridge: ReturnType<typeof full>["bridge"]) {
   return healthResponseSchema.parse(await (await bridge(request("/health"))).json());
 }
 
-/** Asserts the overload refusal: 429 `capacity_exceeded`, retry after 1 s, the command unrun. */
-async function expectOverload(response: Response): Promise<void> {
+/**
+ * Asserts the overload refusal: 429 `capacity_exceeded`, the command unrun, and the same delay in
+ * `Retry-After`, `retryAfterSeconds` and the text (`retryAfter` when given); returns the delay.
+ */
+async function expectOverload(response: Response, retryAfter?: number): Promise<number> {
   expect(response.status).toBe(429);
-  expect(response.headers.get("retry-after")).toBe("1");
   expect(response.headers.get("content-type")).toMatch(/^application\/json/);
   const body = errorBodySchema.parse(await response.json());
-  expect(body).toMatchObject({ code: "capacity_exceeded", retryAfterSeconds: 1 });
+  expect(body.code).toBe("capacity_exceeded");
   expect(body.error).toContain("did not run");
+  const seconds = body.retryAfterSeconds ?? Number.NaN;
+  expect(response.headers.get("retry-after")).toBe(String(seconds));
+  expect(body.error).toContain(`Retry in ${seconds} s`);
+  if (retryAfter !== undefined) expect(seconds).toBe(retryAfter);
+  return seconds;
 }
 
 function execLines(logger: ReturnType<typeof full>["logger"]): ExecLogEntry[] {
@@ -47,8 +56,9 @@ describe("admission", () => {
     await eventually(async () => (await health(bridge)).admission?.queued === 1, "one queued");
     expect(backend.starts).toHaveLength(2);
 
-    await expectOverload(await exec({ command: "d" }));
-    await expectOverload(await exec({ command: "e" }, { stream: true }));
+    // No call has ended yet: each is taken to hold its slot 1 s; 1 waiting on 2 slots is 1 s.
+    await expectOverload(await exec({ command: "d" }), 1);
+    await expectOverload(await exec({ command: "e" }, { stream: true }), 1);
     expect(backend.starts.map((spec) => spec.command)).toEqual(["a", "b"]);
 
     expect((await health(bridge)).admission).toEqual({
@@ -81,7 +91,7 @@ describe("admission", () => {
         return new Promise(() => {});
       },
     });
-    await expectOverload(await bridge(request("/exec", { raw: endless, method: "POST" })));
+    await expectOverload(await bridge(request("/exec", { raw: endless, method: "POST" })), 1);
     expect(pulls).toBeLessThanOrEqual(1);
     await bridge.shutdown();
   });
@@ -186,12 +196,101 @@ describe("admission", () => {
     expect((await exec({ command: "true" })).status).toBe(200);
   });
 
-  it("defaults to 4 calls per core running and 4 waiting per running call", () => {
+  it("defaults to 4 calls per core running, 64 waiting per running call, and 64 MiB waiting", () => {
     expect(CONCURRENT_CALLS_PER_CORE).toBe(4);
-    expect(QUEUED_CALLS_PER_RUNNING).toBe(4);
-    expect(defaultAdmission(2)).toEqual({ maxConcurrent: 8, maxQueued: 32 });
-    expect(defaultAdmission(1)).toEqual({ maxConcurrent: 4, maxQueued: 16 });
+    expect(QUEUED_CALLS_PER_RUNNING).toBe(64);
+    const maxQueuedBytes = 64 * 1024 * 1024;
+    expect(defaultAdmission(2)).toEqual({ maxConcurrent: 8, maxQueued: 512, maxQueuedBytes });
+    expect(defaultAdmission(1)).toEqual({ maxConcurrent: 4, maxQueued: 256, maxQueuedBytes });
     expect(defaultAdmission()).toEqual(defaultAdmission(navigator.hardwareConcurrency));
+  });
+
+  it("queues a burst of 256 callers with the defaults of a 2-core machine: none refused, never more than 8 running", async () => {
+    const { bridge, exec, backend } = setupBridge(
+      { admission: defaultAdmission(2) },
+      { script: () => ({ chunks: [{ data: "ok\n", delayMs: 20 }] }) },
+    );
+    let mostRunning = 0;
+    let mostQueued = 0;
+    const watching = setInterval(() => {
+      void health(bridge).then(({ admission }) => {
+        mostRunning = Math.max(mostRunning, admission?.running ?? 0);
+        mostQueued = Math.max(mostQueued, admission?.queued ?? 0);
+      });
+    }, 5);
+    const answers = await Promise.all(Array.from({ length: 256 }, () => exec({ command: "x" })));
+    clearInterval(watching);
+    expect(answers.map((answer) => answer.status)).toEqual(Array(256).fill(200));
+    expect(backend.starts).toHaveLength(256);
+    expect(mostRunning).toBeLessThanOrEqual(8);
+    expect(mostQueued).toBeGreaterThan(100);
+    expect(bridge.activeCalls).toBe(0);
+  });
+
+  it("bounds the queue by the bytes its calls hold: a call that would pass them is refused, unrun", async () => {
+    const stdin = "s".repeat(100_000);
+    const held = queuedCallBytes({
+      command: "cat",
+      env: { NAME: "value" },
+      stdin: new Uint8Array(100_000),
+    });
+    expect(held).toBe(16 * 1024 + 3 + 4 + 5 + 100_000);
+    const { bridge, backend, exec } = setupBridge(
+      { admission: { maxConcurrent: 1, maxQueued: 100, maxQueuedBytes: 3 * held + 20_000 } },
+      { script: () => ({ hang: true }) },
+    );
+    void exec({ command: "first" });
+    await eventually(() => backend.starts.length === 1, "first start");
+    const waiting = [1, 2, 3].map(() => exec({ command: "cat", env: { NAME: "value" }, stdin }));
+    await eventually(async () => (await health(bridge)).admission?.queued === 3, "three queued");
+    // A fourth as large would pass the bytes (the count has room); a small one fits, and waits.
+    const refused = await exec({ command: "cat", env: { NAME: "value" }, stdin });
+    await expectOverload(refused);
+    const small = exec({ command: "true" });
+    await eventually(async () => (await health(bridge)).admission?.queued === 4, "small queued");
+    expect(backend.starts).toHaveLength(1);
+    await bridge.shutdown();
+    await Promise.all([...waiting, small]);
+  });
+
+  it("computes Retry-After from the queue: before any call ended, 1 s a call per slot, within 1-60 s", async () => {
+    /** A bridge of 1 slot, held, with `count` calls waiting; answers the next call's refusal. */
+    const refusalWith = async (count: number) => {
+      const { bridge, backend, exec } = setupBridge(
+        { admission: { maxConcurrent: 1, maxQueued: count } },
+        { script: () => ({ hang: true }) },
+      );
+      void exec({ command: "hang" });
+      await eventually(() => backend.starts.length === 1, "first start");
+      const waiting = Array.from({ length: count }, () => exec({ command: "hang" }));
+      await eventually(async () => (await health(bridge)).admission?.queued === count, "queued");
+      const refused = await exec({ command: "x" });
+      await bridge.shutdown();
+      await Promise.all(waiting);
+      return refused;
+    };
+    await expectOverload(await refusalWith(10), 10);
+    // 200 waiting would be 200 s: clamped to 60.
+    await expectOverload(await refusalWith(200), 60);
+  });
+
+  it("learns how long calls hold their slot: after calls of about 300 ms, 8 waiting on 1 slot is about 3 s", async () => {
+    const { bridge, backend, exec } = setupBridge(
+      { admission: { maxConcurrent: 1, maxQueued: 8 } },
+      { script: (spec) => (spec.command === "timed" ? { exitDelayMs: 300 } : { hang: true }) },
+    );
+    expect((await exec({ command: "timed" })).status).toBe(200);
+    void exec({ command: "hang" });
+    await eventually(() => backend.starts.length === 2, "second start");
+    const waiting = Array.from({ length: 8 }, () => exec({ command: "hang" }));
+    await eventually(async () => (await health(bridge)).admission?.queued === 8, "eight queued");
+    // 8 x 0.3 s = 2.4 s, rounded up; a slower machine may hold the slot a little longer. The
+    // assumption (1 s a call) would have said 8.
+    const seconds = await expectOverload(await exec({ command: "x" }));
+    expect(seconds).toBeGreaterThanOrEqual(3);
+    expect(seconds).toBeLessThanOrEqual(5);
+    await bridge.shutdown();
+    await Promise.all(waiting);
   });
 
   it("lets a 16-way fan-out of short commands through with the defaults of a 2-core machine", async () => {
@@ -212,6 +311,8 @@ describe("admission", () => {
       { maxConcurrent: Number.POSITIVE_INFINITY },
       { maxQueued: -1 },
       { maxQueued: Number.NaN },
+      { maxQueuedBytes: -1 },
+      { maxQueuedBytes: 0.5 },
     ]) {
       expect(() => createBridge({ backend, admission }), JSON.stringify(admission)).toThrow(
         TypeError,
@@ -220,7 +321,7 @@ describe("admission", () => {
     // A given maxConcurrent sizes the default queue.
     const { bridge } = setupBridge({ admission: { maxConcurrent: 3 } });
     return health(bridge).then((answer) =>
-      expect(answer.admission).toMatchObject({ maxConcurrent: 3, maxQueued: 12 }),
+      expect(answer.admission).toMatchObject({ maxConcurrent: 3, maxQueued: 192 }),
     );
   });
 });

@@ -45,7 +45,13 @@ describe("routes and auth", () => {
       backend: "fake",
       isolation: "none",
       limits: DEFAULT_LIMITS,
-      admission: { ...defaultAdmission(), running: 0, queued: 0 },
+      // The settings and the load; the byte bound of the queue is not reported.
+      admission: {
+        maxConcurrent: defaultAdmission().maxConcurrent,
+        maxQueued: defaultAdmission().maxQueued,
+        running: 0,
+        queued: 0,
+      },
       version: "9.9.9",
     });
   });
@@ -227,7 +233,7 @@ describe("request validation", () => {
       expect(body.issues?.length).toBeGreaterThan(0);
     }
     await expectError(
-      await bridge(request("/cancel", { body: { sandboxId: "Not-An-Id" } })),
+      await bridge(request("/cancel", { body: { sandboxId: "not_an_id" } })),
       "invalid_request",
     );
     for (const type of ["application/json; charset=utf-8", "text/plain;charset=UTF-8"]) {
@@ -549,6 +555,27 @@ describe("exec", () => {
     });
     expect(backend.starts).toHaveLength(2);
     expect(bridge.activeCalls).toBe(0);
+  });
+
+  it("takes an upper-case sandbox id as the reference does, lower-cased, for /exec and /cancel alike", async () => {
+    const { bridge, exec, backend } = setupBridge();
+    const pending = exec({ sandboxId: "MyTask-A1", command: "sleep 30" }, { stream: true });
+    await eventually(() => backend.starts.length === 1, "start");
+    expect(backend.starts[0]?.sandboxId).toBe("mytask-a1");
+    const stream = events(await pending);
+    expect(await stream.next()).toMatchObject({ type: "start", sandboxId: "mytask-a1" });
+    // The same id in another case names the same call.
+    await expectError(await exec({ sandboxId: "mytask-a1", command: "x" }), "conflict");
+    const cancel = await bridge(request("/cancel", { body: { sandboxId: "MYTASK-A1" } }));
+    expect(await cancel.json()).toEqual({ ok: true, sandboxId: "mytask-a1", cancelled: true });
+    expect(await stream.next()).toMatchObject({ type: "exit", result: { outcome: "cancelled" } });
+    expect(backend.destroys).toEqual(["mytask-a1"]);
+    // Only ASCII letters are lowered: anything else outside the id pattern is still refused.
+    for (const sandboxId of ["\u212Aelvin", "Ärger", "My_Task", "-Lead"]) {
+      const refused = await expectError(await exec({ sandboxId, command: "x" }), "invalid_request");
+      expect(refused.issues?.[0]?.path).toEqual(["sandboxId"]);
+    }
+    expect(backend.starts).toHaveLength(1);
   });
 
   it("logs one line per call with id, duration, outcome and bytes, never env values or the token", async () => {

@@ -1,5 +1,8 @@
 import { afterEach, expect, it, vi } from "vitest";
+import { createBridge, MIN_TOKEN_LENGTH } from "../src/index.js";
 import { startLocalBridge } from "../src/node.js";
+import { createFakeBackend } from "../src/testing/index.js";
+import { memoryLogger } from "./helpers.js";
 
 afterEach(() => {
   vi.restoreAllMocks();
@@ -37,4 +40,19 @@ it("the Node host logs to stderr by default, leaving stdout to the embedding pro
   expect(lines).toContainEqual(
     expect.objectContaining({ event: "exec", sandboxId: "logger-test-1", outcome: "exited" }),
   );
+});
+
+it("warns through the logger about a token too short to be a secret, without writing the token", async () => {
+  expect(MIN_TOKEN_LENGTH).toBe(16);
+  const weak = memoryLogger();
+  await createBridge({ backend: createFakeBackend(), token: "dev", logger: weak }).shutdown();
+  expect(weak.entries).toEqual([
+    { event: "warning", level: "warn", detail: expect.stringContaining("3 characters long") },
+  ]);
+  expect(JSON.stringify(weak.entries)).not.toMatch(/\bdev\b/);
+
+  const strong = memoryLogger();
+  const token = "x".repeat(MIN_TOKEN_LENGTH);
+  await createBridge({ backend: createFakeBackend(), token, logger: strong }).shutdown();
+  expect(strong.entries).toEqual([]);
 });

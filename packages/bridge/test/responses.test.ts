@@ -1,6 +1,7 @@
 import { errorBodySchema } from "@remote-task/protocol";
 import { describe, expect, it } from "vitest";
-import { createBridge, errorResponse } from "../src/index.js";
+import { BackendError, createBridge, errorResponse } from "../src/index.js";
+import { HttpError } from "../src/responses.js";
 import { createFakeBackend } from "../src/testing/index.js";
 import { request, TOKEN } from "./helpers.js";
 
@@ -48,5 +49,21 @@ describe("routes from the router", () => {
     expect((await bridge(request("/exec", { token: "wrong" }))).status).toBe(405);
     expect((await bridge(request("/openapi.json", { token: "wrong" }))).status).toBe(200);
     await bridge.shutdown();
+  });
+});
+
+describe("error brands", () => {
+  it("HttpError and BackendError are recognised by their brand, as from another copy of the package", () => {
+    const http = new HttpError("conflict", "taken");
+    const backend = new BackendError("sandbox_error", "broke");
+    expect(HttpError.isInstance(http)).toBe(true);
+    expect(BackendError.isInstance(backend)).toBe(true);
+    expect(HttpError.isInstance(backend)).toBe(false);
+    expect(BackendError.isInstance(new Error("plain"))).toBe(false);
+    // An instance of another copy: a different class whose prototype carries the same brand.
+    class Copy extends Error {}
+    Object.defineProperty(Copy.prototype, Symbol.for("remote-task.HttpError"), { value: true });
+    expect(HttpError.isInstance(new Copy())).toBe(true);
+    expect(http.name).toBe("HttpError");
   });
 });

@@ -1,8 +1,14 @@
 export { type RaceAbortOptions, raceAbort } from "./abort.js";
-export { hasBrand } from "./brand.js";
+export { brandClass, hasBrand } from "./brand.js";
 export { concatBytes } from "./bytes.js";
 export { issuesOf, type PathIssue, type SchemaIssue, summarizeIssues } from "./issues.js";
-export { MIN_SECRET_LENGTH, REDACTED, redact, shorten } from "./redact.js";
+export {
+  MIN_SECRET_LENGTH,
+  REDACTED,
+  redact,
+  shorten,
+  WHOLE_WORD_SECRET_LENGTH,
+} from "./redact.js";
 export { retryAfterHeader } from "./retry-after.js";
 export { TailBuffer } from "./tail-buffer.js";
 export { BRIDGE_TEXTS, CLOUDFLARE_TEXTS, OWN_TEXTS, SANDBOX_TEXTS } from "./texts.js";

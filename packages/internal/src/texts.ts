@@ -14,8 +14,8 @@ export const BRIDGE_TEXTS = {
     "This bridge has no token configured, so it refuses to run commands. Set BRIDGE_TOKEN (or pass `token` to the bridge), or opt out explicitly with allowUnauthenticated.",
   internal: "The bridge failed unexpectedly; the bridge log has details.",
   shuttingDown: "The bridge is shutting down; try another bridge or retry shortly.",
-  overloaded: (running: number, waiting: number) =>
-    `The bridge is at its limit of ${running} running and ${waiting} waiting calls, so the command did not run. Retry after the delay given, or send fewer calls at once.`,
+  overloaded: (running: number, waiting: number, waitingBytes: number, retrySeconds: number) =>
+    `The bridge is at its limit of ${running} running and ${waiting} waiting calls (or ${waitingBytes} bytes of waiting requests), so the command did not run. Retry in ${retrySeconds} s (Retry-After), or send fewer calls at once.`,
   sandboxFailed:
     "The sandbox failed while running the command; the bridge log has details. Try again.",
   notFound: (path: string, routes: string) => `No route ${path}; routes are ${routes}.`,

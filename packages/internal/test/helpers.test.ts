@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { raceAbort } from "../src/abort.js";
-import { hasBrand } from "../src/brand.js";
+import { brandClass, hasBrand } from "../src/brand.js";
 import { concatBytes } from "../src/bytes.js";
 import { issuesOf, summarizeIssues } from "../src/issues.js";
 import { retryAfterHeader } from "../src/retry-after.js";
@@ -61,6 +61,41 @@ describe("hasBrand", () => {
     expect(hasBrand({}, brand)).toBe(false);
     expect(hasBrand(null, brand)).toBe(false);
     expect(hasBrand("text", brand)).toBe(false);
+  });
+});
+
+describe("brandClass", () => {
+  /** A class as each copy of a package defines it: same brand name, distinct class objects. */
+  function copyOfPackage() {
+    class Base extends Error {
+      static readonly isInstance = brandClass(this, "remote-task.test.Base");
+    }
+    class Special extends Base {
+      static override readonly isInstance = brandClass(this, "remote-task.test.Special");
+    }
+    class Plain extends Base {}
+    return { Base, Special, Plain };
+  }
+
+  it("recognises instances from another copy of the class, subclasses included", () => {
+    const one = copyOfPackage();
+    const other = copyOfPackage();
+    expect(new other.Base("x") instanceof one.Base).toBe(false);
+    expect(one.Base.isInstance(new other.Base("x"))).toBe(true);
+    expect(one.Base.isInstance(new other.Special("x"))).toBe(true);
+    expect(one.Special.isInstance(new other.Special("x"))).toBe(true);
+    // A subclass without a brand of its own answers for its parent's.
+    expect(one.Plain.isInstance(new other.Base("x"))).toBe(true);
+  });
+
+  it("tells classes apart and refuses other values", () => {
+    const { Base, Special } = copyOfPackage();
+    expect(Special.isInstance(new Base("x"))).toBe(false);
+    expect(Base.isInstance(new Error("x"))).toBe(false);
+    expect(Base.isInstance(null)).toBe(false);
+    expect(Base.isInstance("remote-task.test.Base")).toBe(false);
+    // The brand is inherited, not an own property: it never shows in keys or JSON.
+    expect(Object.getOwnPropertySymbols(new Base("x"))).toEqual([]);
   });
 });
 

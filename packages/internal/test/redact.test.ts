@@ -1,5 +1,11 @@
 import { describe, expect, it } from "vitest";
-import { MIN_SECRET_LENGTH, REDACTED, redact, shorten } from "../src/redact.js";
+import {
+  MIN_SECRET_LENGTH,
+  REDACTED,
+  redact,
+  shorten,
+  WHOLE_WORD_SECRET_LENGTH,
+} from "../src/redact.js";
 import { BRIDGE_TEXTS, CLOUDFLARE_TEXTS, OWN_TEXTS } from "../src/texts.js";
 
 describe("redact", () => {
@@ -22,6 +28,43 @@ describe("redact", () => {
     expect(MIN_SECRET_LENGTH).toBe(3);
     expect(redact("a 1 ab", ["a", "1", "ab", undefined, ""])).toBe("a 1 ab");
     expect(redact("", ["secret"])).toBe("");
+  });
+
+  it("replaces a short secret only where it stands as a whole token, never inside a word", () => {
+    const url = "see https://developers.cloudflare.com/containers/ for dev setup";
+    expect(redact(url, ["dev"])).toBe(
+      `see https://developers.cloudflare.com/containers/ for ${REDACTED} setup`,
+    );
+    expect(redact("Bearer dev, dev.example:dev/x (dev)", ["dev"])).toBe(
+      `Bearer ${REDACTED}, ${REDACTED}.example:${REDACTED}/x (${REDACTED})`,
+    );
+    // Glued to a letter, a digit or `_` on either side it is part of a word; at the ends of the text it is not.
+    expect(redact("devs undev dev2 my_dev", ["dev"])).toBe("devs undev dev2 my_dev");
+    expect(redact("dev", ["dev"])).toBe(REDACTED);
+    expect(redact("port 8080 not 18080", ["8080"])).toBe(`port ${REDACTED} not 18080`);
+    // Letters beyond ASCII count as word characters too, those outside the BMP included.
+    expect(redact("édev devé 𝐀dev dev", ["dev"])).toBe(`édev devé 𝐀dev ${REDACTED}`);
+    // The JSON-escaped form follows the same rule.
+    expect(redact('{"v":"a\\"b"} xa\\"b', ['a"b'])).toBe(`{"v":"${REDACTED}"} xa\\"b`);
+  });
+
+  it("replaces a long secret wherever it occurs, glued to other text or not", () => {
+    const secret = "s3cr3t-t0k3n-0123";
+    expect(secret.length).toBe(WHOLE_WORD_SECRET_LENGTH + 1);
+    expect(redact(`Bearer${secret}x and _${secret}_`, [secret])).toBe(
+      `Bearer${REDACTED}x and _${REDACTED}_`,
+    );
+    expect(redact(`id${"k".repeat(WHOLE_WORD_SECRET_LENGTH)}z`, ["k".repeat(16)])).toBe(
+      `id${REDACTED}z`,
+    );
+  });
+
+  it("never leaves part of secrets that together make one word", () => {
+    // Each alone is inside the word, but together they are the whole of it.
+    expect(redact("abcdef", ["abc", "def"])).toBe(REDACTED);
+    expect(redact("x abcdef y", ["abc", "cdef"])).toBe(`x ${REDACTED} y`);
+    // A word they do not fill is left as written.
+    expect(redact("abcdefg", ["abc", "def"])).toBe("abcdefg");
   });
 
   it("never rewrites a kept text, but redacts the same secret outside it", () => {

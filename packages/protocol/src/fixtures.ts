@@ -206,9 +206,10 @@ export const invalidFixtures: readonly InvalidFixture[] = [
     failingPath: ["command"],
   },
   {
-    name: "exec request with uppercase sandbox id",
+    // Upper-case letters fail the schema too, but bridges lower-case them before validating.
+    name: "exec request with '_' in the sandbox id",
     schema: "ExecRequest",
-    value: { sandboxId: "Mikan-Task-1", command: "pwd" },
+    value: { sandboxId: "Mikan_Task_1", command: "pwd" },
     failingPath: ["sandboxId"],
   },
   {

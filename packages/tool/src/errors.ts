@@ -1,7 +1,5 @@
-import { hasBrand } from "@remote-task/internal";
+import { brandClass } from "@remote-task/internal";
 import type { RemoteTaskStatus, RemoteTaskToolResult } from "./result.js";
-
-const BRAND = Symbol.for("remote-task.RemoteTaskToolError");
 
 /**
  * Thrown by the adapters whose framework expects a failing tool to throw (AI SDK, pi-agent-core).
@@ -9,7 +7,7 @@ const BRAND = Symbol.for("remote-task.RemoteTaskToolError");
  * Use `RemoteTaskToolError.isInstance(e)`: it works across duplicate installs.
  */
 export class RemoteTaskToolError extends Error {
-  readonly [BRAND] = true;
+  static readonly isInstance = brandClass(this, "remote-task.RemoteTaskToolError");
   override readonly name = "RemoteTaskToolError";
   readonly status: RemoteTaskStatus;
   readonly result: RemoteTaskToolResult;
@@ -18,9 +16,5 @@ export class RemoteTaskToolError extends Error {
     super(result.text);
     this.status = result.status;
     this.result = result;
-  }
-
-  static isInstance(value: unknown): value is RemoteTaskToolError {
-    return hasBrand(value, BRAND);
   }
 }

@@ -18,7 +18,7 @@ import { commandName, descendants } from "./proc.ts";
 
 const WORKER_DIR = fileURLToPath(new URL("../../", import.meta.url));
 const BUNDLE = `${WORKER_DIR}dist/index.js`;
-export const TOKEN = "harness-token";
+export const TOKEN = "harness-token-0123456789";
 const LOG_LINES = 5_000;
 
 export interface WorkerHarnessOptions {
