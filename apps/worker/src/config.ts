@@ -109,15 +109,19 @@ export interface WarmPoolConfig {
 /** Memory of one isolate (128 MB in all) that the default admission gives to retained output. */
 export const WORKER_CALL_MEMORY_BYTES = 64 * 1024 * 1024;
 
+/** Memory of one isolate that the calls waiting for a slot may hold (their requests). */
+const WORKER_QUEUE_MEMORY_BYTES = 16 * 1024 * 1024;
+
 /**
  * The Worker's default admission, per isolate. Containers are capped across the deployment by
  * `max_instances` (beyond it a call gets 503 `capacity_exceeded` from the backend); what one
  * isolate must guard is its own memory: as many calls as {@link WORKER_CALL_MEMORY_BYTES} holds
- * at two full tails each (32 at the default 1 MiB per stream, 2 at 16 MiB), and as many waiting.
+ * at two full tails each (32 at the default 1 MiB per stream, 2 at 16 MiB), and as many waiting,
+ * whose requests hold at most {@link WORKER_QUEUE_MEMORY_BYTES}.
  */
 export function workerAdmission(maxOutputBytes: number): AdmissionSettings {
   const maxConcurrent = Math.max(1, Math.floor(WORKER_CALL_MEMORY_BYTES / (2 * maxOutputBytes)));
-  return { maxConcurrent, maxQueued: maxConcurrent };
+  return { maxConcurrent, maxQueued: maxConcurrent, maxQueuedBytes: WORKER_QUEUE_MEMORY_BYTES };
 }
 
 export interface WorkerConfig {
@@ -412,7 +416,7 @@ function readAdmission(env: WorkerEnv, maxOutputBytes: number): AdmissionSetting
   const maxQueued =
     readWhole("MAX_QUEUED_CALLS", env.MAX_QUEUED_CALLS, 0, Number.MAX_SAFE_INTEGER) ??
     maxConcurrent;
-  return { maxConcurrent, maxQueued };
+  return { maxConcurrent, maxQueued, maxQueuedBytes: defaults.maxQueuedBytes };
 }
 
 /** `"30s"`, `"5m"`, `"1h"` as the SDK accepts them, or a plain number of seconds. */

@@ -67,7 +67,7 @@ describe("readConfig", () => {
         maxStdinBytes: 4096,
       },
       warmPool: { target: 10, maxIdleSeconds: 900, refillBatch: 2, shards: 2, ceiling: 10 },
-      admission: { maxConcurrent: 5, maxQueued: 0 },
+      admission: { maxConcurrent: 5, maxQueued: 0, maxQueuedBytes: 16 * 1024 * 1024 },
       network: { default: "none", ceiling: "open" },
       hedge: { after: 2500 },
       version: "unversioned",
@@ -108,7 +108,7 @@ describe("readConfig", () => {
       allowUnauthenticated: false,
       limits: {},
       warmPool: { target: 0, maxIdleSeconds: 600, refillBatch: 4, shards: 0, ceiling: 0 },
-      admission: { maxConcurrent: 32, maxQueued: 32 },
+      admission: { maxConcurrent: 32, maxQueued: 32, maxQueuedBytes: 16 * 1024 * 1024 },
       network: { default: "none", ceiling: "none" },
       hedge: { after: "observed" },
       version: "unversioned",
@@ -118,14 +118,27 @@ describe("readConfig", () => {
 
   it("sizes the admission per isolate from the memory two full tails take, unless set", () => {
     const admission = (vars: Vars) => readConfig(bindings(vars)).admission;
-    expect(admission({})).toEqual({ maxConcurrent: 32, maxQueued: 32 });
+    expect(admission({})).toEqual({
+      maxConcurrent: 32,
+      maxQueued: 32,
+      maxQueuedBytes: 16 * 1024 * 1024,
+    });
     expect(admission({ MAX_OUTPUT_BYTES: String(16 * 1024 * 1024) })).toEqual({
       maxConcurrent: 2,
       maxQueued: 2,
+      maxQueuedBytes: 16 * 1024 * 1024,
     });
     expect(admission({ MAX_OUTPUT_BYTES: "65536" }).maxConcurrent).toBe(512);
-    expect(admission({ MAX_CONCURRENT_CALLS: "3" })).toEqual({ maxConcurrent: 3, maxQueued: 3 });
-    expect(admission({ MAX_QUEUED_CALLS: "7" })).toEqual({ maxConcurrent: 32, maxQueued: 7 });
+    expect(admission({ MAX_CONCURRENT_CALLS: "3" })).toEqual({
+      maxConcurrent: 3,
+      maxQueued: 3,
+      maxQueuedBytes: 16 * 1024 * 1024,
+    });
+    expect(admission({ MAX_QUEUED_CALLS: "7" })).toEqual({
+      maxConcurrent: 32,
+      maxQueued: 7,
+      maxQueuedBytes: 16 * 1024 * 1024,
+    });
     for (const [variable, value] of [
       ["MAX_CONCURRENT_CALLS", "0"],
       ["MAX_CONCURRENT_CALLS", "2.5"],
