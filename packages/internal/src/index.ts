@@ -5,5 +5,5 @@ export { issuesOf, type PathIssue, type SchemaIssue, summarizeIssues } from "./i
 export { MIN_SECRET_LENGTH, REDACTED, redact, shorten } from "./redact.js";
 export { retryAfterHeader } from "./retry-after.js";
 export { TailBuffer } from "./tail-buffer.js";
-export { BRIDGE_TEXTS, CLOUDFLARE_TEXTS, OWN_TEXTS } from "./texts.js";
+export { BRIDGE_TEXTS, CLOUDFLARE_TEXTS, DOCKER_TEXTS, OWN_TEXTS } from "./texts.js";
 export { MAX_TIMER_MS, timerDelay } from "./timers.js";

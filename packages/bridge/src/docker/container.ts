@@ -1,0 +1,122 @@
+/**
+ * What one call's container is: the create request the engine gets (image, limits, security,
+ * labels), and the small shell prelude that enters the call's cwd and reports back before the
+ * command runs.
+ */
+
+import type { ExecSpec } from "../backend.js";
+import { checkPathLength, refuseNul } from "../local/cwd.js";
+import type { SandboxLimits } from "../local/limits.js";
+
+/** Per-container limits of the docker backend. */
+export interface DockerLimits extends SandboxLimits {
+  /** CPUs the container may use (fractions allowed); undefined: no CPU limit. */
+  cpus?: number | undefined;
+  /** The open-files limit (`nofile` ulimit, soft and hard) of every process. */
+  openFiles: number;
+}
+
+/** Labels on every container this backend creates. */
+export const LABELS = {
+  /** The backend instance that owns it (see local/ownership.ts): a dead owner's are swept. */
+  owner: "remote-task.owner",
+  /** The machine the owner runs on: only a bridge on the same machine can tell it is dead. */
+  host: "remote-task.host",
+  sandboxId: "remote-task.sandbox-id",
+} as const;
+
+export const SANDBOX_WORKSPACE = "/workspace";
+
+/**
+ * Run by `/bin/sh -c` with the cwd, a per-call nonce and the command as `$1`..`$3` (so no value
+ * needs quoting): enters the cwd or reports it missing, says it is ready, and runs the command
+ * with bash where the image has it, else with `/bin/sh`. Both reports go to stderr, first, where
+ * the backend reads and removes them.
+ */
+const PRELUDE = [
+  `cd -- "$1" 2>/dev/null || { printf 'remote-task:%s:cwd-missing\\n' "$2" >&2; exit 125; }`,
+  `printf 'remote-task:%s:ready\\n' "$2" >&2`,
+  `[ -x /bin/bash ] && exec /bin/bash -c "$3"`,
+  `exec /bin/sh -c "$3"`,
+].join("; ");
+
+export function readyMarker(nonce: string): string {
+  return `remote-task:${nonce}:ready\n`;
+}
+
+export function missingCwdMarker(nonce: string): string {
+  return `remote-task:${nonce}:cwd-missing\n`;
+}
+
+export interface ContainerSettings {
+  image: string;
+  user: string;
+  runtime?: string | undefined;
+  readOnlyRootfs: boolean;
+  limits: DockerLimits;
+  ulimits: Readonly<Record<string, number>>;
+  labels: Record<string, string>;
+}
+
+/** Normalises the request's cwd; a path under `/workspace` other than itself cannot exist yet. */
+export function checkCwd(spec: ExecSpec): string {
+  refuseNul(spec);
+  const cwd = spec.cwd.replace(/\/+/g, "/").replace(/(.)\/$/, "$1");
+  checkPathLength(cwd, "cwd");
+  return cwd;
+}
+
+/** The body of `POST /containers/create` for one call. */
+export function createBody(
+  settings: ContainerSettings,
+  spec: ExecSpec,
+  cwd: string,
+  nonce: string,
+): Record<string, unknown> {
+  const { limits } = settings;
+  const tmpfs = (bytes: number) => `rw,exec,nosuid,nodev,size=${bytes},mode=1777`;
+  const env = {
+    HOME: SANDBOX_WORKSPACE,
+    LANG: "C.UTF-8",
+    TMPDIR: "/tmp",
+    ...spec.env,
+  };
+  return {
+    Image: settings.image,
+    Entrypoint: ["/bin/sh"],
+    Cmd: ["-c", PRELUDE, "remote-task", cwd, nonce, spec.command],
+    Env: Object.entries(env).map(([name, value]) => `${name}=${value}`),
+    User: settings.user,
+    Hostname: "sandbox",
+    Labels: { ...settings.labels, [LABELS.sandboxId]: spec.sandboxId },
+    AttachStdin: spec.stdin !== undefined,
+    AttachStdout: true,
+    AttachStderr: true,
+    OpenStdin: spec.stdin !== undefined,
+    StdinOnce: spec.stdin !== undefined,
+    Tty: false,
+    NetworkDisabled: true,
+    HostConfig: {
+      NetworkMode: "none",
+      ...(settings.runtime === undefined ? {} : { Runtime: settings.runtime }),
+      Memory: limits.memoryBytes,
+      // No swap: the memory limit is the limit.
+      MemorySwap: limits.memoryBytes,
+      PidsLimit: limits.processes,
+      ...(limits.cpus === undefined ? {} : { NanoCpus: Math.round(limits.cpus * 1e9) }),
+      Ulimits: Object.entries({ ...settings.ulimits, nofile: limits.openFiles }).map(
+        ([Name, value]) => ({ Name, Soft: value, Hard: value }),
+      ),
+      Tmpfs: {
+        [SANDBOX_WORKSPACE]: tmpfs(limits.workspaceBytes),
+        "/tmp": tmpfs(limits.tmpBytes),
+      },
+      ReadonlyRootfs: settings.readOnlyRootfs,
+      CapDrop: ["ALL"],
+      SecurityOpt: ["no-new-privileges"],
+      Privileged: false,
+      AutoRemove: false,
+      LogConfig: { Type: "none" },
+    },
+  };
+}
