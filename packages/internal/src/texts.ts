@@ -99,8 +99,6 @@ export const DOCKER_TEXTS = {
   noShell: (image: string, code: number | undefined, output: string) =>
     `The container of image ${image} ended before its shell ran (exit ${code ?? "unknown"}${output ? `: ${output}` : ""}); the image needs /bin/sh.`,
   missingCwd: CLOUDFLARE_TEXTS.missingCwd,
-  oomKilled: (mebibytes: number) =>
-    `remote-task: the sandbox reached its memory limit (${mebibytes} MiB) and the kernel killed a process of the command (exit status 137 is SIGKILL).\n`,
 } as const;
 
 type Text = string | ((...values: never[]) => string);

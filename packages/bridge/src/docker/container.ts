@@ -55,6 +55,12 @@ export interface ContainerSettings {
   readOnlyRootfs: boolean;
   limits: DockerLimits;
   ulimits: Readonly<Record<string, number>>;
+  /**
+   * Podman gives a tmpfs over a directory of the image that directory's owner and mode, whatever
+   * `mode=` says; its `U` option makes the container's user the owner instead. Docker honours
+   * `mode=1777` and knows no `U`.
+   */
+  podman: boolean;
   labels: Record<string, string>;
 }
 
@@ -74,7 +80,8 @@ export function createBody(
   nonce: string,
 ): Record<string, unknown> {
   const { limits } = settings;
-  const tmpfs = (bytes: number) => `rw,exec,nosuid,nodev,size=${bytes},mode=1777`;
+  const tmpfs = (bytes: number) =>
+    `rw,exec,nosuid,nodev,size=${bytes},${settings.podman ? "U" : "mode=1777"}`;
   const env = {
     HOME: SANDBOX_WORKSPACE,
     LANG: "C.UTF-8",

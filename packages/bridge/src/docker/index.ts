@@ -182,6 +182,7 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
     readOnlyRootfs: options.readOnlyRootfs ?? true,
     limits,
     ulimits: checkUlimits(options.ulimits),
+    podman: false,
     labels: { [LABELS.owner]: instance, [LABELS.host]: host },
   };
   const report: SandboxReport = {
@@ -203,6 +204,11 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
   const ready = (async () => {
     const swept = sweep((owner, labels) => labels[LABELS.host] === host && !ownerAlive(owner));
     swept.catch(() => {});
+    const version = engine.json<{ Components?: Array<{ Name?: string }> }>({
+      method: "GET",
+      path: "/version",
+    });
+    version.catch(() => {});
     try {
       await engine.json({
         method: "GET",
@@ -214,6 +220,9 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
       }
       throw new DockerUnavailableError((error as Error).message, { cause: error });
     }
+    settings.podman = ((await version).body.Components ?? []).some((c) =>
+      /podman/i.test(c.Name ?? ""),
+    );
     await swept;
   })();
   // A rejection is reported by `start` and `close`; never as an unhandled rejection.
@@ -345,8 +354,6 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
         for (let chunk = await reader.next(); chunk !== undefined; chunk = await reader.next()) {
           yield chunk;
         }
-        const code = await exit.catch(() => undefined);
-        if (code === 137) yield* await oomNote(id);
       } finally {
         await reader.close();
       }
@@ -377,26 +384,6 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
     return Promise.any([inspected, waited]).catch((error: AggregateError) => {
       throw error.errors[0];
     });
-  }
-
-  /** A stderr note when the kernel killed the command for the memory limit. */
-  async function oomNote(id: string): Promise<OutputChunk[]> {
-    try {
-      const { body } = await engine.json<{ State?: { OOMKilled?: boolean } }>({
-        method: "GET",
-        path: `/containers/${id}/json`,
-      });
-      return body.State?.OOMKilled === true
-        ? [
-            {
-              stream: "stderr",
-              data: DOCKER_TEXTS.oomKilled(Math.round(limits.memoryBytes / 1048576)),
-            },
-          ]
-        : [];
-    } catch {
-      return [];
-    }
   }
 
   function missingCwdError(cwd: string): BackendError {
