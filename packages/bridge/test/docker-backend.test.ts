@@ -9,6 +9,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { Agent } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { healthResponseSchema } from "@remote-task/protocol";
 import { build } from "esbuild";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createBridge } from "../src/bridge.js";
@@ -97,7 +98,7 @@ else
       const response = await bridge(
         new Request("http://bridge.test/health", { headers: { authorization: `Bearer ${TOKEN}` } }),
       );
-      const health = (await response.json()) as Record<string, any>;
+      const health = healthResponseSchema.parse(await response.json());
       expect(health.backend).toBe("docker");
       expect(health.isolation).toBe("container");
       expect(health.sandbox).toMatchObject({
@@ -112,7 +113,7 @@ else
     it("enforces the memory limit", async () => {
       const small = await withLimits({ memoryBytes: 32 * 1024 * 1024 });
       const { body } = await exec(
-        { command: 'x=$(printf "%60000000s" ""); echo ${#x}', timeoutSeconds: 60 },
+        { command: 'x=$(printf "%60000000s" ""); echo $' + "{#x}", timeoutSeconds: 60 },
         small,
       );
       // The kernel's OOM killer: SIGKILL, and the string's length is never printed.
