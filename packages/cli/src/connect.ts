@@ -7,9 +7,10 @@ import {
   type RemoteTaskClient,
 } from "@remote-task/client";
 import type { NetworkPolicy } from "@remote-task/protocol";
+import { type DockerFlags, dockerBackend } from "./docker.js";
 import { cliLogger } from "./log.js";
 
-export interface ConnectionFlags {
+export interface ConnectionFlags extends DockerFlags {
   url?: string;
   token?: string;
   cwd?: string;
@@ -38,12 +39,15 @@ function timing(flags: ConnectionFlags): Partial<ClientOptions> {
  * Starts the embedded local bridge in this process (it logs only problems, to stderr). Whoever
  * runs it is its deployer: the network asked for on the command line is its ceiling.
  */
-export async function startEmbeddedBridge(flags: Pick<ConnectionFlags, "isolation" | "network">) {
+export async function startEmbeddedBridge(
+  flags: Pick<ConnectionFlags, "isolation" | "network"> & DockerFlags,
+) {
   const [{ startLocalBridge }, { createLocalBackend }] = await Promise.all([
     import("@remote-task/bridge/node"),
     import("@remote-task/bridge/local"),
   ]);
-  const backend = createLocalBackend({ isolation: flags.isolation ?? "auto" });
+  const backend =
+    (await dockerBackend(flags)) ?? createLocalBackend({ isolation: flags.isolation ?? "auto" });
   try {
     return await startLocalBridge({
       backend,
@@ -85,7 +89,7 @@ async function connectLocal(flags: ConnectionFlags): Promise<Connection> {
  * `--token`) point at a bridge; otherwise the CLOUDFLARE_SANDBOX_* variables are read.
  */
 export async function connect(flags: ConnectionFlags): Promise<Connection> {
-  if (flags.local) return connectLocal(flags);
+  if (flags.local || flags.docker !== undefined) return connectLocal(flags);
   const overrides: Partial<ClientOptions> = timing(flags);
   if (flags.url !== undefined) overrides.url = flags.url;
   if (flags.token !== undefined) {

@@ -6,6 +6,7 @@ import { runCommand } from "./commands/run.js";
 import { runManyCommand } from "./commands/run-many.js";
 import { serveCommand } from "./commands/serve.js";
 import { startEmbeddedBridge } from "./connect.js";
+import { type DockerFlags, dockerOptions } from "./docker.js";
 import { EXIT } from "./exit-codes.js";
 import { hostList, networkPolicy } from "./network.js";
 import { describeError } from "./report.js";
@@ -57,7 +58,7 @@ const isolationOption = (description: string) =>
   new Option("--isolation <mode>", description).choices(["auto", "bwrap", "none"]).default("auto");
 
 function connectionOptions(command: Command): Command {
-  return command
+  return dockerOptions(command)
     .option("--url <url>", "bridge URL (default: $CLOUDFLARE_SANDBOX_URL)")
     .option("--token <token>", "bridge token (default: $CLOUDFLARE_SANDBOX_TOKEN)")
     .option("--local", "start the embedded local bridge in this process for this run")
@@ -182,8 +183,7 @@ Examples:
       onExit(await runManyCommand(flags));
     });
 
-  program
-    .command("serve")
+  dockerOptions(program.command("serve"))
     .description("Serve the embedded local bridge over HTTP.")
     .option("--local", "serve the embedded local bridge (the one kind available here)")
     .option("--port <port>", "port (0 picks a free one)", port, 0)
@@ -264,7 +264,7 @@ Examples:
       onExit(await healthCommand(flags));
     });
 
-  networkOption(program.command("mcp"), "each call's command")
+  networkOption(dockerOptions(program.command("mcp")), "each call's command")
     .description(
       "Serve the remote_task tool over MCP on stdio (configured by CLOUDFLARE_SANDBOX_*, or --local).",
     )
@@ -279,11 +279,14 @@ Example MCP client configuration:
 With the embedded bridge instead: "args": ["mcp", "--local"]. The model cannot change
 --network: "args": ["mcp", "--network", "pypi.org,files.pythonhosted.org"].`,
     )
-    .action(async (flags: { local?: boolean; network?: NetworkPolicy }) => {
+    .action(async (flags: { local?: boolean; network?: NetworkPolicy } & DockerFlags) => {
       const { runMcpStdio } = await import("@remote-task/tool/mcp");
-      const bridge = flags.local
-        ? await startEmbeddedBridge(flags.network === undefined ? {} : { network: flags.network })
-        : undefined;
+      const bridge =
+        flags.local || flags.docker !== undefined
+          ? await startEmbeddedBridge(
+              flags.network === undefined ? flags : { ...flags, network: flags.network },
+            )
+          : undefined;
       try {
         const env = bridge
           ? {

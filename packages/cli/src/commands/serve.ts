@@ -1,8 +1,9 @@
 import type { NetworkPolicy, SandboxReport } from "@remote-task/protocol";
+import { type DockerFlags, dockerBackend } from "../docker.js";
 import { EXIT } from "../exit-codes.js";
 import { cliLogger } from "../log.js";
 
-export interface ServeFlags {
+export interface ServeFlags extends DockerFlags {
   local?: boolean;
   port: number;
   host: string;
@@ -34,7 +35,7 @@ const LOOPBACK = new Set(["127.0.0.1", "::1", "localhost"]);
 
 /** Serves the embedded bridge until SIGINT/SIGTERM, then shuts down gracefully. */
 export async function serveCommand(flags: ServeFlags): Promise<number> {
-  if (!flags.local) {
+  if (!flags.local && flags.docker === undefined) {
     process.stderr.write(
       "remote-task: only `serve --local` is available here; deploy apps/worker for a Cloudflare bridge.\n",
     );
@@ -44,14 +45,20 @@ export async function serveCommand(flags: ServeFlags): Promise<number> {
     import("@remote-task/bridge/node"),
     import("@remote-task/bridge/local"),
   ]);
-  let backend: ReturnType<typeof createLocalBackend>;
+  let backend:
+    | ReturnType<typeof createLocalBackend>
+    | NonNullable<Awaited<ReturnType<typeof dockerBackend>>>;
   try {
-    backend = createLocalBackend({
-      isolation: flags.isolation,
-      limits: sandboxLimits(flags),
-      ...(flags.uids === undefined ? {} : { uids: flags.uids }),
-      ...(flags.allowPrivate === undefined ? {} : { egress: { allowPrivate: flags.allowPrivate } }),
-    });
+    backend =
+      (await dockerBackend(flags, sandboxLimits(flags))) ??
+      createLocalBackend({
+        isolation: flags.isolation,
+        limits: sandboxLimits(flags),
+        ...(flags.uids === undefined ? {} : { uids: flags.uids }),
+        ...(flags.allowPrivate === undefined
+          ? {}
+          : { egress: { allowPrivate: flags.allowPrivate } }),
+      });
   } catch (error) {
     process.stderr.write(`remote-task: ${(error as Error).message}\n`);
     return error instanceof TypeError ? EXIT.usage : EXIT.bridge;
@@ -110,6 +117,9 @@ function describeSandbox(report: SandboxReport): string {
     limit("/workspace MiB", report.workspaceBytes, MiB),
     limit("/tmp MiB", report.tmpBytes, MiB),
     `teardown ${report.teardown ?? "unknown"}`,
+    ...(report.image === undefined
+      ? []
+      : [`image ${report.image} (${report.runtime ?? "runtime unknown"})`]),
   ].join(", ");
 }
 
