@@ -9,6 +9,7 @@ import { parseArgs } from "node:util";
 import { bigOutputBridge } from "./items/big-output-bridge.ts";
 import { bigOutputClient } from "./items/big-output-client.ts";
 import { coldStart } from "./items/cold-start.ts";
+import { docker } from "./items/docker.ts";
 import { fanout } from "./items/fanout.ts";
 import { overhead } from "./items/overhead.ts";
 import { requestPath } from "./items/request-path.ts";
@@ -38,6 +39,7 @@ const ITEMS: BenchItem[] = [
   workerLatency,
   warmPool,
   sandbox,
+  docker,
 ];
 
 const { values } = parseArgs({
