@@ -28,13 +28,17 @@ export const LABELS = {
 export const SANDBOX_WORKSPACE = "/workspace";
 
 /**
- * Run by `/bin/sh -c` with the cwd, a per-call nonce and the command as `$1`..`$3` (so no value
- * needs quoting): enters the cwd or reports it missing, says it is ready, and runs the command
- * with bash where the image has it, else with `/bin/sh`. Both reports go to stderr, first, where
- * the backend reads and removes them.
+ * Run by `/bin/sh -c` with the cwd, a per-call nonce, the command and whether stdin comes as
+ * `$1`..`$4` (so no value needs quoting): enters the cwd or reports it missing; with stdin, reads
+ * all of it into a file in /tmp first (so the engine's stdin stream is drained whether or not the
+ * command reads it: Podman drops a container's last output when its stdin write fails), which
+ * becomes the command's standard input and is removed before the command runs; says it is ready,
+ * and runs the command with bash where the image has it, else with `/bin/sh`. Both reports go to
+ * stderr, first, where the backend reads and removes them.
  */
 const PRELUDE = [
   `cd -- "$1" 2>/dev/null || { printf 'remote-task:%s:cwd-missing\\n' "$2" >&2; exit 125; }`,
+  `if [ "$4" = 1 ]; then cat > "/tmp/.remote-task-stdin-$2" && exec < "/tmp/.remote-task-stdin-$2" && rm -f "/tmp/.remote-task-stdin-$2" || exit 125; fi`,
   `printf 'remote-task:%s:ready\\n' "$2" >&2`,
   `[ -x /bin/bash ] && exec /bin/bash -c "$3"`,
   `exec /bin/sh -c "$3"`,
@@ -91,7 +95,15 @@ export function createBody(
   return {
     Image: settings.image,
     Entrypoint: ["/bin/sh"],
-    Cmd: ["-c", PRELUDE, "remote-task", cwd, nonce, spec.command],
+    Cmd: [
+      "-c",
+      PRELUDE,
+      "remote-task",
+      cwd,
+      nonce,
+      spec.command,
+      spec.stdin === undefined ? "0" : "1",
+    ],
     Env: Object.entries(env).map(([name, value]) => `${name}=${value}`),
     User: settings.user,
     Hostname: "sandbox",
