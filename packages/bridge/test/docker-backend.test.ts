@@ -181,38 +181,63 @@ else
     });
 
     it("removes the container after exit, timeout and cancel", async () => {
-      const ids = [freshId(), freshId(), freshId()];
-      const exited = post(bridge, "/exec", { sandboxId: ids[0], command: "echo hi" });
-      const timedOut = post(bridge, "/exec", {
-        sandboxId: ids[1],
-        command: "sleep 30",
-        timeoutSeconds: 1,
-      });
-      const cancelled = post(bridge, "/exec", { sandboxId: ids[2], command: "sleep 30" });
-      // The cancel once the call's container runs.
-      for (let i = 0; i < 200; i++) {
-        if ((await containersWith(`${LABELS.sandboxId}=${ids[2]}`)).length > 0) break;
-        await new Promise((resolve) => setTimeout(resolve, 50));
-      }
-      await post(bridge, "/cancel", { sandboxId: ids[2] });
-      const results = await Promise.all(
-        [exited, timedOut, cancelled].map((r) => r.then((x) => x.json())),
-      );
-      expect(results.map((r) => (r as { outcome: string }).outcome)).toEqual([
-        "exited",
+      // No pool: every container of this backend is one of a call.
+      const { host, image, ulimits } = requireEngine();
+      const own = createDockerBackend({ image, engine: host, ulimits, pool: 0 });
+      limited.push(own);
+      await own.ready;
+      const on = createBridge({ backend: own, token: TOKEN, logger: silentLogger });
+      const owned = `${LABELS.owner}=${own.instance}`;
+      expect((await exec({ command: "echo hi" }, on)).body.outcome).toBe("exited");
+      expect(await containersWith(owned)).toEqual([]);
+      expect((await exec({ command: "sleep 30", timeoutSeconds: 1 }, on)).body.outcome).toBe(
         "timeout",
-        "cancelled",
-      ]);
-      for (let i = 0; i < 100 && backend.liveSandboxes() > 0; i++) {
-        await new Promise((resolve) => setTimeout(resolve, 50));
+      );
+      expect(await containersWith(owned)).toEqual([]);
+      const sandboxId = freshId();
+      const cancelled = post(on, "/exec", { sandboxId, command: "sleep 30" });
+      for (let i = 0; i < 200 && own.stats().started === 2; i++) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
       }
-      expect(backend.liveSandboxes()).toBe(0);
-      for (const id of ids) expect(await containersWith(`${LABELS.sandboxId}=${id}`)).toEqual([]);
+      for (let i = 0; i < 200; i++) {
+        if ((await containersWith(owned)).length > 0) break;
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      await post(on, "/cancel", { sandboxId });
+      expect(((await (await cancelled).json()) as { outcome: string }).outcome).toBe("cancelled");
+      expect(own.liveSandboxes()).toBe(0);
+      expect(await containersWith(owned)).toEqual([]);
+      await on.shutdown();
+    });
+
+    it("keeps a pool of containers made ahead, each used once", async () => {
+      const { host, image, ulimits } = requireEngine();
+      const own = createDockerBackend({ image, engine: host, ulimits, pool: 2 });
+      limited.push(own);
+      await own.ready;
+      const owned = `${LABELS.owner}=${own.instance}`;
+      const pooled = async () => {
+        for (let i = 0; i < 250; i++) {
+          const ids = await containersWith(owned);
+          if (ids.length === 2) return ids;
+          await new Promise((resolve) => setTimeout(resolve, 20));
+        }
+        throw new Error("the pool was not refilled");
+      };
+      const first = await pooled();
+      const on = createBridge({ backend: own, token: TOKEN, logger: silentLogger });
+      expect((await exec({ command: "echo one" }, on)).body.stdout).toBe("one\n");
+      const second = await pooled();
+      // One pooled container served the call and is gone; a new one took its place.
+      expect(second.filter((id) => first.includes(id))).toHaveLength(1);
+      await on.shutdown();
+      await own.close();
+      expect(await containersWith(owned)).toEqual([]);
     });
 
     it("removes every container on close, and a new backend leaves a live one's alone", async () => {
       const { host, image, ulimits } = requireEngine();
-      const other = createDockerBackend({ image, engine: host, ulimits });
+      const other = createDockerBackend({ image, engine: host, ulimits, pool: 0 });
       const controller = new AbortController();
       const running = await other.start({
         sandboxId: freshId(),
@@ -251,7 +276,7 @@ describe.skipIf(skipDocker)("docker backend after a crash", () => {
       entry,
       `import { createDockerBackend } from ${JSON.stringify(join(__dirname, "../src/docker/index.ts"))};
 const [host, image, ulimits] = process.argv.slice(2);
-const backend = createDockerBackend({ image, engine: host, ulimits: JSON.parse(ulimits) });
+const backend = createDockerBackend({ image, engine: host, ulimits: JSON.parse(ulimits), pool: 0 });
 const signal = new AbortController().signal;
 for (const n of [1, 2]) {
   await backend.start({ sandboxId: "crash-" + process.pid + "-" + n, command: "sleep 60", cwd: "/workspace", env: {}, timeoutMs: 60000, signal });

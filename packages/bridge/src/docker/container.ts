@@ -1,7 +1,8 @@
 /**
  * What one call's container is: the create request the engine gets (image, limits, security,
- * labels), and the small shell prelude that enters the call's cwd and reports back before the
- * command runs.
+ * labels: the same for every call, so a container can be made before its call), and the one-line
+ * script its shell reads from stdin once the call is known: enter the cwd, set the env, report,
+ * take the call's stdin, run the command.
  */
 
 import type { ExecSpec } from "../backend.js";
@@ -22,27 +23,14 @@ export const LABELS = {
   owner: "remote-task.owner",
   /** The machine the owner runs on: only a bridge on the same machine can tell it is dead. */
   host: "remote-task.host",
-  sandboxId: "remote-task.sandbox-id",
 } as const;
 
 export const SANDBOX_WORKSPACE = "/workspace";
 
-/**
- * Run by `/bin/sh -c` with the cwd, a per-call nonce, the command and whether stdin comes as
- * `$1`..`$4` (so no value needs quoting): enters the cwd or reports it missing; with stdin, reads
- * all of it into a file in /tmp first (so the engine's stdin stream is drained whether or not the
- * command reads it: Podman drops a container's last output when its stdin write fails), which
- * becomes the command's standard input and is removed before the command runs; says it is ready,
- * and runs the command with bash where the image has it, else with `/bin/sh`. Both reports go to
- * stderr, first, where the backend reads and removes them.
- */
-const PRELUDE = [
-  `cd -- "$1" 2>/dev/null || { printf 'remote-task:%s:cwd-missing\\n' "$2" >&2; exit 125; }`,
-  `if [ "$4" = 1 ]; then cat > "/tmp/.remote-task-stdin-$2" && exec < "/tmp/.remote-task-stdin-$2" && rm -f "/tmp/.remote-task-stdin-$2" || exit 125; fi`,
-  `printf 'remote-task:%s:ready\\n' "$2" >&2`,
-  `[ -x /bin/bash ] && exec /bin/bash -c "$3"`,
-  `exec /bin/sh -c "$3"`,
-].join("; ");
+/** A POSIX shell word that stands for `text` exactly. */
+function shellQuote(text: string): string {
+  return `'${text.replaceAll("'", `'\\''`)}'`;
+}
 
 export function readyMarker(nonce: string): string {
   return `remote-task:${nonce}:ready\n`;
@@ -50,6 +38,33 @@ export function readyMarker(nonce: string): string {
 
 export function missingCwdMarker(nonce: string): string {
   return `remote-task:${nonce}:cwd-missing\n`;
+}
+
+/**
+ * The line the container's shell (`/bin/sh -s`) reads from stdin: enters the cwd or reports it
+ * missing, exports the call's env, says it is ready (both reports go to stderr, first, where the
+ * backend reads and removes them); with stdin, reads the rest of its input (which the backend
+ * sends only after the report) into a file in /tmp that becomes the command's standard input and
+ * is removed before the command runs, so the engine's stdin stream is drained whether or not the
+ * command reads it (Podman drops a container's last output when its stdin write fails); then runs
+ * the command with bash where the image has it, else with `/bin/sh`. One line: the shell has read
+ * all of it before the report, and nothing after it.
+ */
+export function callScript(spec: ExecSpec, cwd: string, nonce: string): string {
+  const say = (marker: string) => `printf '%s\\n' ${shellQuote(marker.trimEnd())} >&2`;
+  const stdinFile = `/tmp/.remote-task-stdin-${nonce}`;
+  const env = Object.entries(spec.env).map(([name, value]) => `${name}=${shellQuote(value)}`);
+  const command = shellQuote(spec.command);
+  return `${[
+    `cd -- ${shellQuote(cwd)} 2>/dev/null || { ${say(missingCwdMarker(nonce))}; exit 125; }`,
+    ...(env.length === 0 ? [] : [`export ${env.join(" ")}`]),
+    say(readyMarker(nonce)),
+    ...(spec.stdin === undefined
+      ? []
+      : [`{ cat > ${stdinFile} && exec < ${stdinFile} && rm -f ${stdinFile}; } || exit 125`]),
+    `[ -x /bin/bash ] && exec /bin/bash -c ${command}`,
+    `exec /bin/sh -c ${command}`,
+  ].join("; ")}\n`;
 }
 
 export interface ContainerSettings {
@@ -76,43 +91,25 @@ export function checkCwd(spec: ExecSpec): string {
   return cwd;
 }
 
-/** The body of `POST /containers/create` for one call. */
-export function createBody(
-  settings: ContainerSettings,
-  spec: ExecSpec,
-  cwd: string,
-  nonce: string,
-): Record<string, unknown> {
+/** The body of `POST /containers/create`: every call's container is made alike. */
+export function createBody(settings: ContainerSettings): Record<string, unknown> {
   const { limits } = settings;
   const tmpfs = (bytes: number) =>
     `rw,exec,nosuid,nodev,size=${bytes},${settings.podman ? "U" : "mode=1777"}`;
-  const env = {
-    HOME: SANDBOX_WORKSPACE,
-    LANG: "C.UTF-8",
-    TMPDIR: "/tmp",
-    ...spec.env,
-  };
+  const env = { HOME: SANDBOX_WORKSPACE, LANG: "C.UTF-8", TMPDIR: "/tmp" };
   return {
     Image: settings.image,
     Entrypoint: ["/bin/sh"],
-    Cmd: [
-      "-c",
-      PRELUDE,
-      "remote-task",
-      cwd,
-      nonce,
-      spec.command,
-      spec.stdin === undefined ? "0" : "1",
-    ],
+    Cmd: ["-s"],
     Env: Object.entries(env).map(([name, value]) => `${name}=${value}`),
     User: settings.user,
     Hostname: "sandbox",
-    Labels: { ...settings.labels, [LABELS.sandboxId]: spec.sandboxId },
-    AttachStdin: spec.stdin !== undefined,
+    Labels: settings.labels,
+    AttachStdin: true,
     AttachStdout: true,
     AttachStderr: true,
-    OpenStdin: spec.stdin !== undefined,
-    StdinOnce: spec.stdin !== undefined,
+    OpenStdin: true,
+    StdinOnce: true,
     Tty: false,
     NetworkDisabled: true,
     HostConfig: {

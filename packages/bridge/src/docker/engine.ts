@@ -55,7 +55,7 @@ export interface EngineClient {
    * `POST /containers/{id}/attach` as a raw, hijacked connection: the container's multiplexed
    * output to read, its stdin to write (end it to close the container's stdin).
    */
-  attach(id: string, stdin: boolean): Promise<Socket>;
+  attach(id: string): Promise<Socket>;
   close(): void;
 }
 
@@ -156,7 +156,7 @@ export function createEngineClient(endpoint: EngineEndpoint, agent: Agent): Engi
       });
     },
 
-    attach(id, stdin) {
+    attach(id) {
       return new Promise<Socket>((resolve, reject) => {
         const call = httpRequest({
           ...target(endpoint),
@@ -165,12 +165,7 @@ export function createEngineClient(endpoint: EngineEndpoint, agent: Agent): Engi
           method: "POST",
           path: pathWith({
             path: `/containers/${id}/attach`,
-            query: {
-              stream: "1",
-              stdout: "1",
-              stderr: "1",
-              ...(stdin ? { stdin: "1" } : {}),
-            },
+            query: { stream: "1", stdin: "1", stdout: "1", stderr: "1" },
           }),
           headers: { host: "docker", connection: "Upgrade", upgrade: "tcp" },
         });

@@ -23,6 +23,7 @@ import { newInstanceName, ownerAlive } from "../local/ownership.js";
 import { resolveEngineAddress } from "./address.js";
 import {
   type ContainerSettings,
+  callScript,
   checkCwd,
   createBody,
   type DockerLimits,
@@ -58,6 +59,11 @@ export interface DockerBackendOptions {
    * limit is `limits.openFiles`.
    */
   ulimits?: Readonly<Record<string, number>> | undefined;
+  /**
+   * Containers made (and, on Podman, set up by the runtime) ahead of calls, so a call only starts
+   * one (default 2; 0: none). Each serves exactly one call and is then removed like any other.
+   */
+  pool?: number | undefined;
   /** Mount the image's filesystem read-only (default true; `/workspace` and `/tmp` are tmpfs). */
   readOnlyRootfs?: boolean | undefined;
 }
@@ -113,8 +119,18 @@ export class DockerUnavailableError extends Error {
   }
 }
 
+/** Containers made ahead of calls unless the deployer says otherwise. */
+const DEFAULT_POOL_SIZE = 2;
+
 /** How long a removal may take before it counts as failed. */
 const REMOVE_TIMEOUT_MS = 30_000;
+
+/** A container made for a call (or ahead of one), attached to, not started. */
+interface Prepared {
+  id: string;
+  socket: Socket;
+  reader: FrameReader;
+}
 
 interface Call {
   id?: string;
@@ -145,6 +161,14 @@ function checkLimits(overrides: Partial<DockerLimits> = {}): DockerLimits {
     limits.openFiles = openFiles;
   }
   return limits;
+}
+
+function checkPoolSize(size: number | undefined): number {
+  if (size === undefined) return DEFAULT_POOL_SIZE;
+  if (!Number.isSafeInteger(size) || size < 0 || size > 64) {
+    throw new TypeError(`pool must be an integer from 0 to 64; got ${String(size)}.`);
+  }
+  return size;
 }
 
 function checkUlimits(ulimits: Readonly<Record<string, number>> = {}): Record<string, number> {
@@ -197,6 +221,10 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
   };
 
   const calls = new Map<string, Call>();
+  const poolSize = checkPoolSize(options.pool);
+  const pool: Array<Promise<Prepared>> = [];
+  let refilling = 0;
+  const refills = new Set<Promise<unknown>>();
   let started = 0;
   let destroyed = 0;
   let closed = false;
@@ -224,9 +252,59 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
       /podman/i.test(c.Name ?? ""),
     );
     await swept;
+    refill();
   })();
   // A rejection is reported by `start` and `close`; never as an unhandled rejection.
   ready.catch(() => {});
+
+  /**
+   * A container made and attached to (on Podman the attach also sets up its runtime, the slow
+   * half of a start), its shell waiting for its script. Attached before the start, so not one
+   * byte of output is missed.
+   */
+  async function prepare(): Promise<Prepared> {
+    const created = await engine.json<{ Id: string }>({
+      method: "POST",
+      path: "/containers/create",
+      body: createBody(settings),
+    });
+    const id = created.body.Id;
+    try {
+      const socket = await engine.attach(id);
+      return { id, socket, reader: new FrameReader(socket) };
+    } catch (error) {
+      await removeContainer(id).catch(() => {});
+      throw error;
+    }
+  }
+
+  /** Tops the pool up to its size (each container in it serves one call, then is removed). */
+  function refill(): void {
+    while (!closed && pool.length + refilling < poolSize) {
+      refilling++;
+      const next = prepare();
+      const settled = next.then(
+        (container) => {
+          refilling--;
+          if (closed) void dropPooled(Promise.resolve(container));
+          else pool.push(Promise.resolve(container));
+        },
+        () => {
+          // The engine failed to make one: the next call makes its own (and refills again).
+          refilling--;
+        },
+      );
+      refills.add(settled);
+      void settled.then(() => refills.delete(settled));
+    }
+  }
+
+  async function dropPooled(entry: Promise<Prepared>): Promise<void> {
+    const container = await entry.catch(() => undefined);
+    if (container === undefined) return;
+    container.socket.destroy();
+    await removeContainer(container.id).catch(() => {});
+  }
 
   /** Removes the containers of this machine's bridges that `dead` says are gone. */
   async function sweep(dead: (owner: string, labels: Record<string, string>) => boolean) {
@@ -279,29 +357,35 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
         ? error
         : new BackendError("sandbox_error", DOCKER_TEXTS.notStarted((error as Error).message));
 
-    let reader: FrameReader;
+    const taken = pool.shift();
+    let container: Prepared;
+    let warm = taken !== undefined;
     try {
-      const created = await engine.json<{ Id: string }>({
-        method: "POST",
-        path: "/containers/create",
-        body: createBody(settings, spec, cwd, nonce),
-      });
-      call.id = created.body.Id;
-      if (spec.signal.aborted) throw new BackendError("sandbox_error", DOCKER_TEXTS.endedEarly);
-      // Attached before the start, so not one byte of output is missed.
-      call.socket = await engine.attach(call.id, spec.stdin !== undefined);
-      reader = new FrameReader(call.socket);
-      await engine.json({ method: "POST", path: `/containers/${call.id}/start`, accept: [304] });
+      refill();
+      container = await (taken ?? prepare());
+    } catch (error) {
+      if (taken === undefined) throw failed(error);
+      // A pooled container that could not be made: make one for this call.
+      warm = false;
+      try {
+        container = await prepare();
+      } catch (again) {
+        throw failed(again);
+      }
+    }
+    const { id, socket, reader } = container;
+    call.id = id;
+    call.socket = socket;
+    if (spec.signal.aborted) throw new BackendError("sandbox_error", DOCKER_TEXTS.endedEarly);
+    try {
+      await engine.json({ method: "POST", path: `/containers/${id}/start`, accept: [304] });
     } catch (error) {
       throw failed(error);
     }
-    const id = call.id;
-    const socket = call.socket;
-    if (spec.stdin !== undefined) {
-      // A command that does not read its input ends with it unwritten: no error.
-      socket.on("error", () => {});
-      socket.end(spec.stdin);
-    }
+    // A command that does not read its input ends with it unwritten: no error.
+    socket.on("error", () => {});
+    socket.write(callScript(spec, cwd, nonce));
+    if (spec.stdin === undefined) socket.end();
     const exit = exitCode(id, reader);
     exit.catch(() => {});
     const stop = () => void remove(call).catch(() => {});
@@ -339,6 +423,8 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
         continue;
       if (report.startsWith(missing)) throw missingCwdError(cwd);
       if (report.startsWith(readyLine)) {
+        // The shell has read its script: the rest of its input is the command's.
+        if (spec.stdin !== undefined) socket.end(spec.stdin);
         const rest = Buffer.from(report.slice(readyLine.length), "latin1");
         if (rest.length > 0) early.push({ stream: "stderr", data: rest });
         break;
@@ -358,7 +444,7 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
         await reader.close();
       }
     }
-    return { output: output(), exit };
+    return { output: output(), exit, warm };
   }
 
   /**
@@ -452,7 +538,11 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
     async close() {
       if (closed) return;
       closed = true;
-      await Promise.allSettled([...calls.keys()].map(destroy));
+      await Promise.allSettled([
+        ...[...calls.keys()].map(destroy),
+        ...pool.splice(0).map(dropPooled),
+        ...refills,
+      ]);
       // Whatever this backend made that no call knows of any more (a create whose answer was lost).
       await ready.then(() => sweep((owner) => owner === instance)).catch(() => {});
       engine.close();
