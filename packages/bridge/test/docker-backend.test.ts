@@ -108,6 +108,7 @@ else
         memoryBytes: { by: "container" },
       });
       expect(health.network).toEqual({ default: "none", ceiling: "none" });
+      expect(health.warmPool?.target).toBe(2);
     });
 
     it("enforces the memory limit", async () => {

@@ -511,7 +511,12 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
         if (typeof info.body?.DefaultRuntime === "string")
           report.runtime = info.body.DefaultRuntime;
       }
-      return { sandbox: report };
+      return {
+        sandbox: report,
+        ...(poolSize === 0
+          ? {}
+          : { warmPool: { target: poolSize, ready: pool.length, starting: refilling } }),
+      };
     },
 
     start(spec) {
