@@ -49,11 +49,13 @@ export async function startEmbeddedBridge(
   const backend =
     (await dockerBackend(flags)) ?? createLocalBackend({ isolation: flags.isolation ?? "auto" });
   try {
-    return await startLocalBridge({
+    const bridge = await startLocalBridge({
       backend,
       logger: cliLogger(false),
       ...(flags.network === undefined ? {} : { network: { ceiling: flags.network } }),
     });
+    // The backend is ours: closing the bridge closes it too (the docker backend's pool).
+    return { ...bridge, close: () => bridge.close().then(() => backend.close()) };
   } catch (error) {
     await backend.close();
     throw error;

@@ -287,7 +287,11 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
         (container) => {
           refilling--;
           if (closed) void dropPooled(Promise.resolve(container));
-          else pool.push(Promise.resolve(container));
+          else {
+            // A waiting container does not keep the process alive; its call's does.
+            container.socket.unref();
+            pool.push(Promise.resolve(container));
+          }
         },
         () => {
           // The engine failed to make one: the next call makes its own (and refills again).
@@ -374,6 +378,7 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
       }
     }
     const { id, socket, reader } = container;
+    socket.ref();
     call.id = id;
     call.socket = socket;
     if (spec.signal.aborted) throw new BackendError("sandbox_error", DOCKER_TEXTS.endedEarly);

@@ -102,6 +102,7 @@ export async function serveCommand(flags: ServeFlags): Promise<number> {
   });
   process.stderr.write("remote-task: stopping; cancelling running tasks...\n");
   await bridge.close();
+  await backend.close();
   process.stderr.write("remote-task: stopped.\n");
   return EXIT.ok;
 }
