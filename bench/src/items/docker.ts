@@ -89,12 +89,22 @@ async function measure(options: BenchOptions) {
   await backend.ready;
   const bridge = await startLocalBridge({ backend, logger: silentLogger });
   const client = createClient({ url: bridge.url, token: bridge.token });
+  // The same without the pool: every call makes its container.
+  const coldBackend = createDockerBackend({
+    image: e.image,
+    engine: e.host,
+    ulimits: e.ulimits,
+    pool: 0,
+  });
+  await coldBackend.ready;
+  const coldBridge = await startLocalBridge({ backend: coldBackend, logger: silentLogger });
+  const coldClient = createClient({ url: coldBridge.url, token: coldBridge.token });
   const args = bareArgs(e, DEFAULT_DOCKER_LIMITS);
   const env = { ...process.env, CONTAINERS_CONF: `${e.dir}/containers.conf` };
   try {
-    const viaBridge = async () => {
+    const viaBridge = async (c = client) => {
       const started = performance.now();
-      const result = await client.run(COMMAND);
+      const result = await c.run(COMMAND);
       if (result.exitCode !== 0 || result.stdout !== "hi\n") {
         throw new Error(`client.run: exit ${result.exitCode}, ${result.stderr}`);
       }
@@ -106,19 +116,18 @@ async function measure(options: BenchOptions) {
       if (stdout !== "hi\n") throw new Error(`podman run printed ${JSON.stringify(stdout)}`);
       return performance.now() - started;
     };
-    for (let i = 0; i < warmup; i++) {
-      await viaBridge();
-      await bare();
-    }
-    const series = { bridge: [] as number[], bare: [] as number[] };
+    const series = { bridge: [] as number[], cold: [] as number[], bare: [] as number[] };
+    const steps: [keyof typeof series, () => Promise<number>][] = [
+      ["bridge", () => viaBridge()],
+      ["cold", () => viaBridge(coldClient)],
+      ["bare", bare],
+    ];
+    for (let i = 0; i < warmup; i++) for (const [, step] of steps) await step();
     for (let i = 0; i < calls; i++) {
-      // Alternate the order so drift on a shared machine hits both alike.
-      if (i % 2 === 0) {
-        series.bridge.push(await viaBridge());
-        series.bare.push(await bare());
-      } else {
-        series.bare.push(await bare());
-        series.bridge.push(await viaBridge());
+      // Rotate the order so drift on a shared machine hits every series alike.
+      for (let k = 0; k < steps.length; k++) {
+        const [name, step] = steps[(i + k) % steps.length] as (typeof steps)[number];
+        series[name].push(await step());
       }
     }
     let started = performance.now();
@@ -139,6 +148,7 @@ async function measure(options: BenchOptions) {
     const bareMs = performance.now() - started;
     return {
       bridge: summarize(series.bridge),
+      cold: summarize(series.cold),
       bare: summarize(series.bare),
       bridgeRate: (batch / bridgeMs) * 1000,
       bareRate: (batch / bareMs) * 1000,
@@ -149,6 +159,9 @@ async function measure(options: BenchOptions) {
     await client.close();
     await bridge.close();
     await backend.close();
+    await coldClient.close();
+    await coldBridge.close();
+    await coldBackend.close();
   }
 }
 
@@ -174,6 +187,7 @@ async function runItem(options: BenchOptions): Promise<ItemResult> {
         round(m.bridge.p50 / m.bare.p50, 2),
         `<= ${P50_TARGET}`,
       ),
+      row("the same without the pool (pool: 0)", m.cold, round(m.cold.p50 / m.bare.p50, 2), ""),
       row("bare podman run --rm, same image and limits", m.bare, 1, ""),
     ],
   };
@@ -199,8 +213,8 @@ async function runItem(options: BenchOptions): Promise<ItemResult> {
     headline: `p50 ${round(p50Ratio, 2)}x bare podman run, ${CONCURRENCY}-way ${round(rateRatio, 2)}x`,
     tables: [latency, throughput],
     notes: [
-      `Command \`${COMMAND}\`. Bridge: \`startLocalBridge\` with \`createDockerBackend\` (default limits: ${m.sandbox.memoryBytes?.max !== undefined ? m.sandbox.memoryBytes.max / MiB : "?"} MiB, ${m.sandbox.processes?.max} processes) in the runner's process, on the engine of scripts/docker-engine.mjs (Podman's API service, runc); client \`client.run\` in the same process. Bare: \`podman run --rm\` of the same image with the same limits, tmpfs, user, capabilities and network none, on the same storage.`,
-      "One at a time: alternating order, after warm-up. 16 at a time: `runMany` against 16 workers each running `podman run --rm` in turn.",
+      `Command \`${COMMAND}\`. Bridge: \`startLocalBridge\` with \`createDockerBackend\` (its default pool of 2 containers made ahead; default limits: ${m.sandbox.memoryBytes?.max !== undefined ? m.sandbox.memoryBytes.max / MiB : "?"} MiB, ${m.sandbox.processes?.max} processes) in the runner's process, on the engine of scripts/docker-engine.mjs (Podman's API service, runc); client \`client.run\` in the same process. Bare: \`podman run --rm\` of the same image with the same limits, tmpfs, user, capabilities and network none, on the same storage.`,
+      "One at a time: the three series in rotating order, after warm-up. 16 at a time: `runMany` against 16 workers each running `podman run --rm` in turn.",
     ],
     raw: m,
   };
