@@ -161,6 +161,10 @@ else
       expect(body.stdout).toBe("lo\nunreachable\n");
       const open = await exec({ command: "true", network: "open" });
       expect(open.status).toBe(403);
+      // Nor can a deployer promise more than the backend enforces.
+      expect(() =>
+        createBridge({ backend, token: TOKEN, logger: silentLogger, network: { ceiling: "open" } }),
+      ).toThrow(/network/i);
     });
 
     it("delivers a large stdin exactly", async () => {
@@ -234,6 +238,31 @@ else
       await on.shutdown();
       await own.close();
       expect(await containersWith(owned)).toEqual([]);
+    });
+
+    it("makes a fresh container when the pooled one is gone", async () => {
+      const { host, image, ulimits } = requireEngine();
+      const own = createDockerBackend({ image, engine: host, ulimits, pool: 1 });
+      limited.push(own);
+      await own.ready;
+      const owned = `${LABELS.owner}=${own.instance}`;
+      let pooled: string[] = [];
+      for (let i = 0; i < 250 && pooled.length === 0; i++) {
+        pooled = await containersWith(owned);
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      expect(pooled).toHaveLength(1);
+      // Removed behind the backend's back (an engine restart does the same).
+      const engine = createEngineClient({ socketPath: host.slice("unix://".length) }, new Agent());
+      await engine.json({
+        method: "DELETE",
+        path: `/containers/${pooled[0]}`,
+        query: { force: "1" },
+      });
+      engine.close();
+      const on = createBridge({ backend: own, token: TOKEN, logger: silentLogger });
+      expect((await exec({ command: "echo fresh" }, on)).body.stdout).toBe("fresh\n");
+      await on.shutdown();
     });
 
     it("removes every container on close, and a new backend leaves a live one's alone", async () => {

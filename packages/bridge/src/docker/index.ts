@@ -364,31 +364,42 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
         : new BackendError("sandbox_error", DOCKER_TEXTS.notStarted((error as Error).message));
 
     const taken = pool.shift();
+    refill();
+    /** Makes (or takes) a container, then starts it; the call owns it from the moment it exists. */
+    const launch = async (from: Promise<Prepared>): Promise<Prepared> => {
+      const container = await from;
+      container.socket.ref();
+      call.id = container.id;
+      call.socket = container.socket;
+      if (spec.signal.aborted) throw new BackendError("sandbox_error", DOCKER_TEXTS.endedEarly);
+      if (container.socket.destroyed) throw new Error("its attach stream was closed");
+      await engine.json({
+        method: "POST",
+        path: `/containers/${container.id}/start`,
+        accept: [304],
+      });
+      return container;
+    };
     let container: Prepared;
     let warm = taken !== undefined;
     try {
-      refill();
-      container = await (taken ?? prepare());
+      container = await launch(taken ?? prepare());
     } catch (error) {
-      if (taken === undefined) throw failed(error);
-      // A pooled container that could not be made: make one for this call.
+      if (!warm || BackendError.isInstance(error)) throw failed(error);
+      // A pooled container that could not be made or started (the engine restarted, say): remove
+      // it and make one for this call.
       warm = false;
+      call.socket?.destroy();
+      if (call.id !== undefined) await removeContainer(call.id).catch(() => {});
+      delete call.id;
+      delete call.socket;
       try {
-        container = await prepare();
+        container = await launch(prepare());
       } catch (again) {
         throw failed(again);
       }
     }
     const { id, socket, reader } = container;
-    socket.ref();
-    call.id = id;
-    call.socket = socket;
-    if (spec.signal.aborted) throw new BackendError("sandbox_error", DOCKER_TEXTS.endedEarly);
-    try {
-      await engine.json({ method: "POST", path: `/containers/${id}/start`, accept: [304] });
-    } catch (error) {
-      throw failed(error);
-    }
     // A command that does not read its input ends with it unwritten: no error.
     socket.on("error", () => {});
     socket.write(callScript(spec, cwd, nonce));
