@@ -50,6 +50,15 @@ async function containersWith(label: string): Promise<string[]> {
   }
 }
 
+/** Waits (ten seconds at most) until no container has `label`: removal may follow the answer. */
+async function noContainers(label: string): Promise<void> {
+  for (let i = 0; i < 200; i++) {
+    if ((await containersWith(label)).length === 0) return;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  expect(await containersWith(label)).toEqual([]);
+}
+
 if (skipDocker) it.skip(`docker backend (SKIPPED: ${noEngineReason})`, () => {});
 else
   describe("docker backend", () => {
@@ -182,6 +191,10 @@ else
       }
       const { body } = await exec({ command: "pwd", cwd: "/etc" });
       expect(body.stdout).toBe("/etc\n");
+      // Every container is removed, the refused ones too (the last perhaps just after the answer).
+      for (let i = 0; i < 500 && backend.liveSandboxes() > 0; i++) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
       expect(backend.liveSandboxes()).toBe(0);
     });
 
@@ -194,11 +207,11 @@ else
       const on = createBridge({ backend: own, token: TOKEN, logger: silentLogger });
       const owned = `${LABELS.owner}=${own.instance}`;
       expect((await exec({ command: "echo hi" }, on)).body.outcome).toBe("exited");
-      expect(await containersWith(owned)).toEqual([]);
+      await noContainers(owned);
       expect((await exec({ command: "sleep 30", timeoutSeconds: 1 }, on)).body.outcome).toBe(
         "timeout",
       );
-      expect(await containersWith(owned)).toEqual([]);
+      await noContainers(owned);
       const sandboxId = freshId();
       const cancelled = post(on, "/exec", { sandboxId, command: "sleep 30" });
       for (let i = 0; i < 200 && own.stats().started === 2; i++) {
@@ -210,8 +223,11 @@ else
       }
       await post(on, "/cancel", { sandboxId });
       expect(((await (await cancelled).json()) as { outcome: string }).outcome).toBe("cancelled");
+      for (let i = 0; i < 500 && own.liveSandboxes() > 0; i++) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
       expect(own.liveSandboxes()).toBe(0);
-      expect(await containersWith(owned)).toEqual([]);
+      await noContainers(owned);
       await on.shutdown();
     });
 
