@@ -49,8 +49,9 @@ export async function serveCommand(flags: ServeFlags): Promise<number> {
     | ReturnType<typeof createLocalBackend>
     | NonNullable<Awaited<ReturnType<typeof dockerBackend>>>;
   try {
+    const docker = await dockerBackend(flags, sandboxLimits(flags));
     backend =
-      (await dockerBackend(flags, sandboxLimits(flags))) ??
+      docker ??
       createLocalBackend({
         isolation: flags.isolation,
         limits: sandboxLimits(flags),
