@@ -10,6 +10,7 @@ import { bigOutputBridge } from "./items/big-output-bridge.ts";
 import { bigOutputClient } from "./items/big-output-client.ts";
 import { burstItem } from "./items/burst.ts";
 import { coldStart } from "./items/cold-start.ts";
+import { docker } from "./items/docker.ts";
 import { fanout } from "./items/fanout.ts";
 import { overhead } from "./items/overhead.ts";
 import { requestPath } from "./items/request-path.ts";
@@ -45,6 +46,7 @@ const ITEMS: BenchItem[] = [
   sandbox,
   burstItem,
   spillOver,
+  docker,
 ];
 
 const { values } = parseArgs({

@@ -12,7 +12,12 @@ const common: Options = {
 /** The library entries, ESM and CommonJS. */
 const library: Options = {
   ...common,
-  entry: { index: "src/index.ts", local: "src/local/index.ts", node: "src/node.ts" },
+  entry: {
+    index: "src/index.ts",
+    local: "src/local/index.ts",
+    docker: "src/docker/index.ts",
+    node: "src/node.ts",
+  },
   format: ["esm", "cjs"],
   clean: true,
 };

@@ -7,6 +7,11 @@ import { BRIDGE_TEXTS } from "@remote-task/internal";
 import type { Limits } from "@remote-task/protocol";
 import type { SandboxBackend } from "./backend.js";
 import { createBridge } from "./bridge.js";
+import {
+  createDockerBackend,
+  type DockerBackend,
+  type DockerBackendOptions,
+} from "./docker/index.js";
 import type { AdmissionOptions } from "./limits.js";
 import { createLocalBackend, type LocalBackend, type LocalBackendOptions } from "./local/index.js";
 import { type BridgeLogger, stderrLogger } from "./logger.js";
@@ -27,6 +32,12 @@ export interface LocalBridgeOptions<B extends SandboxBackend = SandboxBackend> {
    * `backend` is given. That backend is closed with the bridge.
    */
   local?: LocalBackendOptions | undefined;
+  /**
+   * Run each call in a fresh container of a Docker or Podman engine instead: the docker
+   * backend's options. The bridge creates that backend, waits until its engine and image are
+   * ready, and closes it with the bridge. Ignored when `backend` is given.
+   */
+  docker?: DockerBackendOptions | undefined;
   /** Serve without a token; `token` is then ignored. */
   allowUnauthenticated?: boolean | undefined;
   limits?: Partial<Limits> | undefined;
@@ -75,7 +86,7 @@ export interface LocalBridge<B extends SandboxBackend = SandboxBackend> {
   backend: B;
   /**
    * Cancels calls in flight (each caller gets its call's cancelled answer), destroys their
-   * sandboxes, closes the server, and closes the backend it created (`local`, or the default).
+   * sandboxes, closes the server, and closes the backend it created (`local`, `docker`, or the default).
    */
   close(): Promise<void>;
 }
@@ -192,6 +203,18 @@ function urlHost(host: string): string {
   return host.includes(":") ? `[${host}]` : host;
 }
 
+/** A docker backend whose engine and image answered; closed again when they did not. */
+async function readyDockerBackend(options: DockerBackendOptions): Promise<DockerBackend> {
+  const backend = createDockerBackend(options);
+  try {
+    await backend.ready;
+  } catch (error) {
+    await backend.close();
+    throw error;
+  }
+  return backend;
+}
+
 /** Serves a bridge over HTTP on loopback; the embedded default for development and tests. */
 export async function startLocalBridge<
   B extends SandboxBackend = ReturnType<typeof createLocalBackend>,
@@ -201,9 +224,11 @@ export async function startLocalBridge<
   const unauthenticated = options.allowUnauthenticated === true;
   const token = unauthenticated ? "" : (options.token ?? randomBytes(32).toString("base64url"));
   const ownBackend =
-    options.backend === undefined
-      ? createLocalBackend({ isolation: "auto", ...options.local })
-      : undefined;
+    options.backend !== undefined
+      ? undefined
+      : options.docker !== undefined
+        ? await readyDockerBackend(options.docker)
+        : createLocalBackend({ isolation: "auto", ...options.local });
   const backend = (options.backend ?? ownBackend) as B;
   let bridge: ReturnType<typeof createBridge>;
   try {

@@ -8,11 +8,12 @@ import {
   type RemoteTaskClient,
 } from "@remote-task/client";
 import type { NetworkPolicy } from "@remote-task/protocol";
+import { type DockerFlags, dockerBackendOptions } from "./docker.js";
 import { warnIsolationNone } from "./isolation.js";
 import { embeddedLogger } from "./log.js";
 import { UsageError } from "./usage-error.js";
 
-export interface ConnectionFlags {
+export interface ConnectionFlags extends DockerFlags {
   url?: string;
   token?: string;
   cwd?: string;
@@ -43,14 +44,15 @@ function timing(flags: ConnectionFlags): Partial<ClientOptions> {
  * command line is its ceiling. Options it refuses (a `TypeError`) are a {@link UsageError}.
  */
 export async function startEmbeddedBridge(
-  flags: Pick<ConnectionFlags, "isolation" | "network">,
+  flags: Pick<ConnectionFlags, "isolation" | "network"> & DockerFlags,
 ): Promise<LocalBridge> {
   const { startLocalBridge } = await import("@remote-task/bridge/node");
   const isolation = flags.isolation ?? "auto";
-  if (isolation === "none") warnIsolationNone();
+  const docker = dockerBackendOptions(flags);
+  if (docker === undefined && isolation === "none") warnIsolationNone();
   try {
     return await startLocalBridge({
-      local: { isolation },
+      ...(docker === undefined ? { local: { isolation } } : { docker }),
       logger: embeddedLogger,
       ...(flags.network === undefined ? {} : { network: { ceiling: flags.network } }),
     });
@@ -89,7 +91,7 @@ async function connectLocal(flags: ConnectionFlags): Promise<Connection> {
  * `--token`) point at a bridge; otherwise the CLOUDFLARE_SANDBOX_* variables are read.
  */
 export async function connect(flags: ConnectionFlags): Promise<Connection> {
-  if (flags.local) return connectLocal(flags);
+  if (flags.local || flags.docker !== undefined) return connectLocal(flags);
   const overrides: Partial<ClientOptions> = timing(flags);
   if (flags.url !== undefined) overrides.url = flags.url;
   if (flags.token !== undefined) {

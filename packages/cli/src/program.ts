@@ -61,7 +61,7 @@ const isolationOption = (description: string) =>
   new Option("--isolation <mode>", description).choices(["auto", "bwrap", "none"]).default("auto");
 
 function connectionOptions(command: Command): Command {
-  return command
+  return dockerOptions(command)
     .option("--url <url>", "bridge URL (default: $CLOUDFLARE_SANDBOX_URL)")
     .option("--token <token>", "bridge token (default: $CLOUDFLARE_SANDBOX_TOKEN)")
     .option("--local", "start the embedded local bridge in this process for this run")
@@ -197,8 +197,7 @@ Examples:
       onExit(await runManyCommand(flags));
     });
 
-  program
-    .command("serve")
+  dockerOptions(program.command("serve"))
     .description("Serve the embedded local bridge over HTTP.")
     .option("--local", "serve the embedded local bridge (the one kind available here)")
     .option("--port <port>", "port (0 picks a free one)", port, 0)

@@ -11,5 +11,11 @@ export {
 } from "./redact.js";
 export { retryAfterHeader } from "./retry-after.js";
 export { TailBuffer } from "./tail-buffer.js";
-export { BRIDGE_TEXTS, CLOUDFLARE_TEXTS, OWN_TEXTS, SANDBOX_TEXTS } from "./texts.js";
+export {
+  BRIDGE_TEXTS,
+  CLOUDFLARE_TEXTS,
+  DOCKER_TEXTS,
+  OWN_TEXTS,
+  SANDBOX_TEXTS,
+} from "./texts.js";
 export { MAX_TIMER_MS, timerDelay } from "./timers.js";

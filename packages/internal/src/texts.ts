@@ -88,6 +88,19 @@ export const CLOUDFLARE_TEXTS = {
     `The sandbox failed${code ? ` (${code})` : ""}${detail ? `: ${detail}` : ""}`,
 } as const;
 
+/** Texts of the docker backend (packages/bridge/src/docker). */
+export const DOCKER_TEXTS = {
+  noImage: (image: string) =>
+    `The container engine has no image ${image}; build or pull it first (docker build -t ${image} . / docker pull ${image}).`,
+  closed: "The docker backend is closed.",
+  endedEarly: "The call ended before the command started.",
+  notStarted: CLOUDFLARE_TEXTS.notStarted,
+  /** With the container's exit status and what it printed, when there was any. */
+  noShell: (image: string, code: number | undefined, output: string) =>
+    `The container of image ${image} ended before its shell ran (exit ${code ?? "unknown"}${output ? `: ${output}` : ""}); the image needs /bin/sh.`,
+  missingCwd: CLOUDFLARE_TEXTS.missingCwd,
+} as const;
+
 type Text = string | ((...values: never[]) => string);
 
 /** Marks where a value goes when a text's fixed parts are taken apart. */
@@ -107,7 +120,11 @@ function fixedParts(text: Text): string[] {
 /** Every fixed text (and fixed part of a text with values), for `redact(..., keep)`. */
 export const OWN_TEXTS: readonly string[] = [
   ...new Set(
-    [...Object.values(BRIDGE_TEXTS), ...Object.values(CLOUDFLARE_TEXTS)].flatMap(fixedParts),
+    [
+      ...Object.values(BRIDGE_TEXTS),
+      ...Object.values(CLOUDFLARE_TEXTS),
+      ...Object.values(DOCKER_TEXTS),
+    ].flatMap(fixedParts),
   ),
 ];
 

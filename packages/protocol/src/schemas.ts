@@ -96,7 +96,14 @@ export const sandboxReportSchema = z.object({
     .string()
     .optional()
     .describe(
-      "What stops every process of a sandbox when its call ends: `pid-namespace`, `cgroup`, `uid` or `process-group` (a process that leaves its group can outlive the call).",
+      "What stops every process of a sandbox when its call ends: `pid-namespace`, `cgroup`, `uid`, `process-group` (a process that leaves its group can outlive the call) or `container`.",
+    ),
+  image: z.string().optional().describe("The container image each call runs in (docker backend)."),
+  runtime: z
+    .string()
+    .optional()
+    .describe(
+      "The container runtime, e.g. `runc` or `runsc` (gVisor), or `engine-default` (docker backend).",
     ),
 });
 export type SandboxReport = z.infer<typeof sandboxReportSchema>;

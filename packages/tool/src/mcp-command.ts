@@ -10,7 +10,7 @@ import { runMcpStdio } from "./mcp-server.js";
 import { networkFromFlag } from "./network-flag.js";
 
 function usage(program: string): string {
-  return `Usage: ${program} [--local [--isolation auto|bwrap|none]] [--url <url>] [--token <token>] [--network <policy>]
+  return `Usage: ${program} [--local [--isolation auto|bwrap|none] | --docker <image>] [--url <url>] [--token <token>] [--network <policy>]
 
 Serves the remote_task tool over the Model Context Protocol on stdio, for an MCP client to start.
 The bridge comes from CLOUDFLARE_SANDBOX_URL (and CLOUDFLARE_SANDBOX_TOKEN, CLOUDFLARE_SANDBOX_CWD).
@@ -19,6 +19,13 @@ Options:
   --local              start the embedded local bridge in this process instead (needs
                        @remote-task/bridge); it stops when the session ends
   --isolation <mode>   with --local: auto (default), bwrap or none
+  --docker <image>     start the embedded bridge with each call in a fresh container of this
+                       image on Docker or Podman (needs @remote-task/bridge)
+  --docker-runtime <name>
+                       with --docker: the engine's runtime, e.g. runsc
+  --docker-engine <address>
+                       with --docker: unix:///path.sock or tcp://host:port (default: $DOCKER_HOST,
+                       then the usual sockets)
   --url <url>          the bridge's URL (instead of $CLOUDFLARE_SANDBOX_URL)
   --token <token>      the bridge's token (prefer $CLOUDFLARE_SANDBOX_TOKEN: arguments are
                        visible to every process on the machine)
@@ -52,15 +59,20 @@ async function load<T>(load: () => Promise<T>, peer: string, purpose: string): P
 
 type Isolation = "auto" | "bwrap" | "none";
 
+interface Embedded {
+  isolation: Isolation;
+  docker?: { image: string; runtime?: string | undefined; engine?: string | undefined } | undefined;
+}
+
 /** The embedded bridge; `startLocalBridge` owns its backend and closes it with the bridge. */
-async function startEmbeddedBridge(isolation: Isolation) {
+async function startEmbeddedBridge({ isolation, docker }: Embedded) {
   const { startLocalBridge } = await load(
     () => import("@remote-task/bridge/node"),
     "@remote-task/bridge",
     "--local (the embedded bridge)",
   );
   return startLocalBridge({
-    local: { isolation },
+    ...(docker === undefined ? { local: { isolation } } : { docker }),
     // stdout is the MCP channel. The tool reports each call's failure to the model; only what
     // it cannot see (an unexpected backend failure, a failed cleanup) goes to stderr.
     logger: (entry) => {
@@ -79,6 +91,9 @@ export async function runMcpCommand(args: readonly string[], program: string): P
   let flags: {
     local?: boolean | undefined;
     isolation?: string | undefined;
+    docker?: string | undefined;
+    "docker-runtime"?: string | undefined;
+    "docker-engine"?: string | undefined;
     url?: string | undefined;
     token?: string | undefined;
     network?: string | undefined;
@@ -91,6 +106,9 @@ export async function runMcpCommand(args: readonly string[], program: string): P
       options: {
         local: { type: "boolean" },
         isolation: { type: "string" },
+        docker: { type: "string" },
+        "docker-runtime": { type: "string" },
+        "docker-engine": { type: "string" },
         url: { type: "string" },
         token: { type: "string" },
         network: { type: "string" },
@@ -103,8 +121,20 @@ export async function runMcpCommand(args: readonly string[], program: string): P
     if (flags.isolation !== undefined && !flags.local) {
       throw new TypeError("--isolation applies only with --local (the embedded bridge).");
     }
-    if (flags.local && flags.url !== undefined) {
-      throw new TypeError("--url and --local name two bridges: give one.");
+    if (flags.local && flags.docker !== undefined) {
+      throw new TypeError("--local and --docker name two embedded bridges: give one.");
+    }
+    if (
+      (flags["docker-runtime"] !== undefined || flags["docker-engine"] !== undefined) &&
+      flags.docker === undefined
+    ) {
+      throw new TypeError("--docker-runtime and --docker-engine apply only with --docker <image>.");
+    }
+    const embedded = flags.local || flags.docker !== undefined;
+    if (embedded && flags.url !== undefined) {
+      throw new TypeError(
+        `--url and --${flags.local ? "local" : "docker"} name two bridges: give one.`,
+      );
     }
     if (flags.network !== undefined) network = networkFromFlag(flags.network);
   } catch (error) {
@@ -115,9 +145,20 @@ export async function runMcpCommand(args: readonly string[], program: string): P
     process.stdout.write(usage(program));
     return 0;
   }
-  const bridge = flags.local
-    ? await startEmbeddedBridge((flags.isolation ?? "auto") as Isolation)
-    : undefined;
+  const bridge =
+    flags.local || flags.docker !== undefined
+      ? await startEmbeddedBridge({
+          isolation: (flags.isolation ?? "auto") as Isolation,
+          docker:
+            flags.docker === undefined
+              ? undefined
+              : {
+                  image: flags.docker,
+                  runtime: flags["docker-runtime"],
+                  engine: flags["docker-engine"],
+                },
+        })
+      : undefined;
   const target = bridge ?? { url: flags.url, token: flags.token };
   const env = { ...process.env };
   if (target.url !== undefined) env.CLOUDFLARE_SANDBOX_URL = target.url;

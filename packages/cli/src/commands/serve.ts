@@ -1,12 +1,14 @@
+import type { DockerBackend } from "@remote-task/bridge/docker";
 import type { LocalBackend } from "@remote-task/bridge/local";
 import type { LocalBridge } from "@remote-task/bridge/node";
 import type { NetworkPolicy, SandboxReport } from "@remote-task/protocol";
+import { type DockerFlags, dockerBackendOptions } from "../docker.js";
 import { EXIT } from "../exit-codes.js";
 import { warnIsolationNone } from "../isolation.js";
 import { serveLogger } from "../log.js";
 import { type ServeToken, serveToken } from "../token.js";
 
-export interface ServeFlags {
+export interface ServeFlags extends DockerFlags {
   local?: boolean;
   port: number;
   host: string;
@@ -39,7 +41,7 @@ const LOOPBACK = new Set(["127.0.0.1", "::1", "localhost"]);
 
 /** Serves the embedded bridge until SIGINT/SIGTERM, then shuts down gracefully. */
 export async function serveCommand(flags: ServeFlags): Promise<number> {
-  if (!flags.local) {
+  if (!flags.local && flags.docker === undefined) {
     process.stderr.write(
       "remote-task: only `serve --local` is available here; deploy apps/worker for a Cloudflare bridge.\n",
     );
@@ -52,16 +54,18 @@ export async function serveCommand(flags: ServeFlags): Promise<number> {
     process.stderr.write(`remote-task: ${(error as Error).message}\n`);
     return EXIT.usage;
   }
-  if (flags.isolation === "none") warnIsolationNone();
+  const docker = dockerBackendOptions(flags, sandboxLimits(flags));
+  if (docker === undefined && flags.isolation === "none") warnIsolationNone();
   const { startLocalBridge } = await import("@remote-task/bridge/node");
   const network =
     flags.networkDefault === undefined && flags.networkCeiling === undefined
       ? undefined
       : { default: flags.networkDefault, ceiling: flags.networkCeiling };
-  let bridge: LocalBridge<LocalBackend>;
+  let bridge: LocalBridge<LocalBackend | DockerBackend>;
   try {
     // The bridge creates its backend and closes it again when it closes.
-    bridge = await startLocalBridge({
+    bridge = await startLocalBridge<LocalBackend | DockerBackend>({
+      docker,
       local: {
         isolation: flags.isolation,
         limits: sandboxLimits(flags),
@@ -93,7 +97,7 @@ export async function serveCommand(flags: ServeFlags): Promise<number> {
       ? `export CLOUDFLARE_SANDBOX_URL=${bridge.url} CLOUDFLARE_SANDBOX_TOKEN=${bridge.token}`
       : `export CLOUDFLARE_SANDBOX_URL=${bridge.url}`;
   process.stdout.write(
-    `remote-task local bridge on ${bridge.url} (backend ${backend.name}, isolation ${backend.isolation})\n` +
+    `remote-task ${backend.name} bridge on ${bridge.url} (backend ${backend.name}, isolation ${backend.isolation})\n` +
       `sandbox: ${describeSandbox(backend.sandbox)}\n` +
       `network: ${describeNetwork(network, backend.networkModes)}\n` +
       `token: ${token.from === undefined ? bridge.token : `from ${token.from}`}\n\n` +
@@ -121,6 +125,9 @@ function describeSandbox(report: SandboxReport): string {
     limit("/workspace MiB", report.workspaceBytes, MiB),
     limit("/tmp MiB", report.tmpBytes, MiB),
     `teardown ${report.teardown ?? "unknown"}`,
+    ...(report.image === undefined
+      ? []
+      : [`image ${report.image} (${report.runtime ?? "runtime unknown"})`]),
   ].join(", ");
 }
 

@@ -1,0 +1,233 @@
+#!/usr/bin/env node
+/**
+ * The container engine the docker backend's tests and bench use: Podman's Docker-compatible API
+ * on a unix socket, with storage of its own (nothing else on the machine is touched), and a small
+ * test image built locally from Debian's static busybox and bash (no registry is needed).
+ *
+ *   node scripts/docker-engine.mjs ensure   start it unless it answers already, build the image
+ *                                           if missing; prints {"host": ..., "image": ...}
+ *   node scripts/docker-engine.mjs stop     stop the service this script started
+ *
+ * State lives in $REMOTE_TASK_ENGINE_DIR (default /tmp/remote-task-engine). The service exits by
+ * itself after ten idle minutes. On a cgroup v1/v2 hybrid `crun` refuses to start containers, so
+ * the engine's runtime is `runc` when it is installed (a containers.conf given with
+ * CONTAINERS_CONF), and the containers' process-count rlimit stays within this process's hard limit
+ * (Podman's default would exceed it where the engine runs without CAP_SYS_RESOURCE). Several test processes may call `ensure` at once: a lock file serialises them.
+ */
+
+import { execFileSync, spawn, spawnSync } from "node:child_process";
+import {
+  closeSync,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
+import { request } from "node:http";
+import { join } from "node:path";
+
+export const TEST_IMAGE = "localhost/remote-task-test:latest";
+const dir = process.env.REMOTE_TASK_ENGINE_DIR ?? "/tmp/remote-task-engine";
+const socket = join(dir, "engine.sock");
+const host = `unix://${socket}`;
+const IDLE_SECONDS = 600;
+
+function fail(message) {
+  process.stderr.write(`docker-engine: ${message}\n`);
+  process.exit(1);
+}
+
+function which(name) {
+  for (const d of (process.env.PATH ?? "/usr/bin:/bin").split(":").concat(["/usr/sbin", "/sbin"])) {
+    const path = join(d, name);
+    if (existsSync(path)) return path;
+  }
+  return undefined;
+}
+
+function podmanEnv() {
+  return { ...process.env, CONTAINERS_CONF: join(dir, "containers.conf") };
+}
+
+function podman(args, options = {}) {
+  return spawnSync(
+    "podman",
+    ["--root", join(dir, "root"), "--runroot", join(dir, "run"), ...args],
+    {
+      env: podmanEnv(),
+      encoding: "utf8",
+      ...options,
+    },
+  );
+}
+
+function ping() {
+  return new Promise((resolve) => {
+    const req = request({ socketPath: socket, path: "/_ping", timeout: 2000 }, (res) => {
+      res.resume();
+      resolve(res.statusCode === 200);
+    });
+    req.on("error", () => resolve(false));
+    req.on("timeout", () => req.destroy());
+    req.end();
+  });
+}
+
+async function withLock(body) {
+  mkdirSync(dir, { recursive: true });
+  const lock = join(dir, "lock");
+  const deadline = Date.now() + 120_000;
+  let fd;
+  for (;;) {
+    try {
+      fd = openSync(lock, "wx");
+      break;
+    } catch (error) {
+      if (error.code !== "EEXIST") throw error;
+      // A lock older than two minutes was left by a process that died holding it.
+      try {
+        if (Date.now() - statSync(lock).mtimeMs > 120_000) rmSync(lock, { force: true });
+      } catch {}
+      if (Date.now() > deadline) fail(`timed out waiting for ${lock}`);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  }
+  try {
+    return await body();
+  } finally {
+    closeSync(fd);
+    rmSync(lock, { force: true });
+  }
+}
+
+async function startService() {
+  if (await ping()) return;
+  if (!which("podman")) fail("podman is not installed (apt-get install podman runc)");
+  const runtime = which("runc") ? 'runtime = "runc"\n' : "";
+  // Podman raises a container's process-count rlimit to its default, which fails (EPERM) where
+  // this process's own hard limit is lower: keep that hard limit.
+  const nproc = execFileSync("bash", ["-c", "ulimit -Hu"], { encoding: "utf8" }).trim();
+  const ulimits = /^\d+$/.test(nproc) ? `default_ulimits = ["nproc=${nproc}:${nproc}"]\n` : "";
+  writeFileSync(join(dir, "containers.conf"), `[containers]\n${ulimits}\n[engine]\n${runtime}`);
+  rmSync(socket, { force: true });
+  const log = openSync(join(dir, "service.log"), "a");
+  const child = spawn(
+    "podman",
+    [
+      "--root",
+      join(dir, "root"),
+      "--runroot",
+      join(dir, "run"),
+      "system",
+      "service",
+      `--time=${IDLE_SECONDS}`,
+      host,
+    ],
+    { env: podmanEnv(), detached: true, stdio: ["ignore", log, log] },
+  );
+  child.unref();
+  closeSync(log);
+  writeFileSync(join(dir, "service.pid"), String(child.pid));
+  const deadline = Date.now() + 30_000;
+  while (!(await ping())) {
+    if (Date.now() > deadline) {
+      fail(`the engine did not answer on ${socket}; see ${join(dir, "service.log")}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+/** A root filesystem of static busybox (the coreutils) and static bash, imported as an image. */
+function buildImage() {
+  if (podman(["image", "exists", TEST_IMAGE]).status === 0) return;
+  const busybox = ["/bin/busybox", "/usr/bin/busybox"].find((p) => existsSync(p));
+  const bash = ["/bin/bash-static", "/usr/bin/bash-static"].find((p) => existsSync(p));
+  if (busybox === undefined || bash === undefined) {
+    fail(
+      "busybox-static and bash-static are needed for the test image (apt-get install busybox-static bash-static)",
+    );
+  }
+  const work = mkdtempSync(join(dir, "image-"));
+  try {
+    const root = join(work, "rootfs");
+    for (const d of ["bin", "etc", "tmp", "workspace", "proc", "dev", "sys", "usr/bin"]) {
+      mkdirSync(join(root, d), { recursive: true });
+    }
+    copyFileSync(busybox, join(root, "bin/busybox"));
+    copyFileSync(bash, join(root, "bin/bash"));
+    const applets = execFileSync(busybox, ["--list"], { encoding: "utf8" }).split("\n");
+    for (const applet of applets) {
+      if (applet !== "" && !existsSync(join(root, "bin", applet))) {
+        symlinkSync("busybox", join(root, "bin", applet));
+      }
+    }
+    // bash is the shell, as on the Worker's image.
+    rmSync(join(root, "bin/sh"), { force: true });
+    symlinkSync("bash", join(root, "bin/sh"));
+    writeFileSync(
+      join(root, "etc/passwd"),
+      "root:x:0:0:root:/root:/bin/sh\nsandbox:x:1000:1000:sandbox:/workspace:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
+    );
+    writeFileSync(join(root, "etc/group"), "root:x:0:\nsandbox:x:1000:\nnogroup:x:65534:\n");
+    const tar = join(work, "rootfs.tar");
+    execFileSync("tar", ["-C", root, "-cf", tar, "."]);
+    const result = podman([
+      "import",
+      "--change",
+      "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+      tar,
+      TEST_IMAGE,
+    ]);
+    if (result.status !== 0) fail(`podman import failed: ${result.stderr}`);
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+}
+
+async function ensure() {
+  await withLock(async () => {
+    await startService();
+    buildImage();
+  });
+  process.stdout.write(
+    `${JSON.stringify({ host, image: TEST_IMAGE, ulimits: engineUlimits(), dir })}\n`,
+  );
+}
+
+/**
+ * What a backend must ask for on this engine: the service's own hard process-count limit (see
+ * startService), read from the running service.
+ */
+function engineUlimits() {
+  try {
+    const pid = Number(readFileSync(join(dir, "service.pid"), "utf8"));
+    const line = readFileSync(`/proc/${pid}/limits`, "utf8")
+      .split("\n")
+      .find((l) => l.startsWith("Max processes"));
+    const hard = line?.split(/\s{2,}/)[2];
+    return hard !== undefined && /^\d+$/.test(hard) ? { nproc: Number(hard) } : {};
+  } catch {
+    return {};
+  }
+}
+
+function stop() {
+  const pidFile = join(dir, "service.pid");
+  if (!existsSync(pidFile)) return;
+  const pid = Number(readFileSync(pidFile, "utf8"));
+  try {
+    process.kill(pid, "SIGTERM");
+  } catch {}
+  rmSync(pidFile, { force: true });
+}
+
+const command = process.argv[2];
+if (command === "ensure") await ensure();
+else if (command === "stop") stop();
+else fail("usage: docker-engine.mjs ensure|stop");
