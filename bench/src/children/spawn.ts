@@ -2,7 +2,7 @@
 // the command (`sh -c`, or bubblewrap with the local backend's own flags), and the local backend
 // driven directly (start, read, exit, destroy) without HTTP.
 import { spawn } from "node:child_process";
-import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, closeSync, mkdtempSync, openSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
@@ -20,6 +20,8 @@ import {
   SANDBOX_PASSWD,
   SANDBOX_WORKSPACE,
 } from "../../../packages/bridge/src/local/bwrap.ts";
+import { sandboxSeccompFilter } from "../../../packages/bridge/src/local/seccomp.ts";
+import { findShell } from "../../../packages/bridge/src/local/shell.ts";
 import { serveRpc } from "../lib/proc.ts";
 
 type Isolation = "none" | "bwrap";
@@ -52,14 +54,24 @@ const bareBwrapBase = bwrapBaseArgs({
   etcEntries: DEFAULT_ETC_ENTRIES,
 });
 
+/** The backend's shell (bash where there is one) and its seccomp filter, as the backend uses them. */
+const SHELL = findShell();
+const seccompFile = join(files, "seccomp.bpf");
+const seccomp = sandboxSeccompFilter();
+if (seccomp !== undefined) writeFileSync(seccompFile, seccomp);
+const SECCOMP_FD = 3;
+
 function bareBwrapArgs(command: string): string[] {
   return [
-    ...bwrapArgs(bareBwrapBase, { cwd: SANDBOX_WORKSPACE, extraDirs: [] }),
+    ...bwrapArgs(bareBwrapBase, {
+      cwd: SANDBOX_WORKSPACE,
+      ...(seccomp === undefined ? {} : { seccompFd: SECCOMP_FD }),
+    }),
     "--clearenv",
     ...Object.entries(ENV).flatMap(([name, value]) => ["--setenv", name, value]),
     "--",
-    "/bin/sh",
-    "-c",
+    SHELL.path,
+    ...SHELL.args,
     command,
   ];
 }
@@ -68,22 +80,26 @@ function bareBwrapArgs(command: string): string[] {
 function bare({ isolation, command }: Params): Promise<number> {
   const started = performance.now();
   return new Promise((resolve, reject) => {
+    // bwrap reads the filter to its end from the descriptor: each spawn opens the file afresh.
+    const filterFd =
+      isolation === "bwrap" && seccomp !== undefined ? openSync(seccompFile, "r") : undefined;
     const child =
       isolation === "bwrap"
         ? spawn("bwrap", bareBwrapArgs(command), {
-            stdio: ["ignore", "pipe", "pipe"],
+            stdio: ["ignore", "pipe", "pipe", ...(filterFd === undefined ? [] : [filterFd])],
             env: ENV,
             detached: true,
             ...(uid === undefined ? {} : { uid, gid: uid }),
           })
-        : spawn("/bin/sh", ["-c", command], {
+        : spawn(SHELL.path, [...SHELL.args, command], {
             stdio: ["ignore", "pipe", "pipe"],
             env: ENV,
             detached: true,
             ...(uid === undefined ? {} : { uid, gid: uid }),
           });
-    child.stdout.on("data", () => {});
-    child.stderr.on("data", () => {});
+    if (filterFd !== undefined) closeSync(filterFd);
+    child.stdout?.on("data", () => {});
+    child.stderr?.on("data", () => {});
     child.once("error", reject);
     child.once("close", (code) => {
       if (code !== 0) reject(new Error(`bare ${isolation} command exited ${code}`));

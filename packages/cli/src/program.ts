@@ -4,6 +4,7 @@ import { healthCommand } from "./commands/health.js";
 import { runCommand } from "./commands/run.js";
 import { runManyCommand } from "./commands/run-many.js";
 import { serveCommand } from "./commands/serve.js";
+import { dockerOptions } from "./docker.js";
 import { EXIT } from "./exit-codes.js";
 import { hostList, networkPolicy } from "./network.js";
 import { describeError } from "./report.js";
