@@ -8,7 +8,7 @@ import * as z from "zod";
 export function remoteTaskParameters(defaultTimeoutSeconds: number = DEFAULT_TIMEOUT_SECONDS) {
   return z.object({
     command: execRequestSchema.shape.command.describe(
-      "The shell command to run (`/bin/sh -c`). Put all input in the command itself.",
+      "The shell command to run (with `bash -c`, or `/bin/sh -c` where a sandbox has no bash). Put all input in the command itself.",
     ),
     timeout: execRequestSchema.shape.timeoutSeconds
       .unwrap()
