@@ -213,12 +213,15 @@ describe("formatOutput agrees with truncateTail", () => {
           const stderrBytes = utf8ByteLength(stderr) + moreErr;
           const shown = formatOutput({ stdout, stderr, stdoutBytes, stderrBytes }, options);
           expect(shown.truncated).toBe(true);
-          // The notice reports the command's real total, never the retained length.
+          // The notice reports the command's real total, never the retained length, and names
+          // the limit that cut: the line limit where the text had more lines, else the bytes.
           const joinedTotal =
             stdoutBytes + stderrBytes + (stdoutBytes > 0 && stderrBytes > 0 ? 1 : 0);
-          expect(shown.text).toContain(
-            ` of ${formatSize(joinedTotal)} (${formatSize(options.maxBytes)} limit).`,
-          );
+          const limits = [
+            `(${formatSize(options.maxBytes)} limit)`,
+            `(${options.maxLines}-line limit)`,
+          ].map((limit) => ` of ${formatSize(joinedTotal)} ${limit}.`);
+          expect(limits.some((notice) => shown.text.includes(notice)), shown.text).toBe(true);
         },
       ),
       fuzzParameters(500),
