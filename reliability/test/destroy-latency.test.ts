@@ -47,7 +47,7 @@ describe("local backend destroy latency", () => {
             await backend.destroy(sandboxId);
             destroyMs.push(performance.now() - started);
           }
-          expect(backend.stats()).toEqual({ live: 0, started: CALLS, destroyed: CALLS });
+          expect(backend.stats()).toMatchObject({ live: 0, started: CALLS, destroyed: CALLS });
           expect(await leftoverDirs(tmpRoot)).toEqual([]);
           await backend.close();
           expect(await readdir(tmpRoot)).toEqual([]);

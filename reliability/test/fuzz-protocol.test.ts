@@ -221,7 +221,10 @@ describe("formatOutput agrees with truncateTail", () => {
             `(${formatSize(options.maxBytes)} limit)`,
             `(${options.maxLines}-line limit)`,
           ].map((limit) => ` of ${formatSize(joinedTotal)} ${limit}.`);
-          expect(limits.some((notice) => shown.text.includes(notice)), shown.text).toBe(true);
+          expect(
+            limits.some((notice) => shown.text.includes(notice)),
+            shown.text,
+          ).toBe(true);
         },
       ),
       fuzzParameters(500),

@@ -430,6 +430,8 @@ describe.skipIf(!root)("a sandbox that cannot be confined never runs its command
     const host = await localBridge({ isolation: "none" });
     try {
       expect((await host.run("true")).code).toBe(0);
+      // Once slot 0 is free again (its leftovers removed), the next call gets it.
+      await eventually(() => host.backend.stats().draining === 0, "slot 0 released");
       // Take the slot's cgroups away: the next call gets that slot and cannot join them.
       const instance = host.backend.stateDir.split("remote-task-")[1] as string;
       const own = readFileSync("/proc/self/cgroup", "utf8");

@@ -39,6 +39,8 @@ export interface LocalBackendStats {
   live: number;
   started: number;
   destroyed: number;
+  /** Slots of destroyed sandboxes not handed out again yet (their last processes or leftovers). */
+  draining: number;
 }
 
 /** The local backend: a process per call in a fresh, confined sandbox. */
@@ -99,9 +101,12 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
               : releaseWhenDrained(host, sandbox.slot, await sandbox.nsInit);
           draining.add(done);
           void done.finally(() => draining.delete(done));
-          // Under isolation none the slot is usually free again at once (once its leftovers are
-          // removed): the answer waits for that, so the caller's next call finds it free.
-          if (host.isolation === "none") await settleWithin(done, host.killGraceMs);
+          // Under isolation none the slot is usually free again soon (once its leftovers are
+          // removed). The next call takes another slot meanwhile; only when there is none does
+          // the answer wait for this one, so the caller's next call finds it free.
+          if (host.isolation === "none" && !host.pool.hasSpare()) {
+            await settleWithin(done, host.killGraceMs);
+          }
         }
         sandboxes.delete(sandboxId);
         destroyed++;
@@ -148,7 +153,7 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
     destroy,
 
     liveSandboxes: () => sandboxes.size,
-    stats: () => ({ live: sandboxes.size, started, destroyed }),
+    stats: () => ({ live: sandboxes.size, started, destroyed, draining: draining.size }),
     excludeFromEgress(endpoint) {
       bridgeEndpoints.push({ host: endpoint.host, port: endpoint.port });
     },

@@ -145,6 +145,15 @@ export class SlotPool {
   }
 
   /**
+   * Whether `acquire` has a slot without waiting for one in use: a free one, or a uid of the range
+   * not yet tried (another backend may still have claimed it).
+   */
+  hasSpare(): boolean {
+    const { uids } = this.options;
+    return this.free.length > 0 || uids === undefined || this.nextUid < uids.first + uids.count;
+  }
+
+  /**
    * Removes the cgroups and uid claims of the free slots. A slot still in use, draining or retired
    * keeps its claim (its uid may still have processes, zombies included) until this process is gone
    * and a sweep releases it; with `killFirst` its processes are sent SIGKILL (at process exit).
