@@ -8,7 +8,7 @@
  */
 
 import { randomBytes } from "node:crypto";
-import { chmodSync, mkdtempSync, rmSync } from "node:fs";
+import { chmodSync, mkdirSync, readdirSync, rmSync } from "node:fs";
 import { Agent } from "node:http";
 import type { Socket } from "node:net";
 import { hostname, tmpdir } from "node:os";
@@ -25,7 +25,7 @@ import {
 import type { EgressOptions } from "../local/egress.js";
 import type { Endpoint } from "../local/egress-policy.js";
 import { DEFAULT_SANDBOX_LIMITS, resolveSandboxLimits } from "../local/limits.js";
-import { newInstanceName, ownerAlive } from "../local/ownership.js";
+import { isInstanceName, newInstanceName, ownerAlive } from "../local/ownership.js";
 import { checkedPatterns, stderrWarnings } from "../local/setup.js";
 import type { BridgeLogger } from "../logger.js";
 import type { NetworkMode } from "../network.js";
@@ -136,6 +136,9 @@ export class DockerUnavailableError extends Error {
     return hasBrand(value, UNAVAILABLE_BRAND);
   }
 }
+
+/** The directory of a backend's proxy sockets, in the temporary directory, is this + its instance. */
+const SOCKET_DIR_PREFIX = "remote-task-docker-";
 
 /** Containers made ahead of calls unless the deployer says otherwise. */
 const DEFAULT_POOL_SIZE = 2;
@@ -253,7 +256,10 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
   const networkModes: NetworkMode[] =
     networkUnavailable === undefined ? ["none", "allow", "open"] : ["none"];
   const bridgeEndpoints: Endpoint[] = [];
-  /** The calls' proxy sockets (made on the first call with network; removed on close). */
+  /**
+   * The calls' proxy sockets: made on the first call with network, removed on close, and named by
+   * the instance so that the next backend removes a crashed one's (its relays died with it).
+   */
   let socketDir: string | undefined;
   let serial = 0;
 
@@ -267,6 +273,7 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
   let closed = false;
 
   const ready = (async () => {
+    sweepSocketDirs();
     const swept = sweep((owner, labels) => labels[LABELS.host] === host && !ownerAlive(owner));
     swept.catch(() => {});
     const version = engine.json<{ Components?: Array<{ Name?: string }> }>({
@@ -345,6 +352,15 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
     if (container === undefined) return;
     container.socket.destroy();
     await removeContainer(container.id).catch(() => {});
+  }
+
+  /** Removes the proxy socket directories of this machine's dead docker backends. */
+  function sweepSocketDirs(): void {
+    for (const name of readdirSync(tmpdir())) {
+      const owner = name.slice(SOCKET_DIR_PREFIX.length);
+      if (name.startsWith(SOCKET_DIR_PREFIX) && isInstanceName(owner) && !ownerAlive(owner))
+        rmSync(join(tmpdir(), name), { recursive: true, force: true });
+    }
   }
 
   /** Removes the containers of this machine's bridges that `dead` says are gone. */
@@ -540,9 +556,11 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
       throw new BackendError("sandbox_error", DOCKER_TEXTS.noRelay(probe.reason));
     try {
       if (socketDir === undefined) {
-        socketDir = mkdtempSync(join(tmpdir(), "remote-task-docker-"));
-        // The relay's uid may pass through, not list; each socket is its own.
-        chmodSync(socketDir, 0o711);
+        const dir = join(tmpdir(), `${SOCKET_DIR_PREFIX}${instance}`);
+        // Fails if it exists: nobody else chose this directory. The relay's uid may pass through.
+        mkdirSync(dir, { mode: 0o700 });
+        chmodSync(dir, 0o711);
+        socketDir = dir;
       }
       const { body } = await engine.json<{ State?: { Pid?: number } }>({
         method: "GET",
