@@ -1,6 +1,9 @@
+import { once } from "node:events";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { describe, expect, it } from "vitest";
 import { requireEngine, skipDocker } from "../../bridge/test/docker-engine.js";
-import { runCli } from "./helpers.js";
+import { cleanEnv, runCli, startCli } from "./helpers.js";
 
 describe.skipIf(skipDocker)("--docker IMAGE (the embedded bridge on the docker backend)", () => {
   const dockerFlags = () => {
@@ -20,6 +23,54 @@ describe.skipIf(skipDocker)("--docker IMAGE (the embedded bridge on the docker b
   it("runs a command in a fresh container of the image", async () => {
     const result = await runCli(["run", ...dockerFlags(), "--", "id -u; hostname; pwd"]);
     expect(result).toMatchObject({ code: 0, stdout: "1000\nsandbox\n/workspace\n" });
+  });
+
+  it("takes --network: the call reaches out only through the egress proxy, which refuses loopback", async () => {
+    const result = await runCli([
+      "run",
+      ...dockerFlags(),
+      "--network",
+      "open",
+      "--",
+      'echo "$https_proxy"; wget -q -O- http://127.0.0.1:9/ 2>&1; (exec 3<>/dev/tcp/10.0.0.1/80) 2>/dev/null || echo no-route',
+    ]);
+    expect(result.stdout).toBe(
+      "http://127.0.0.1:3128\nwget: server returned error: HTTP/1.1 403 Forbidden\nno-route\n",
+    );
+  });
+
+  it("serve --docker passes --allow-private on: a call with network reaches that host", async () => {
+    const host = createServer((_req, res) => res.end("hello from the host"));
+    await new Promise<void>((resolve) => host.listen(0, "127.0.0.1", resolve));
+    const allowed = `127.0.0.1:${(host.address() as AddressInfo).port}`;
+    const server = startCli([
+      "serve",
+      ...dockerFlags(),
+      "--network-ceiling",
+      "open",
+      "--allow-private",
+      allowed,
+    ]);
+    try {
+      let out = "";
+      server.stdout?.setEncoding("utf8");
+      for await (const chunk of server.stdout ?? []) {
+        out += chunk;
+        if (/^export .*\n/m.test(out)) break;
+      }
+      const url = /CLOUDFLARE_SANDBOX_URL=(\S+)/.exec(out)?.[1] ?? "";
+      const token = /CLOUDFLARE_SANDBOX_TOKEN=(\S+)/.exec(out)?.[1] ?? "";
+      const env = cleanEnv({ CLOUDFLARE_SANDBOX_URL: url, CLOUDFLARE_SANDBOX_TOKEN: token });
+      const run = await runCli(
+        ["run", "--network", "open", "--", `wget -q -O- http://${allowed}/`],
+        { env },
+      );
+      expect(run.stdout).toBe("hello from the host");
+    } finally {
+      server.kill("SIGINT");
+      await once(server, "exit");
+      host.close();
+    }
   });
 
   it("says clearly when the image is not there", async () => {

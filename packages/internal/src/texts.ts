@@ -99,6 +99,7 @@ export const DOCKER_TEXTS = {
   noShell: (image: string, code: number | undefined, output: string) =>
     `The container of image ${image} ended before its shell ran (exit ${code ?? "unknown"}${output ? `: ${output}` : ""}); the image needs /bin/sh.`,
   missingCwd: CLOUDFLARE_TEXTS.missingCwd,
+  noRelay: (reason: string) => `The container's network relay could not be set up: ${reason}`,
 } as const;
 
 type Text = string | ((...values: never[]) => string);

@@ -8,9 +8,11 @@
  */
 
 import { randomBytes } from "node:crypto";
+import { chmodSync, mkdirSync, readdirSync, rmSync } from "node:fs";
 import { Agent } from "node:http";
 import type { Socket } from "node:net";
-import { hostname } from "node:os";
+import { hostname, tmpdir } from "node:os";
+import { join } from "node:path";
 import { DOCKER_TEXTS, hasBrand } from "@remote-task/internal";
 import type { SandboxReport } from "@remote-task/protocol";
 import {
@@ -20,8 +22,13 @@ import {
   type RunningCommand,
   type SandboxBackend,
 } from "../backend.js";
+import type { EgressOptions } from "../local/egress.js";
+import type { Endpoint } from "../local/egress-policy.js";
 import { DEFAULT_SANDBOX_LIMITS, resolveSandboxLimits } from "../local/limits.js";
-import { newInstanceName, ownerAlive } from "../local/ownership.js";
+import { isInstanceName, newInstanceName, ownerAlive } from "../local/ownership.js";
+import { checkedPatterns, stderrWarnings } from "../local/setup.js";
+import type { BridgeLogger } from "../logger.js";
+import type { NetworkMode } from "../network.js";
 import { resolveEngineAddress } from "./address.js";
 import {
   type ContainerSettings,
@@ -35,6 +42,7 @@ import {
 } from "./container.js";
 import { createEngineClient, type EngineClient, EngineError } from "./engine.js";
 import { FrameReader } from "./frames.js";
+import { type ContainerNetwork, probeContainerNetwork, startContainerNetwork } from "./network.js";
 
 export { defaultSockets, parseEngineAddress } from "./address.js";
 export { type DockerLimits, LABELS } from "./container.js";
@@ -68,6 +76,10 @@ export interface DockerBackendOptions {
   pool?: number | undefined;
   /** Mount the image's filesystem read-only (default true; `/workspace` and `/tmp` are tmpfs). */
   readOnlyRootfs?: boolean | undefined;
+  /** What calls with network `open` or an allowlist may reach besides public addresses. */
+  egress?: EgressOptions | undefined;
+  /** Told (a warning) why calls get network `none` only, when that is all it can enforce. */
+  logger?: BridgeLogger | undefined;
 }
 
 /** Limits each container gets unless the deployer sets others; reported by `/health`. */
@@ -100,6 +112,10 @@ export interface DockerBackend extends SandboxBackend {
   readonly ready: Promise<void>;
   liveSandboxes(): number;
   stats(): DockerBackendStats;
+  /** Why only network `none` is offered (undefined when `open` and allowlists are). */
+  readonly networkUnavailable: string | undefined;
+  /** Keeps calls' egress away from where the bridge listens (the Node host calls it). */
+  excludeFromEgress(endpoint: Endpoint): void;
   /** Removes every container of this backend. Idempotent. */
   close(): Promise<void>;
 }
@@ -121,6 +137,9 @@ export class DockerUnavailableError extends Error {
   }
 }
 
+/** The directory of a backend's proxy sockets, in the temporary directory, is this + its instance. */
+const SOCKET_DIR_PREFIX = "remote-task-docker-";
+
 /** Containers made ahead of calls unless the deployer says otherwise. */
 const DEFAULT_POOL_SIZE = 2;
 
@@ -139,6 +158,8 @@ interface Call {
   /** Settles once the create/attach/start sequence has, whatever its outcome. */
   startup: Promise<unknown>;
   socket?: Socket;
+  /** The egress proxy and relay of a call with network. */
+  network?: ContainerNetwork;
   removal?: Promise<void>;
 }
 
@@ -222,6 +243,26 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
     ...(options.runtime === undefined ? {} : { runtime: options.runtime }),
   };
 
+  const allowPrivate = checkedPatterns(options.egress?.allowPrivate);
+  const probe = probeContainerNetwork(endpoint, options.runtime);
+  const networkUnavailable = "reason" in probe ? probe.reason : undefined;
+  if (networkUnavailable !== undefined) {
+    (options.logger ?? stderrWarnings)({
+      event: "warning",
+      level: "warn",
+      detail: `containers get no network access at all (network "none" only): ${networkUnavailable}`,
+    });
+  }
+  const networkModes: NetworkMode[] =
+    networkUnavailable === undefined ? ["none", "allow", "open"] : ["none"];
+  const bridgeEndpoints: Endpoint[] = [];
+  /**
+   * The calls' proxy sockets: made on the first call with network, removed on close, and named by
+   * the instance so that the next backend removes a crashed one's (its relays died with it).
+   */
+  let socketDir: string | undefined;
+  let serial = 0;
+
   const calls = new Map<string, Call>();
   const poolSize = checkPoolSize(options.pool);
   const pool: Array<Promise<Prepared>> = [];
@@ -232,6 +273,7 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
   let closed = false;
 
   const ready = (async () => {
+    sweepSocketDirs();
     const swept = sweep((owner, labels) => labels[LABELS.host] === host && !ownerAlive(owner));
     swept.catch(() => {});
     const version = engine.json<{ Components?: Array<{ Name?: string }> }>({
@@ -312,6 +354,15 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
     await removeContainer(container.id).catch(() => {});
   }
 
+  /** Removes the proxy socket directories of this machine's dead docker backends. */
+  function sweepSocketDirs(): void {
+    for (const name of readdirSync(tmpdir())) {
+      const owner = name.slice(SOCKET_DIR_PREFIX.length);
+      if (name.startsWith(SOCKET_DIR_PREFIX) && isInstanceName(owner) && !ownerAlive(owner))
+        rmSync(join(tmpdir(), name), { recursive: true, force: true });
+    }
+  }
+
   /** Removes the containers of this machine's bridges that `dead` says are gone. */
   async function sweep(dead: (owner: string, labels: Record<string, string>) => boolean) {
     const { body } = await engine.json<Array<{ Id: string; Labels?: Record<string, string> }>>({
@@ -344,6 +395,7 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
     call.removal ??= (async () => {
       await call.startup;
       call.socket?.destroy();
+      await call.network?.close();
       if (call.id !== undefined) await removeContainer(call.id);
     })();
     return call.removal;
@@ -400,9 +452,11 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
       }
     }
     const { id, socket, reader } = container;
+    // The container's shell waits for its script: the relay listens before the command exists.
+    const proxyEnv = await startNetwork(spec, call, id);
     // A command that does not read its input ends with it unwritten: no error.
     socket.on("error", () => {});
-    socket.write(callScript(spec, cwd, nonce));
+    socket.write(callScript({ ...spec, env: { ...proxyEnv, ...spec.env } }, cwd, nonce));
     if (spec.stdin === undefined) socket.end();
     const exit = exitCode(id, reader);
     exit.catch(() => {});
@@ -490,6 +544,43 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
     });
   }
 
+  /** A call with `open` or an allowlist: its proxy, and its relay inside the started container. */
+  async function startNetwork(
+    spec: ExecSpec,
+    call: Call,
+    id: string,
+  ): Promise<Record<string, string>> {
+    const policy = spec.network ?? "none";
+    if (policy === "none") return {};
+    if ("reason" in probe)
+      throw new BackendError("sandbox_error", DOCKER_TEXTS.noRelay(probe.reason));
+    try {
+      if (socketDir === undefined) {
+        const dir = join(tmpdir(), `${SOCKET_DIR_PREFIX}${instance}`);
+        // Fails if it exists: nobody else chose this directory. The relay's uid may pass through.
+        mkdirSync(dir, { mode: 0o700 });
+        chmodSync(dir, 0o711);
+        socketDir = dir;
+      }
+      const { body } = await engine.json<{ State?: { Pid?: number } }>({
+        method: "GET",
+        path: `/containers/${id}/json`,
+      });
+      call.network = await startContainerNetwork({
+        tools: probe.tools,
+        containerId: id,
+        pid: body.State?.Pid ?? 0,
+        policy,
+        socketPath: join(socketDir, `egress-${++serial}.sock`),
+        allowPrivate,
+        protectedEndpoints: () => bridgeEndpoints,
+      });
+      return call.network.env;
+    } catch (error) {
+      throw new BackendError("sandbox_error", DOCKER_TEXTS.noRelay((error as Error).message));
+    }
+  }
+
   function missingCwdError(cwd: string): BackendError {
     return new BackendError("invalid_request", DOCKER_TEXTS.missingCwd(cwd), { path: ["cwd"] });
   }
@@ -513,7 +604,8 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
   return {
     name: "docker",
     isolation: "container",
-    networkModes: ["none"],
+    networkModes,
+    networkUnavailable,
     image: options.image,
     runtime: options.runtime,
     instance,
@@ -555,6 +647,9 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
     },
 
     destroy,
+    excludeFromEgress(where) {
+      bridgeEndpoints.push({ host: where.host, port: where.port });
+    },
     liveSandboxes: () => calls.size,
     stats: () => ({ live: calls.size, started, destroyed }),
 
@@ -568,6 +663,7 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
       ]);
       // Whatever this backend made that no call knows of any more (a create whose answer was lost).
       await ready.then(() => sweep((owner) => owner === instance)).catch(() => {});
+      if (socketDir !== undefined) rmSync(socketDir, { recursive: true, force: true });
       engine.close();
     },
   };

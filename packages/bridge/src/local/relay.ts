@@ -51,6 +51,11 @@ export function proxyEnvironment(): Record<string, string> {
   };
 }
 
+/** The relay's arguments after the Node binary: it listens on 127.0.0.1 and carries to `socketPath`. */
+export function relayArgs(socketPath: string): string[] {
+  return ["-e", RELAY_SOURCE, String(RELAY_PORT), socketPath];
+}
+
 /**
  * Shell lines that start the relay and wait until it listens, or end the sandbox (exit 125) with
  * a clear message when it cannot start.

@@ -110,7 +110,7 @@ export class IsolationUnavailableError extends Error {
 }
 
 /** The default logger of a backend used on its own: warnings as plain lines on stderr. */
-const stderrWarnings: BridgeLogger = (entry) => {
+export const stderrWarnings: BridgeLogger = (entry) => {
   if (entry.event === "warning") process.stderr.write(`remote-task: warning: ${entry.detail}\n`);
 };
 
@@ -194,7 +194,8 @@ function relayUnavailable(root: boolean): string | undefined {
   return undefined;
 }
 
-function checkedPatterns(patterns: readonly string[] | undefined): ParsedHostPattern[] {
+/** The deployer's `egress.allowPrivate`, checked (a clear TypeError names the bad one). */
+export function checkedPatterns(patterns: readonly string[] | undefined): ParsedHostPattern[] {
   return (patterns ?? []).map((pattern, index) => {
     const parsed = hostPatternSchema.safeParse(pattern);
     if (!parsed.success) {

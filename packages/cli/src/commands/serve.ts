@@ -54,7 +54,10 @@ export async function serveCommand(flags: ServeFlags): Promise<number> {
     process.stderr.write(`remote-task: ${(error as Error).message}\n`);
     return EXIT.usage;
   }
-  const docker = dockerBackendOptions(flags, sandboxLimits(flags));
+  const egress =
+    flags.allowPrivate === undefined ? {} : { egress: { allowPrivate: flags.allowPrivate } };
+  const base = dockerBackendOptions(flags, sandboxLimits(flags));
+  const docker = base === undefined ? undefined : { ...base, ...egress, logger: serveLogger };
   if (docker === undefined && flags.isolation === "none") warnIsolationNone();
   const { startLocalBridge } = await import("@remote-task/bridge/node");
   const network =
@@ -70,9 +73,7 @@ export async function serveCommand(flags: ServeFlags): Promise<number> {
         isolation: flags.isolation,
         limits: sandboxLimits(flags),
         ...(flags.uids === undefined ? {} : { uids: flags.uids }),
-        ...(flags.allowPrivate === undefined
-          ? {}
-          : { egress: { allowPrivate: flags.allowPrivate } }),
+        ...egress,
       },
       port: flags.port,
       host: flags.host,
