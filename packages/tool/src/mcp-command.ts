@@ -69,7 +69,7 @@ async function startEmbeddedBridge({ isolation, docker }: Embedded) {
   const { startLocalBridge } = await load(
     () => import("@remote-task/bridge/node"),
     "@remote-task/bridge",
-    "--local (the embedded bridge)",
+    `${docker === undefined ? "--local" : "--docker"} (the embedded bridge)`,
   );
   return startLocalBridge({
     ...(docker === undefined ? { local: { isolation } } : { docker }),

@@ -129,11 +129,36 @@ describe("the remote-task-mcp bin", () => {
   it("prints its usage with --help and refuses unknown flags", async () => {
     const { stdout } = await run(process.execPath, [BIN, "--help"]);
     expect(stdout).toContain(
-      "Usage: remote-task-mcp [--local [--isolation auto|bwrap|none]] [--url <url>] [--token <token>] [--network <policy>]",
+      "Usage: remote-task-mcp [--local [--isolation auto|bwrap|none] | --docker <image>] [--url <url>] [--token <token>] [--network <policy>]",
     );
     const error = await failure([BIN, "--bogus"]);
     expect(error?.code).toBe(2);
     expect(error?.stderr).toContain("Unknown option '--bogus'");
+  });
+
+  it("refuses --docker beside --local or --url, and --docker-* flags without --docker", async () => {
+    const cases: Array<[string[], string]> = [
+      [["--local", "--docker", "img"], "--local and --docker name two embedded bridges"],
+      [["--docker", "img", "--url", "http://127.0.0.1:1"], "--url and --docker name two bridges"],
+      [["--docker-runtime", "runsc"], "apply only with --docker <image>"],
+    ];
+    for (const [args, message] of cases) {
+      const error = await failure([BIN, ...args]);
+      expect(error?.code, args.join(" ")).toBe(2);
+      expect(error?.stderr).toContain(message);
+    }
+  });
+
+  it("names the package to install when --docker has no bridge package", async () => {
+    const error = await failure([
+      "--import",
+      without("@remote-task/bridge"),
+      BIN,
+      "--docker",
+      "img",
+    ]);
+    expect(error?.code).toBe(1);
+    expect(error?.stderr).toContain("--docker (the embedded bridge) needs @remote-task/bridge");
   });
 
   it("refuses an older Node.js with the version it needs", async () => {
