@@ -122,6 +122,11 @@ interface Sidecar {
   port?: number;
   /** Shared with the app container's record (`ContainerRecord.egress`). */
   egress: EgressConfig[];
+  /**
+   * The CONNECT tunnels open through it: an upgraded socket is no longer the server's, so
+   * `closeAllConnections()` leaves it open and `close()` would wait for it forever.
+   */
+  tunnels?: Set<Socket> | undefined;
 }
 
 const SIDECAR_INGRESS_PORT = 39001;
@@ -538,7 +543,11 @@ export class FakeDockerEngine {
         send(response, 500, { message: "harness sidecar: unknown request" });
       });
     });
+    const tunnels = new Set<Socket>();
+    sidecar.tunnels = tunnels;
     server.on("connect", (request: IncomingMessage, client: Socket, head: Buffer) => {
+      tunnels.add(client);
+      client.once("close", () => tunnels.delete(client));
       void this.#tunnel(sidecar, request, client, head);
     });
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
@@ -585,6 +594,7 @@ export class FakeDockerEngine {
     if (server === undefined) return;
     sidecar.server = undefined;
     server.closeAllConnections();
+    for (const tunnel of sidecar.tunnels ?? []) tunnel.destroy();
     await new Promise<void>((resolve) => server.close(() => resolve()));
   }
 }
