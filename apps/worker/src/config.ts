@@ -1,5 +1,5 @@
 import { type AdmissionSettings, DEFAULT_LIMITS, networkAllows } from "@remote-task/bridge";
-import { hasBrand } from "@remote-task/internal";
+import { brandClass } from "@remote-task/internal";
 import {
   DEFAULT_NETWORK_POLICY,
   type Limits,
@@ -145,12 +145,9 @@ export interface NetworkConfig {
   ceiling: ContainerNetwork;
 }
 
-const CONFIG_ERROR_BRAND = Symbol.for("remote-task.worker.ConfigError");
-
 /** A Worker variable with a value the Worker cannot use. */
 export class ConfigError extends Error {
-  static readonly brand = CONFIG_ERROR_BRAND;
-  readonly [CONFIG_ERROR_BRAND] = true;
+  static readonly isInstance = brandClass(this, "remote-task.worker.ConfigError");
   override readonly name = "ConfigError";
 
   constructor(
@@ -161,10 +158,6 @@ export class ConfigError extends Error {
       `Worker variable ${variable} ${problem}. Fix it in wrangler.jsonc "vars" (or the ` +
         "Cloudflare dashboard) and deploy again.",
     );
-  }
-
-  static isInstance(value: unknown): value is ConfigError {
-    return hasBrand(value, CONFIG_ERROR_BRAND);
   }
 }
 
