@@ -20,7 +20,7 @@
  */
 
 /** What every task gets unless the caller's `env` sets it (the local backend's values). */
-export const TASK_ENV_DEFAULTS: Readonly<Record<string, string>> = {
+const TASK_ENV_DEFAULTS: Readonly<Record<string, string>> = {
   HOME: "/workspace",
   LANG: "C.UTF-8",
   TMPDIR: "/tmp",

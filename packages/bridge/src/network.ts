@@ -19,7 +19,7 @@ export interface NetworkOptions {
   ceiling?: NetworkPolicy | undefined;
 }
 
-export function networkMode(policy: NetworkPolicy): NetworkMode {
+function networkMode(policy: NetworkPolicy): NetworkMode {
   return typeof policy === "string" ? policy : "allow";
 }
 

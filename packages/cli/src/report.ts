@@ -33,7 +33,7 @@ export function exitCodeOf(result: TaskResult): number {
 }
 
 /** `1 second`, `2 seconds`, `0.5 seconds`. */
-export function seconds(n: number): string {
+function seconds(n: number): string {
   return `${n} ${n === 1 ? "second" : "seconds"}`;
 }
 

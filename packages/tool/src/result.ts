@@ -29,7 +29,7 @@ export const ABORTED_TEXT = "remote_task aborted";
  * Text of a call abandoned because the bridge did not answer within the timeout plus the grace
  * period, exactly as the reference tool words its own client-side timeout.
  */
-export function clientTimeoutText(timeoutSeconds: number): string {
+function clientTimeoutText(timeoutSeconds: number): string {
   return `remote_task timed out after ${seconds(timeoutSeconds)}`;
 }
 

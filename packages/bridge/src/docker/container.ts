@@ -25,7 +25,7 @@ export const LABELS = {
   host: "remote-task.host",
 } as const;
 
-export const SANDBOX_WORKSPACE = "/workspace";
+const SANDBOX_WORKSPACE = "/workspace";
 
 /** A POSIX shell word that stands for `text` exactly. */
 function shellQuote(text: string): string {

@@ -10,7 +10,7 @@ import type { Socket } from "node:net";
 import { brandClass } from "@remote-task/internal";
 
 /** API version every request names; Docker 20.10+ and Podman 3+ serve it. */
-export const API_VERSION = "v1.41";
+const API_VERSION = "v1.41";
 
 /** Where the engine listens: a unix socket path, or a TCP host and port (plain HTTP). */
 export type EngineEndpoint = { socketPath: string } | { host: string; port: number };
@@ -30,7 +30,7 @@ export class EngineError extends Error {
   }
 }
 
-export interface EngineRequest {
+interface EngineRequest {
   method: "GET" | "POST" | "DELETE";
   path: string;
   query?: Record<string, string> | undefined;

@@ -17,7 +17,7 @@ import { pollUntil, signal } from "./processes.js";
  * after each call), which avoids creating and removing a memory cgroup per call.
  */
 
-export type Controller = "pids" | "memory";
+type Controller = "pids" | "memory";
 const CONTROLLERS: readonly Controller[] = ["pids", "memory"];
 
 interface Hierarchy {
@@ -28,7 +28,7 @@ interface Hierarchy {
 }
 
 /** Which cgroup version enforces each controller; reported by `/health`. */
-export type CgroupEnforcement = Partial<Record<Controller, "cgroup-v1" | "cgroup-v2">>;
+type CgroupEnforcement = Partial<Record<Controller, "cgroup-v1" | "cgroup-v2">>;
 
 /** Files of each version; the only difference between the v1 and v2 paths. */
 const FILES = {

@@ -31,8 +31,6 @@ import {
 } from "./egress-policy.js";
 import { createNameResolver, type NameResolverOptions, TooManyLookupsError } from "./resolver.js";
 
-export type { Endpoint } from "./egress-policy.js";
-
 /** What the deployer sets for the local backend's egress proxy. */
 export interface EgressOptions {
   /**
