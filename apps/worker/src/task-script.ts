@@ -55,6 +55,7 @@ export interface TaskScriptInput {
   stdinFile?: string | undefined;
 }
 
+/** The bash script around one task's command (see the top of this file). */
 export function taskScript(input: TaskScriptInput): string {
   const keep = ["PATH", ...input.envNames].join("|");
   const defaults = Object.entries(TASK_ENV_DEFAULTS)

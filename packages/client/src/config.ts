@@ -257,6 +257,7 @@ function resolveBridges(options: ClientOptions): BridgeTarget[] {
   });
 }
 
+/** `createClient`'s options checked and completed with defaults; throws a `ConfigurationError`. */
 export function resolveConfig(options: ClientOptions): ResolvedConfig {
   if (typeof options !== "object" || options === null) {
     throw new ConfigurationError("createClient needs an options object with at least `url`.");
@@ -332,6 +333,7 @@ const ENV_CWD = "CLOUDFLARE_SANDBOX_CWD";
 
 export type Env = Readonly<Record<string, string | undefined>>;
 
+/** The process's environment, or an empty one on a runtime without `process`. */
 export function processEnv(): Env {
   return (globalThis as { process?: { env?: Env } }).process?.env ?? {};
 }

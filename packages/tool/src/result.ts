@@ -67,14 +67,17 @@ export function resultFromTask(result: TaskResult, timeoutSeconds: number): Remo
   }
 }
 
+/** The tool's result for a call its caller aborted. */
 export function abortedResult(): RemoteTaskToolResult {
   return { text: ABORTED_TEXT, isError: true, status: "aborted" };
 }
 
+/** The tool's result for a call whose client-side deadline passed. */
 export function clientTimeoutResult(timeoutSeconds: number): RemoteTaskToolResult {
   return { text: clientTimeoutText(timeoutSeconds), isError: true, status: "timeout" };
 }
 
+/** The tool's result for a call that failed with `message`. */
 export function errorResult(message: string): RemoteTaskToolResult {
   return { text: message, isError: true, status: "error" };
 }

@@ -86,6 +86,7 @@ function engineMessage(text: string): string {
   return text.trim().slice(0, 500);
 }
 
+/** A client of the engine at `endpoint`, through `agent`; its failures are `EngineError`s. */
 export function createEngineClient(endpoint: EngineEndpoint, agent: Agent): EngineClient {
   const where = describe(endpoint);
   const unreachable = (error: Error) =>

@@ -104,6 +104,10 @@ function interfaceAddresses(): string[] {
   );
 }
 
+/**
+ * Starts one sandbox's egress proxy: each connection's destination is resolved, then checked by
+ * the egress policy (egress-policy.ts), and connected or refused within the proxy's limits.
+ */
 export async function startEgressProxy(options: EgressProxyOptions): Promise<EgressProxy> {
   const limits = { ...DEFAULT_EGRESS_LIMITS, ...options.limits };
   const names = createNameResolver(options.resolver);

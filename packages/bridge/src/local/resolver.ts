@@ -80,6 +80,10 @@ function hostsEntries(file: string): Map<string, string[]> {
   return hostsCache.names;
 }
 
+/**
+ * A name resolver for the egress proxy: the hosts file first, then DNS through c-ares (off the
+ * thread pool), each lookup bounded in time and the lookups in flight capped.
+ */
 export function createNameResolver(options: NameResolverOptions = {}): NameResolver {
   const resolver = new Resolver({
     timeout: options.timeoutMs ?? DEFAULT_LOOKUP_TIMEOUT_MS,

@@ -84,6 +84,7 @@ export function defaultTmpRoot(limits: SandboxLimits): string {
   return tmpdir();
 }
 
+/** Whether `path` is on a tmpfs (false when it cannot be told). */
 export function isTmpfs(path: string): boolean {
   try {
     return statfsSync(path).type === TMPFS_MAGIC;
