@@ -56,10 +56,10 @@ export function dockerOptions(command: Command): Command {
 export function dockerBackendOptions(
   flags: DockerFlags,
   limits: {
-    processes?: number | undefined;
-    memoryBytes?: number | undefined;
-    workspaceBytes?: number | undefined;
-    tmpBytes?: number | undefined;
+    processes?: number;
+    memoryBytes?: number;
+    workspaceBytes?: number;
+    tmpBytes?: number;
   } = {},
 ): DockerBackendOptions | undefined {
   if (flags.docker === undefined) return undefined;
