@@ -1,4 +1,5 @@
 import { fstatSync } from "node:fs";
+import { brandClass } from "@remote-task/internal";
 import { formatSize } from "@remote-task/protocol";
 
 /** Most bytes of its own stdin the command line reads and sends; bridges take 1 MiB by default. */
@@ -6,6 +7,7 @@ const MAX_STDIN_BYTES = 64 * 1024 * 1024;
 
 /** The command line's stdin holds more than {@link MAX_STDIN_BYTES}; nothing was sent. */
 export class StdinTooLargeError extends Error {
+  static readonly isInstance = brandClass(this, "remote-task.StdinTooLargeError");
   override readonly name = "StdinTooLargeError";
   constructor() {
     super(
