@@ -6,4 +6,6 @@ export default defineConfig({
   sourcemap: true,
   clean: true,
   target: "node22",
+  // The private helpers package is inlined: the published package never depends on it.
+  noExternal: ["@remote-task/internal"],
 });

@@ -1,5 +1,5 @@
 import { type AdmissionSettings, DEFAULT_LIMITS, networkAllows } from "@remote-task/bridge";
-import { hasBrand } from "@remote-task/internal";
+import { brandClass } from "@remote-task/internal";
 import {
   DEFAULT_NETWORK_POLICY,
   type Limits,
@@ -61,7 +61,7 @@ export interface WorkerEnv {
 }
 
 /** Each limit's Worker variable; the protocol's `limitsSchema` checks the values. */
-export const LIMIT_VARIABLES = {
+const LIMIT_VARIABLES = {
   MAX_REQUEST_BYTES: "maxRequestBytes",
   MAX_COMMAND_BYTES: "maxCommandBytes",
   MAX_ENV_ENTRIES: "maxEnvEntries",
@@ -75,15 +75,15 @@ export const LIMIT_VARIABLES = {
  * Most output bytes retained per stream on Workers. A Worker has 128 MB of memory; two streams
  * at this cap plus the response copy stay far below it.
  */
-export const WORKER_MAX_OUTPUT_BYTES = 16 * 1024 * 1024;
+const WORKER_MAX_OUTPUT_BYTES = 16 * 1024 * 1024;
 
 /** Largest request body accepted on Workers (the platform itself caps bodies at 100 MB). */
-export const WORKER_MAX_REQUEST_BYTES = 16 * 1024 * 1024;
+const WORKER_MAX_REQUEST_BYTES = 16 * 1024 * 1024;
 
 /** Containers one pool shard holds at most: a pool of N containers has ceil(N / 8) shards. */
-export const WARM_POOL_SHARD_SIZE = 8;
-export const DEFAULT_WARM_POOL_MAX_IDLE_SECONDS = 600;
-export const DEFAULT_WARM_POOL_REFILL_BATCH = 4;
+const WARM_POOL_SHARD_SIZE = 8;
+const DEFAULT_WARM_POOL_MAX_IDLE_SECONDS = 600;
+const DEFAULT_WARM_POOL_REFILL_BATCH = 4;
 const MAX_WARM_POOL_TARGET = 1000;
 const MAX_WARM_POOL_REFILL_BATCH = 32;
 const MIN_WARM_POOL_MAX_IDLE_SECONDS = 60;
@@ -107,7 +107,7 @@ export interface WarmPoolConfig {
 }
 
 /** Memory of one isolate (128 MB in all) that the default admission gives to retained output. */
-export const WORKER_CALL_MEMORY_BYTES = 64 * 1024 * 1024;
+const WORKER_CALL_MEMORY_BYTES = 64 * 1024 * 1024;
 
 /** Memory of one isolate that the calls waiting for a slot may hold (their requests). */
 const WORKER_QUEUE_MEMORY_BYTES = 16 * 1024 * 1024;
@@ -119,7 +119,7 @@ const WORKER_QUEUE_MEMORY_BYTES = 16 * 1024 * 1024;
  * at two full tails each (32 at the default 1 MiB per stream, 2 at 16 MiB), and as many waiting,
  * whose requests hold at most {@link WORKER_QUEUE_MEMORY_BYTES}.
  */
-export function workerAdmission(maxOutputBytes: number): AdmissionSettings {
+function workerAdmission(maxOutputBytes: number): AdmissionSettings {
   const maxConcurrent = Math.max(1, Math.floor(WORKER_CALL_MEMORY_BYTES / (2 * maxOutputBytes)));
   return { maxConcurrent, maxQueued: maxConcurrent, maxQueuedBytes: WORKER_QUEUE_MEMORY_BYTES };
 }
@@ -140,17 +140,14 @@ export interface WorkerConfig {
 }
 
 /** The policy of a call that names none, and the most a call may ask for. */
-export interface NetworkConfig {
+interface NetworkConfig {
   default: ContainerNetwork;
   ceiling: ContainerNetwork;
 }
 
-const CONFIG_ERROR_BRAND = Symbol.for("remote-task.worker.ConfigError");
-
 /** A Worker variable with a value the Worker cannot use. */
 export class ConfigError extends Error {
-  static readonly brand = CONFIG_ERROR_BRAND;
-  readonly [CONFIG_ERROR_BRAND] = true;
+  static readonly isInstance = brandClass(this, "remote-task.worker.ConfigError");
   override readonly name = "ConfigError";
 
   constructor(
@@ -161,10 +158,6 @@ export class ConfigError extends Error {
       `Worker variable ${variable} ${problem}. Fix it in wrangler.jsonc "vars" (or the ` +
         "Cloudflare dashboard) and deploy again.",
     );
-  }
-
-  static isInstance(value: unknown): value is ConfigError {
-    return hasBrand(value, CONFIG_ERROR_BRAND);
   }
 }
 
@@ -363,7 +356,7 @@ function readWhole(variable: string, value: string | undefined, min: number, max
 }
 
 /** Seconds in a duration as {@link readDuration} returns it. */
-export function durationSeconds(duration: string | number): number {
+function durationSeconds(duration: string | number): number {
   if (typeof duration === "number") return duration;
   const unit = { s: 1, m: 60, h: 3600 }[duration.slice(-1) as "s" | "m" | "h"];
   return Number(duration.slice(0, -1)) * unit;

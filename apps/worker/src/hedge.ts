@@ -23,6 +23,7 @@ const FACTOR = 1.1;
 /** Hedges in flight at most: this share of the cold starts in flight (at least one). */
 const MAX_HEDGE_SHARE = 0.25;
 
+/** This isolate's hedging: how long a cold start may run before it is hedged, and room for one. */
 export class HedgePolicy {
   readonly #setting: HedgeSetting;
   /** Recent start times (ms), oldest first. */

@@ -229,6 +229,7 @@ export function abortedError(): BackendError {
   return sandboxError(CLOUDFLARE_TEXTS.stopped);
 }
 
+/** A `sandbox_error` failure with `message`, which must be safe to show to the caller. */
 export function sandboxError(message: string, cause?: unknown): BackendError {
   return new BackendError("sandbox_error", message, cause === undefined ? {} : { cause });
 }

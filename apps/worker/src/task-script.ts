@@ -20,7 +20,7 @@
  */
 
 /** What every task gets unless the caller's `env` sets it (the local backend's values). */
-export const TASK_ENV_DEFAULTS: Readonly<Record<string, string>> = {
+const TASK_ENV_DEFAULTS: Readonly<Record<string, string>> = {
   HOME: "/workspace",
   LANG: "C.UTF-8",
   TMPDIR: "/tmp",
@@ -55,6 +55,7 @@ export interface TaskScriptInput {
   stdinFile?: string | undefined;
 }
 
+/** The bash script around one task's command (see the top of this file). */
 export function taskScript(input: TaskScriptInput): string {
   const keep = ["PATH", ...input.envNames].join("|");
   const defaults = Object.entries(TASK_ENV_DEFAULTS)

@@ -19,6 +19,7 @@ const SHARD_TIMEOUT_MS = 5_000;
 /** Shards asked per claim: the first, then its neighbour when the first had none ready. */
 const CLAIM_ATTEMPTS = 2;
 
+/** The Worker's calls to the warm pool's shards: claims, hand-backs, destroys and health. */
 export class WarmPoolClient {
   readonly #namespace: DurableObjectNamespace<WarmPoolShardRpc>;
   readonly #config: WarmPoolConfig;

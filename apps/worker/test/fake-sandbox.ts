@@ -25,7 +25,7 @@ type ContainerState = Awaited<ReturnType<Sandbox["getState"]>>;
 type StreamOptions = NonNullable<Parameters<Sandbox["execStream"]>[1]>;
 type Configuration = Parameters<Sandbox["configure"]>[0];
 
-export interface FakeStep {
+interface FakeStep {
   stream?: "stdout" | "stderr";
   /** Text of each chunk (repeated `width` times). */
   data: string;

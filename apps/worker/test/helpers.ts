@@ -10,7 +10,7 @@ import type { WarmPoolShardRpc } from "../src/warm-pool-rpc.js";
 import { createWorker } from "../src/worker.js";
 import type { FakeSandbox, FakeState } from "./fake-sandbox.js";
 
-export const TOKEN = "test-token-0123456789";
+const TOKEN = "test-token-0123456789";
 export const AUTH = { authorization: `Bearer ${TOKEN}` };
 
 type Handler = {

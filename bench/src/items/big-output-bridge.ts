@@ -21,7 +21,7 @@ const THROUGHPUT_TARGET = 0.5;
 const SMALL_YOUNG_GENERATION = "--max-semi-space-size=1";
 
 /** One call, seen from the process that served it. */
-export interface ProcessRun {
+interface ProcessRun {
   ms: number;
   /** Peak RSS growth of the process over the call, and its RSS before. */
   growth: number;
@@ -31,7 +31,7 @@ export interface ProcessRun {
   gc: GcTotals;
 }
 
-export interface BridgeRun extends ProcessRun {
+interface BridgeRun extends ProcessRun {
   stdoutBytes: number;
   retainedBytes: number;
 }
@@ -52,7 +52,7 @@ async function measured<T extends { ms: number }>(
 }
 
 /** One JSON `POST /exec` read whole; the bridge process measured around it. */
-export function execThroughBridge(bridge: BridgeProcess, command: string): Promise<BridgeRun> {
+function execThroughBridge(bridge: BridgeProcess, command: string): Promise<BridgeRun> {
   return measured(bridge.rpc, async () => {
     const started = performance.now();
     const response = await request(`${bridge.url}/exec`, {

@@ -9,7 +9,7 @@ export interface Summary {
 }
 
 /** Nearest-rank percentile of an ascending array. */
-export function percentile(sorted: readonly number[], p: number): number {
+function percentile(sorted: readonly number[], p: number): number {
   if (sorted.length === 0) return Number.NaN;
   const rank = Math.min(sorted.length, Math.max(1, Math.ceil((p / 100) * sorted.length)));
   return sorted[rank - 1] ?? Number.NaN;

@@ -46,7 +46,7 @@ export function secretMatcher(
 }
 
 /** The token of an `Authorization: Bearer <token>` header, or undefined. */
-export function bearerToken(header: string | null): string | undefined {
+function bearerToken(header: string | null): string | undefined {
   if (header === null) return undefined;
   const match = /^Bearer[ \t]+(\S+)[ \t]*$/i.exec(header);
   return match?.[1];

@@ -7,7 +7,7 @@ import type { BridgeLogger } from "./logger.js";
 import { HttpError } from "./responses.js";
 
 /** Bounds of the `Retry-After` of a call refused because the bridge is at its admission limits. */
-export const OVERLOAD_RETRY_AFTER_SECONDS = { min: 1, max: 60 } as const;
+const OVERLOAD_RETRY_AFTER_SECONDS = { min: 1, max: 60 } as const;
 /** How long a call is taken to hold its slot before any call has ended (a short command's start, run and teardown). */
 const ASSUMED_SLOT_MS = 1_000;
 /** Weight of the newest call in the running mean of how long calls hold their slot. */

@@ -51,7 +51,7 @@ export type BridgeLogEntry = ExecLogEntry | ProblemLogEntry | WarningLogEntry;
 export type BridgeLogger = (entry: BridgeLogEntry) => void;
 
 /** One entry as a JSON line (without the newline), with its time first. */
-export function jsonLine(entry: BridgeLogEntry): string {
+function jsonLine(entry: BridgeLogEntry): string {
   return JSON.stringify({ time: new Date().toISOString(), ...entry });
 }
 

@@ -19,7 +19,7 @@ export interface NetworkOptions {
   ceiling?: NetworkPolicy | undefined;
 }
 
-export function networkMode(policy: NetworkPolicy): NetworkMode {
+function networkMode(policy: NetworkPolicy): NetworkMode {
   return typeof policy === "string" ? policy : "allow";
 }
 
@@ -32,6 +32,10 @@ export interface ParsedHostPattern {
   literal: boolean;
 }
 
+/**
+ * Takes a host pattern apart (`name`, `*.name`, IPv4, `[IPv6]`, each with an optional `:port`);
+ * the pattern is one the protocol's `hostPatternSchema` accepted.
+ */
 export function parseHostPattern(pattern: string): ParsedHostPattern {
   const bracketed = /^\[([^\]]+)\](?::(\d+))?$/.exec(pattern);
   if (bracketed !== null) {

@@ -19,7 +19,7 @@ export interface TestEngine {
 const script = fileURLToPath(new URL("../../../scripts/docker-engine.mjs", import.meta.url));
 
 /** CI sets this so a missing engine fails the run instead of skipping the docker tests. */
-export const dockerRequired = process.env.REMOTE_TASK_REQUIRE_DOCKER === "1";
+const dockerRequired = process.env.REMOTE_TASK_REQUIRE_DOCKER === "1";
 
 function ensure(): { engine?: TestEngine; reason: string } {
   try {
@@ -44,7 +44,7 @@ if (found.engine === undefined) {
 }
 
 /** The engine, or undefined when the docker tests are to be skipped. */
-export const testEngine: TestEngine | undefined = found.engine;
+const testEngine: TestEngine | undefined = found.engine;
 /** Whether to skip the docker tests (no engine, and none required). */
 export const skipDocker = found.engine === undefined && !dockerRequired;
 /** Why there is no engine ("" when there is one). */

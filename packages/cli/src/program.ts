@@ -98,7 +98,7 @@ function refuseIsolationWithoutLocal(command: Command): void {
 }
 
 /** The `remote-task` program; `run()` sets the exit code through `onExit`. */
-export function createProgram(onExit: (code: number) => void): Command {
+function createProgram(onExit: (code: number) => void): Command {
   const program = new Command("remote-task")
     .description("Run shell commands in fresh, throwaway sandboxes through a remote-task bridge.")
     .version(packageJson.version, "-v, --version")

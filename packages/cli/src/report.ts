@@ -33,7 +33,7 @@ export function exitCodeOf(result: TaskResult): number {
 }
 
 /** `1 second`, `2 seconds`, `0.5 seconds`. */
-export function seconds(n: number): string {
+function seconds(n: number): string {
   return `${n} ${n === 1 ? "second" : "seconds"}`;
 }
 
@@ -155,5 +155,5 @@ export function describeError(error: unknown): string {
 
 /** The exit code for a task that could not be run: 2 when the request itself was refused. */
 export function exitCodeOfError(error: unknown): number {
-  return refusedRequest(error) || error instanceof UsageError ? EXIT.usage : EXIT.bridge;
+  return refusedRequest(error) || UsageError.isInstance(error) ? EXIT.usage : EXIT.bridge;
 }

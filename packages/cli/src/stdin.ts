@@ -1,11 +1,13 @@
 import { fstatSync } from "node:fs";
+import { brandClass } from "@remote-task/internal";
 import { formatSize } from "@remote-task/protocol";
 
 /** Most bytes of its own stdin the command line reads and sends; bridges take 1 MiB by default. */
-export const MAX_STDIN_BYTES = 64 * 1024 * 1024;
+const MAX_STDIN_BYTES = 64 * 1024 * 1024;
 
 /** The command line's stdin holds more than {@link MAX_STDIN_BYTES}; nothing was sent. */
 export class StdinTooLargeError extends Error {
+  static readonly isInstance = brandClass(this, "remote-task.StdinTooLargeError");
   override readonly name = "StdinTooLargeError";
   constructor() {
     super(
@@ -19,7 +21,7 @@ export class StdinTooLargeError extends Error {
  * regular file (`< data.csv`). A terminal would wait for typing, a socket (stdio of a program
  * that spawned this one) may never end, `/dev/null` and other devices hold nothing to send.
  */
-export function stdinIsData(): boolean {
+function stdinIsData(): boolean {
   try {
     const stat = fstatSync(0);
     return stat.isFIFO() || stat.isFile();

@@ -14,6 +14,7 @@ export interface ServeToken {
   from?: string | undefined;
 }
 
+/** The token `serve` requires, and where it came from (see the top of this file). */
 export async function serveToken(
   flags: { token?: string | undefined; tokenFile?: string | undefined },
   env: NodeJS.ProcessEnv = process.env,

@@ -40,7 +40,7 @@ export async function* abortableChunks(
  * A body read whole within the limit, or a body larger than the limit: then all of it as chunks
  * still to be read (those read before the limit was passed first).
  */
-export type BoundedBody =
+type BoundedBody =
   | { bytes: Uint8Array; larger?: undefined }
   | { bytes?: undefined; larger: AsyncIterable<Uint8Array> };
 
@@ -48,7 +48,7 @@ export type BoundedBody =
  * Reads the body whole if it is at most `maxBytes`; a larger one is handed back unread past the
  * limit (a declared `Content-Length` over the limit is not read at all).
  */
-export async function readUpTo(
+async function readUpTo(
   response: TransportResponse,
   maxBytes: number,
   signal: AbortSignal,
@@ -98,7 +98,7 @@ async function* replay(
 }
 
 /** The error for a body over `maxBytes` that the client does not read. */
-export function tooLarge(maxBytes: number, context: CallFacts & { status: number }): ProtocolError {
+function tooLarge(maxBytes: number, context: CallFacts & { status: number }): ProtocolError {
   return new ProtocolError(
     `The bridge's response is larger than the ${formatSize(maxBytes)} limit (maxResponseBytes); stopped reading it. Check that the URL points at a remote-task bridge, or raise maxResponseBytes.`,
     context,

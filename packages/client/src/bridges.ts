@@ -48,6 +48,7 @@ interface Waiter {
   resolve(bridge: Bridge): void;
 }
 
+/** A client's bridges and the calls waiting for room on them (see the top of this file). */
 export class BridgePool {
   readonly bridges: readonly Bridge[];
   readonly #waiting: Waiter[] = [];

@@ -11,10 +11,10 @@ import { unsupportedNodeReason } from "./node-version.js";
 import type { BridgeOptions, ClientOptions, RetryInfo, RetryOptions } from "./types.js";
 
 /** Bounds of the default grace period, which follows the client's default task timeout. */
-export const MIN_DEFAULT_GRACE_SECONDS = 10;
-export const MAX_DEFAULT_GRACE_SECONDS = 30;
-export const DEFAULT_IDLE_TIMEOUT_SECONDS = 45;
-export const DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024;
+const MIN_DEFAULT_GRACE_SECONDS = 10;
+const MAX_DEFAULT_GRACE_SECONDS = 30;
+const DEFAULT_IDLE_TIMEOUT_SECONDS = 45;
+const DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024;
 /**
  * Bytes of the end of each output a result keeps when the call names no `maxOutputBytes`: as much
  * as a remote-task bridge keeps by default.
@@ -26,7 +26,7 @@ export const DEFAULT_KEPT_OUTPUT_BYTES = 1024 * 1024;
  * strings): 4 MiB keeps a call under 64 MiB of growth whatever the bridge sends.
  */
 export const WHOLE_RESULT_BYTES = 4 * 1024 * 1024;
-export const DEFAULT_MAX_CONNECTIONS = 128;
+const DEFAULT_MAX_CONNECTIONS = 128;
 /** Where a fan-out's window starts when the bridges report no capacity. */
 export const DEFAULT_CONCURRENCY = 8;
 /** The ceiling of a fan-out's window when the caller sets no `concurrency`. */
@@ -99,7 +99,7 @@ function positiveInteger(name: string, value: number | undefined, fallback: numb
  * Parses a bridge base URL. `source` names where it came from (an option or an environment
  * variable); the value itself never appears in the message, it may carry a secret.
  */
-export function parseBridgeUrl(value: string | URL, source: string): string {
+function parseBridgeUrl(value: string | URL, source: string): string {
   let url: URL;
   try {
     url = new URL(value);
@@ -257,6 +257,7 @@ function resolveBridges(options: ClientOptions): BridgeTarget[] {
   });
 }
 
+/** `createClient`'s options checked and completed with defaults; throws a `ConfigurationError`. */
 export function resolveConfig(options: ClientOptions): ResolvedConfig {
   if (typeof options !== "object" || options === null) {
     throw new ConfigurationError("createClient needs an options object with at least `url`.");
@@ -326,18 +327,19 @@ export function resolveConfig(options: ClientOptions): ResolvedConfig {
 const TOKEN_OPTION = "the `token` option";
 
 /** Environment variables the client reads; each is also accepted with a `MIKAN_` prefix. */
-export const ENV_URL = "CLOUDFLARE_SANDBOX_URL";
-export const ENV_TOKEN = "CLOUDFLARE_SANDBOX_TOKEN";
-export const ENV_CWD = "CLOUDFLARE_SANDBOX_CWD";
+const ENV_URL = "CLOUDFLARE_SANDBOX_URL";
+const ENV_TOKEN = "CLOUDFLARE_SANDBOX_TOKEN";
+const ENV_CWD = "CLOUDFLARE_SANDBOX_CWD";
 
 export type Env = Readonly<Record<string, string | undefined>>;
 
+/** The process's environment, or an empty one on a runtime without `process`. */
 export function processEnv(): Env {
   return (globalThis as { process?: { env?: Env } }).process?.env ?? {};
 }
 
 /** The trimmed value of `name` (unprefixed wins over `MIKAN_name`) and which variable held it. */
-export function readEnv(env: Env, name: string): { value: string; variable: string } | undefined {
+function readEnv(env: Env, name: string): { value: string; variable: string } | undefined {
   for (const variable of [name, `MIKAN_${name}`]) {
     const value = env[variable]?.trim();
     if (value) return { value, variable };

@@ -61,7 +61,7 @@ export function notJson(
 }
 
 /** Where the client's token came from, for an authentication error's message. */
-export interface TokenFacts {
+interface TokenFacts {
   /** Whether a token was sent at all. */
   sent: boolean;
   /** Where it came from, or where to set one: `--token`, the `token` option, a variable. */
@@ -377,7 +377,7 @@ export function statusForCode(code: ErrorCode): number {
 const NOT_SENT_CODES = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN"]);
 
 /** Every `code` on an error, its causes and aggregated errors (fetch wraps them, undici may not). */
-export function errorCodes(error: unknown, depth = 0): string[] {
+function errorCodes(error: unknown, depth = 0): string[] {
   if (typeof error !== "object" || error === null || depth > 5) return [];
   const codes: string[] = [];
   const code = (error as { code?: unknown }).code;

@@ -1,7 +1,5 @@
-import { hasBrand } from "@remote-task/internal";
+import { brandClass } from "@remote-task/internal";
 import type { ErrorCode, Issue } from "@remote-task/protocol";
-
-const BRAND = Symbol.for("remote-task.RemoteTaskError");
 
 /** What an error needs to know about the call it ends. */
 export interface CallFacts {
@@ -37,9 +35,13 @@ export interface RemoteTaskErrorOptions {
  * command could run twice.
  */
 export class RemoteTaskError extends Error {
-  /** Stable name of the failure kind, also used for the brand. */
+  /** Stable name of the failure kind: the error's `name`. */
   static readonly kind: string = "RemoteTaskError";
-  readonly [BRAND]: string;
+  /**
+   * True for errors of this class or a subclass, from any copy of the package; a subclass's own
+   * check (`TimeoutError.isInstance`) is true only for that subclass and its subclasses.
+   */
+  static readonly isInstance = brandClass(this, "remote-task.RemoteTaskError");
   readonly status: number | undefined;
   readonly code: ErrorCode | undefined;
   readonly sandboxId: string | undefined;
@@ -59,7 +61,6 @@ export class RemoteTaskError extends Error {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     const kind = (new.target as typeof RemoteTaskError).kind;
     this.name = kind;
-    this[BRAND] = kind;
     this.status = options.status;
     this.code = options.code;
     this.sandboxId = options.sandboxId;
@@ -67,35 +68,24 @@ export class RemoteTaskError extends Error {
     this.mayHaveRun = options.mayHaveRun ?? false;
     this.bridgeMessage = options.bridgeMessage;
   }
-
-  /** True for errors of this class or a subclass, from any copy of the package. */
-  static isInstance<T extends typeof RemoteTaskError>(
-    this: T,
-    value: unknown,
-  ): value is InstanceType<T> {
-    if (!hasBrand(value, BRAND)) return false;
-    if (this.kind === RemoteTaskError.kind) return true;
-    // Walk the kinds of the value's class chain, so subclass checks work across copies.
-    for (let proto = Object.getPrototypeOf(value); proto; proto = Object.getPrototypeOf(proto)) {
-      if ((proto.constructor as { kind?: string } | undefined)?.kind === this.kind) return true;
-    }
-    return false;
-  }
 }
 
 /** The client was configured wrongly (missing or invalid URL, bad option). */
 export class ConfigurationError extends RemoteTaskError {
   static override readonly kind = "ConfigurationError";
+  static override readonly isInstance = brandClass(this, "remote-task.ConfigurationError");
 }
 
 /** The bridge refused the token (HTTP 401). */
 export class AuthenticationError extends RemoteTaskError {
   static override readonly kind = "AuthenticationError";
+  static override readonly isInstance = brandClass(this, "remote-task.AuthenticationError");
 }
 
 /** The bridge refused the request as invalid (HTTP 400/404/405/409/413). */
 export class InvalidRequestError extends RemoteTaskError {
   static override readonly kind = "InvalidRequestError";
+  static override readonly isInstance = brandClass(this, "remote-task.InvalidRequestError");
   readonly issues: readonly Issue[];
   constructor(
     message: string,
@@ -113,11 +103,13 @@ export class InvalidRequestError extends RemoteTaskError {
  */
 export class ForbiddenError extends RemoteTaskError {
   static override readonly kind = "ForbiddenError";
+  static override readonly isInstance = brandClass(this, "remote-task.ForbiddenError");
 }
 
 /** The bridge had no capacity (HTTP 503 `capacity_exceeded` or 429), after the retry budget. */
 export class CapacityError extends RemoteTaskError {
   static override readonly kind = "CapacityError";
+  static override readonly isInstance = brandClass(this, "remote-task.CapacityError");
   readonly retryAfterSeconds: number | undefined;
   constructor(
     message: string,
@@ -131,11 +123,13 @@ export class CapacityError extends RemoteTaskError {
 /** The bridge failed (HTTP 5xx other than capacity), e.g. the sandbox could not be started. */
 export class BridgeError extends RemoteTaskError {
   static override readonly kind = "BridgeError";
+  static override readonly isInstance = brandClass(this, "remote-task.BridgeError");
 }
 
 /** The bridge answered something that is not the protocol (wrong shape, not JSON, too large). */
 export class ProtocolError extends RemoteTaskError {
   static override readonly kind = "ProtocolError";
+  static override readonly isInstance = brandClass(this, "remote-task.ProtocolError");
   /** Paths of the fields that did not match the protocol schema. */
   readonly paths: ReadonlyArray<ReadonlyArray<string | number>>;
   constructor(
@@ -152,14 +146,17 @@ export class ProtocolError extends RemoteTaskError {
 /** The bridge could not be reached, or the connection broke. */
 export class ConnectionError extends RemoteTaskError {
   static override readonly kind = "ConnectionError";
+  static override readonly isInstance = brandClass(this, "remote-task.ConnectionError");
 }
 
 /** The call's client-side deadline passed (the bridge stalled or was too slow). */
 export class TimeoutError extends RemoteTaskError {
   static override readonly kind = "TimeoutError";
+  static override readonly isInstance = brandClass(this, "remote-task.TimeoutError");
 }
 
 /** The caller aborted the call through its `AbortSignal`. */
 export class AbortError extends RemoteTaskError {
   static override readonly kind = "AbortError";
+  static override readonly isInstance = brandClass(this, "remote-task.AbortError");
 }

@@ -175,7 +175,7 @@ function utf8(codePoint: number): Uint8Array {
  * Scans one JSON value pushed in chunks of bytes and builds the exec result it holds: each
  * output is its tail with the total the bridge declared, or the total counted here.
  */
-export class ResultScanner {
+class ResultScanner {
   readonly #keptBytes: number;
   #state = BOM;
   #bomIndex = 0;

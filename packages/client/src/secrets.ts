@@ -5,6 +5,7 @@
  */
 import { OWN_TEXTS, redact, shorten } from "@remote-task/internal";
 
+/** The secrets of one call (see the top of this file). */
 export class Secrets {
   readonly #values: ReadonlyArray<string | undefined>;
   constructor(values: ReadonlyArray<string | undefined>) {

@@ -29,7 +29,7 @@ async function loadUndici(): Promise<Undici> {
 }
 
 /** One HTTP exchange, as the rest of the client sees it: undici and fetch look the same here. */
-export interface TransportRequest {
+interface TransportRequest {
   method: "GET" | "POST";
   url: string;
   headers: Record<string, string>;

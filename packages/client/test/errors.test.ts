@@ -33,6 +33,12 @@ describe("error classes", () => {
       }
       expect(foreign.name).toBe(kind);
     }
+    // A subclass's check holds for that subclass and its own subclasses only.
+    const base = new copy.RemoteTaskError("x");
+    for (const kind of kinds) expect(errors[kind].isInstance(base)).toBe(false);
+    class SlowTimeout extends copy.TimeoutError {}
+    expect(errors.TimeoutError.isInstance(new SlowTimeout("x"))).toBe(true);
+    expect(errors.AbortError.isInstance(new SlowTimeout("x"))).toBe(false);
     expect(errors.RemoteTaskError.isInstance(new Error("plain"))).toBe(false);
     expect(errors.RemoteTaskError.isInstance({ name: "TimeoutError" })).toBe(false);
   });

@@ -29,7 +29,7 @@ export const ABORTED_TEXT = "remote_task aborted";
  * Text of a call abandoned because the bridge did not answer within the timeout plus the grace
  * period, exactly as the reference tool words its own client-side timeout.
  */
-export function clientTimeoutText(timeoutSeconds: number): string {
+function clientTimeoutText(timeoutSeconds: number): string {
   return `remote_task timed out after ${seconds(timeoutSeconds)}`;
 }
 
@@ -67,14 +67,17 @@ export function resultFromTask(result: TaskResult, timeoutSeconds: number): Remo
   }
 }
 
+/** The tool's result for a call its caller aborted. */
 export function abortedResult(): RemoteTaskToolResult {
   return { text: ABORTED_TEXT, isError: true, status: "aborted" };
 }
 
+/** The tool's result for a call whose client-side deadline passed. */
 export function clientTimeoutResult(timeoutSeconds: number): RemoteTaskToolResult {
   return { text: clientTimeoutText(timeoutSeconds), isError: true, status: "timeout" };
 }
 
+/** The tool's result for a call that failed with `message`. */
 export function errorResult(message: string): RemoteTaskToolResult {
   return { text: message, isError: true, status: "error" };
 }

@@ -6,7 +6,7 @@ import type { Limits } from "@remote-task/protocol";
 import { leftoverDirs, makeTmpRoot } from "./tmp-root.js";
 
 /** Every log entry the bridge wrote, both as objects and as the JSON lines a deployment would see. */
-export class LogCapture {
+class LogCapture {
   readonly entries: BridgeLogEntry[] = [];
   readonly lines: string[] = [];
   readonly logger: BridgeLogger = (entry) => {

@@ -41,7 +41,7 @@ export interface Faults {
 }
 
 /** The platform's words when no container instance can be placed. */
-export const CAPACITY_MESSAGE =
+const CAPACITY_MESSAGE =
   "there is no container instance that can be provided to this durable object";
 
 export type LifecycleEvent =

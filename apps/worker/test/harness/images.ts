@@ -37,7 +37,7 @@ export function standInImage(): ContainerImage {
 }
 
 /** The real container server, when both variables name existing files; otherwise `undefined`. */
-export function realServerImage(
+function realServerImage(
   env: Readonly<Record<string, string | undefined>> = process.env,
 ): ContainerImage | undefined {
   const server = env.REMOTE_TASK_SANDBOX_SERVER;

@@ -25,17 +25,19 @@ export const LABELS = {
   host: "remote-task.host",
 } as const;
 
-export const SANDBOX_WORKSPACE = "/workspace";
+const SANDBOX_WORKSPACE = "/workspace";
 
 /** A POSIX shell word that stands for `text` exactly. */
 function shellQuote(text: string): string {
   return `'${text.replaceAll("'", `'\\''`)}'`;
 }
 
+/** The line the call's shell reports once in its cwd with its env set ({@link callScript}). */
 export function readyMarker(nonce: string): string {
   return `remote-task:${nonce}:ready\n`;
 }
 
+/** The line the call's shell reports instead when its cwd does not exist. */
 export function missingCwdMarker(nonce: string): string {
   return `remote-task:${nonce}:cwd-missing\n`;
 }

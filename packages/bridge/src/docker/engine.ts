@@ -7,20 +7,17 @@
 
 import { type Agent, request as httpRequest, type IncomingMessage } from "node:http";
 import type { Socket } from "node:net";
-import { hasBrand } from "@remote-task/internal";
+import { brandClass } from "@remote-task/internal";
 
 /** API version every request names; Docker 20.10+ and Podman 3+ serve it. */
-export const API_VERSION = "v1.41";
+const API_VERSION = "v1.41";
 
 /** Where the engine listens: a unix socket path, or a TCP host and port (plain HTTP). */
 export type EngineEndpoint = { socketPath: string } | { host: string; port: number };
 
-const ENGINE_ERROR_BRAND: unique symbol = Symbol.for("remote-task.EngineError");
-
 /** The engine answered with an error status, or could not be reached. */
 export class EngineError extends Error {
-  static readonly brand: typeof ENGINE_ERROR_BRAND = ENGINE_ERROR_BRAND;
-  readonly [ENGINE_ERROR_BRAND] = true;
+  static readonly isInstance = brandClass(this, "remote-task.EngineError");
   override readonly name = "EngineError";
 
   constructor(
@@ -31,13 +28,9 @@ export class EngineError extends Error {
   ) {
     super(message, options);
   }
-
-  static isInstance(value: unknown): value is EngineError {
-    return hasBrand(value, ENGINE_ERROR_BRAND);
-  }
 }
 
-export interface EngineRequest {
+interface EngineRequest {
   method: "GET" | "POST" | "DELETE";
   path: string;
   query?: Record<string, string> | undefined;
@@ -93,6 +86,7 @@ function engineMessage(text: string): string {
   return text.trim().slice(0, 500);
 }
 
+/** A client of the engine at `endpoint`, through `agent`; its failures are `EngineError`s. */
 export function createEngineClient(endpoint: EngineEndpoint, agent: Agent): EngineClient {
   const where = describe(endpoint);
   const unreachable = (error: Error) =>

@@ -13,7 +13,7 @@ import { Agent } from "node:http";
 import type { Socket } from "node:net";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
-import { DOCKER_TEXTS, hasBrand } from "@remote-task/internal";
+import { brandClass, DOCKER_TEXTS } from "@remote-task/internal";
 import type { SandboxReport } from "@remote-task/protocol";
 import {
   BackendError,
@@ -120,20 +120,13 @@ export interface DockerBackend extends SandboxBackend {
   close(): Promise<void>;
 }
 
-const UNAVAILABLE_BRAND: unique symbol = Symbol.for("remote-task.DockerUnavailableError");
-
 /** The engine cannot be reached, or it does not have the image. */
 export class DockerUnavailableError extends Error {
-  static readonly brand: typeof UNAVAILABLE_BRAND = UNAVAILABLE_BRAND;
-  readonly [UNAVAILABLE_BRAND] = true;
+  static readonly isInstance = brandClass(this, "remote-task.DockerUnavailableError");
   override readonly name = "DockerUnavailableError";
 
   constructor(message: string, options?: { cause?: unknown }) {
     super(message, options);
-  }
-
-  static isInstance(value: unknown): value is DockerUnavailableError {
-    return hasBrand(value, UNAVAILABLE_BRAND);
   }
 }
 

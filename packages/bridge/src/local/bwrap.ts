@@ -5,7 +5,7 @@ import { existsSync, lstatSync, readlinkSync, realpathSync, statSync } from "nod
 export const SANDBOX_WORKSPACE = "/workspace";
 
 /** The command's uid and gid inside the sandbox (any host uid maps to it). */
-export const SANDBOX_UID = 1000;
+const SANDBOX_UID = 1000;
 
 /** System directories made visible read-only inside the sandbox (those that exist). */
 const SYSTEM_DIRS = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
@@ -55,7 +55,7 @@ function mirror(path: string): string[] {
 }
 
 /** True when `dir` is one of the read-only system directories or below one. */
-export function isUnderSystemDir(dir: string): boolean {
+function isUnderSystemDir(dir: string): boolean {
   return [...SYSTEM_DIRS, "/etc"].some((root) => dir === root || dir.startsWith(`${root}/`));
 }
 

@@ -1,23 +1,22 @@
+/**
+ * Per-sandbox cgroups. Each controller the bridge needs (`pids`, `memory`) is used from the
+ * hierarchy that has it: the unified (v2) hierarchy when it offers the controller and the bridge
+ * may hand it to children (v2 lets only the root cgroup do that while it holds processes, and the
+ * bridge's own cgroup holds the bridge: so it must run in the root cgroup), otherwise the v1
+ * hierarchy of that controller. Hybrid machines (v1 controllers beside a v2 mount without them)
+ * take the v1 path.
+ *
+ * Layout, in each hierarchy used: `<the bridge's own cgroup>/remote-task/<instance>/<slot>`. A slot
+ * is reused by one sandbox after another (limits are written once; counters are read before and
+ * after each call), which avoids creating and removing a memory cgroup per call.
+ */
 import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
 import { readdir, rmdir } from "node:fs/promises";
 import { join } from "node:path";
 import { isInstanceName, ownerAlive } from "./ownership.js";
 import { pollUntil, signal } from "./processes.js";
 
-/**
- * Per-sandbox cgroups. Each controller the bridge needs (`pids`, `memory`) is used from the
- * hierarchy that has it: the unified (v2) hierarchy when it offers the controller and the bridge
- * may hand it to children (v2 lets only the root cgroup do that while it holds processes, and the
- * bridge's own cgroup holds the bridge: so it must run in the root cgroup), otherwise the v1
- * hierarchy of that controller. Hybrid machines (v1
- * controllers beside a v2 mount without them) take the v1 path.
- *
- * Layout, in each hierarchy used: `<the bridge's own cgroup>/remote-task/<instance>/<slot>`. A slot
- * is reused by one sandbox after another (limits are written once; counters are read before and
- * after each call), which avoids creating and removing a memory cgroup per call.
- */
-
-export type Controller = "pids" | "memory";
+type Controller = "pids" | "memory";
 const CONTROLLERS: readonly Controller[] = ["pids", "memory"];
 
 interface Hierarchy {
@@ -28,7 +27,7 @@ interface Hierarchy {
 }
 
 /** Which cgroup version enforces each controller; reported by `/health`. */
-export type CgroupEnforcement = Partial<Record<Controller, "cgroup-v1" | "cgroup-v2">>;
+type CgroupEnforcement = Partial<Record<Controller, "cgroup-v1" | "cgroup-v2">>;
 
 /** Files of each version; the only difference between the v1 and v2 paths. */
 const FILES = {

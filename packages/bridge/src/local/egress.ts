@@ -31,8 +31,6 @@ import {
 } from "./egress-policy.js";
 import { createNameResolver, type NameResolverOptions, TooManyLookupsError } from "./resolver.js";
 
-export type { Endpoint } from "./egress-policy.js";
-
 /** What the deployer sets for the local backend's egress proxy. */
 export interface EgressOptions {
   /**
@@ -106,6 +104,10 @@ function interfaceAddresses(): string[] {
   );
 }
 
+/**
+ * Starts one sandbox's egress proxy: each connection's destination is resolved, then checked by
+ * the egress policy (egress-policy.ts), and connected or refused within the proxy's limits.
+ */
 export async function startEgressProxy(options: EgressProxyOptions): Promise<EgressProxy> {
   const limits = { ...DEFAULT_EGRESS_LIMITS, ...options.limits };
   const names = createNameResolver(options.resolver);

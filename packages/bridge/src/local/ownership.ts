@@ -1,13 +1,12 @@
-import { randomBytes } from "node:crypto";
-import { readFileSync } from "node:fs";
-
 /**
  * Who owns what a bridge leaves on the machine. Every directory, cgroup and uid claim a backend
- * creates carries its instance name, `<pid>.<start time>.<random>`: the process that created it
- * and when that process started (so a reused pid does not pass for the owner), plus random hex
- * for several backends in one process (even from two copies of this module). A backend that starts sweeps what belongs to dead owners and never
- * touches what a live one owns.
+ * creates carries its instance name, `<pid>.<start time>.<random>`: the process that created it and
+ * when that process started (so a reused pid does not pass for the owner), plus random hex for
+ * several backends in one process (even from two copies of this module). A backend that starts
+ * sweeps what belongs to dead owners and never touches what a live one owns.
  */
+import { randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
 
 /**
  * Start time of a running process in clock ticks since boot (`/proc/<pid>/stat` field 22);

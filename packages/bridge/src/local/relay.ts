@@ -10,7 +10,7 @@
  */
 
 /** The port the relay listens on inside the sandbox (the proxy address its commands are given). */
-export const RELAY_PORT = 3128;
+const RELAY_PORT = 3128;
 /** Where the proxy's socket and the Node binary appear inside the sandbox. */
 export const SANDBOX_PROXY_SOCKET = "/run/remote-task/proxy.sock";
 export const SANDBOX_NODE = "/run/remote-task/node";

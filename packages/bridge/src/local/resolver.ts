@@ -9,7 +9,7 @@
 import { Resolver } from "node:dns/promises";
 import { readFileSync, statSync } from "node:fs";
 import { isIP } from "node:net";
-import { hasBrand } from "@remote-task/internal";
+import { brandClass } from "@remote-task/internal";
 
 export interface NameResolverOptions {
   /** DNS servers (default: the system's, from /etc/resolv.conf). */
@@ -27,16 +27,11 @@ const DEFAULT_MAX_PENDING_LOOKUPS = 8;
 
 /** Thrown when a sandbox already has `maxPending` names resolving. */
 export class TooManyLookupsError extends Error {
-  static readonly brand: unique symbol = Symbol.for("remote-task.TooManyLookupsError");
+  static readonly isInstance = brandClass(this, "remote-task.TooManyLookupsError");
   override readonly name = "TooManyLookupsError";
 
   constructor(readonly maxPending: number) {
     super(`${maxPending} names are already resolving for this sandbox`);
-    Object.defineProperty(this, TooManyLookupsError.brand, { value: true });
-  }
-
-  static isInstance(value: unknown): value is TooManyLookupsError {
-    return hasBrand(value, TooManyLookupsError.brand);
   }
 }
 
@@ -85,6 +80,10 @@ function hostsEntries(file: string): Map<string, string[]> {
   return hostsCache.names;
 }
 
+/**
+ * A name resolver for the egress proxy: the hosts file first, then DNS through c-ares (off the
+ * thread pool), each lookup bounded in time and the lookups in flight capped.
+ */
 export function createNameResolver(options: NameResolverOptions = {}): NameResolver {
   const resolver = new Resolver({
     timeout: options.timeoutMs ?? DEFAULT_LOOKUP_TIMEOUT_MS,

@@ -9,7 +9,7 @@ import { spawnSync } from "node:child_process";
 import { chmodSync, closeSync, mkdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { dirname, join } from "node:path";
-import { hasBrand } from "@remote-task/internal";
+import { brandClass } from "@remote-task/internal";
 import { hostPatternSchema, type SandboxReport } from "@remote-task/protocol";
 import type { BridgeLogger } from "../logger.js";
 import { type NetworkMode, type ParsedHostPattern, parseHostPattern } from "../network.js";
@@ -94,18 +94,13 @@ export interface LocalBackendOptions {
 
 /** Thrown by {@link setUpLocalHost} when `isolation: "bwrap"` cannot be honoured. */
 export class IsolationUnavailableError extends Error {
-  static readonly brand: unique symbol = Symbol.for("remote-task.IsolationUnavailableError");
+  static readonly isInstance = brandClass(this, "remote-task.IsolationUnavailableError");
   override readonly name = "IsolationUnavailableError";
 
   constructor(readonly reason: string) {
     super(
       `bubblewrap isolation was requested but cannot be used here: ${reason}. Install bubblewrap, allow user namespaces, or choose isolation "none".`,
     );
-    Object.defineProperty(this, IsolationUnavailableError.brand, { value: true });
-  }
-
-  static isInstance(value: unknown): value is IsolationUnavailableError {
-    return hasBrand(value, IsolationUnavailableError.brand);
   }
 }
 

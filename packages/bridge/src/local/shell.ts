@@ -24,6 +24,7 @@ export interface ShellPrelude {
 /** Descriptor of the gate in the sandbox's shell. */
 export const GATE_FD = 3;
 
+/** The `sh -c` script of a sandbox: the prelude (gate, limits, setup), then `command`. */
 export function shellScript(command: string, prelude: ShellPrelude): string {
   const parts: string[] = [];
   // Exit without running anything when the bridge closes the gate instead of opening it.

@@ -1,18 +1,16 @@
+/**
+ * Sandboxes are started by a small helper process, not by the bridge itself. Node starts a process
+ * with fork(), whose cost grows with the memory of the process that forks: about 1 ms from a fresh
+ * Node process, 4 to 16 ms (with the event loop blocked) from a bridge that grew to 130 MB. The
+ * helper stays small. For each command it spawns the process (the sandbox's first process stops at
+ * its gate), hands its stdout and stderr to the bridge (descriptor passing over the IPC channel),
+ * reports the first process, puts it in the sandbox's cgroups, opens the gate and reports the exit.
+ * When the bridge goes away, even by SIGKILL, the helper kills every sandbox it started and exits,
+ * so a command does not outlive its bridge.
+ */
 import { type ChildProcess, type StdioOptions, spawn } from "node:child_process";
 import type { Socket } from "node:net";
 import type { Readable, Writable } from "node:stream";
-
-/**
- * Sandboxes are started by a small helper process, not by the bridge itself. Node starts a
- * process with fork(), whose cost grows with the memory of the process that forks: about 1 ms
- * from a fresh Node process, 4 to 16 ms (with the event loop blocked) from a bridge that grew to
- * 130 MB. The helper stays small. For each command it spawns the process (the sandbox's first
- * process stops at its gate), hands its stdout and stderr to the bridge (descriptor passing over
- * the IPC channel), reports the first process, puts it in the sandbox's cgroups, opens the gate
- * and reports the exit. When the bridge
- * goes away, even by SIGKILL, the helper kills every sandbox it started and exits, so a command
- * does not outlive its bridge.
- */
 
 /** One command to start; every extra descriptor (3 and up) is a pipe. */
 export interface SpawnRequest {

@@ -12,7 +12,7 @@ import { isInstanceName, ownerAlive } from "./ownership.js";
 export const STATE_DIR_PREFIX = "remote-task-";
 
 /** Removes a directory tree, first making it writable if the command locked parts of it. */
-export async function removeTree(dir: string): Promise<void> {
+async function removeTree(dir: string): Promise<void> {
   try {
     await rm(dir, { recursive: true, force: true });
   } catch {
@@ -84,6 +84,7 @@ export function defaultTmpRoot(limits: SandboxLimits): string {
   return tmpdir();
 }
 
+/** Whether `path` is on a tmpfs (false when it cannot be told). */
 export function isTmpfs(path: string): boolean {
   try {
     return statfsSync(path).type === TMPFS_MAGIC;

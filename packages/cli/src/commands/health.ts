@@ -2,6 +2,7 @@ import { type Connection, type ConnectionFlags, connect } from "../connect.js";
 import { EXIT } from "../exit-codes.js";
 import { describeError } from "../report.js";
 
+/** `remote-task health`: prints the bridge's `/health`; resolves to the exit code. */
 export async function healthCommand(flags: ConnectionFlags & { json?: boolean }): Promise<number> {
   let connection: Connection;
   try {

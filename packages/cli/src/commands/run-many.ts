@@ -67,7 +67,7 @@ async function readInput(flags: RunManyFlags): Promise<string | undefined> {
 }
 
 /** Commands are the non-empty lines that do not start with `#`. */
-export function parseCommands(input: string): string[] {
+function parseCommands(input: string): string[] {
   return input
     .split(/\r?\n/)
     .map((line) => line.trim())

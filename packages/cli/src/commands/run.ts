@@ -97,7 +97,7 @@ export async function runCommand(words: string[], flags: RunFlags): Promise<numb
     // Read before Ctrl-C is handled: until the input ends, Ctrl-C just stops the program.
     stdin = flags.stdin === false ? undefined : await readStdinData();
   } catch (error) {
-    if (!(error instanceof StdinTooLargeError)) throw error;
+    if (!StdinTooLargeError.isInstance(error)) throw error;
     process.stderr.write(`remote-task: ${error.message}\n`);
     return EXIT.bridge;
   }

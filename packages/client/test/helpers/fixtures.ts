@@ -37,7 +37,7 @@ export function execResult(overrides: Partial<ExecResult> = {}): ExecResult {
 }
 
 /** A stream event, checked against the schema. */
-export function event(value: StreamEvent): StreamEvent {
+function event(value: StreamEvent): StreamEvent {
   return streamEventSchema.parse(value);
 }
 

@@ -2,7 +2,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
-export const distDir = resolve(dirname(fileURLToPath(import.meta.url)), "../../dist");
+const distDir = resolve(dirname(fileURLToPath(import.meta.url)), "../../dist");
 
 /** Path of a built file; fails with what to do when the package has not been built. */
 export function distFile(name: string): string {
