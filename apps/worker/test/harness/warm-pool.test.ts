@@ -279,6 +279,9 @@ describe("a soak of the warm pool", () => {
     // about half of them run warm.
     harness.engine.faults = {};
     const first = harness.engine.records.length;
+    // Containers the pool holds now may serve calls of the soak though created before it: the
+    // pool may hold more than its target after the earlier tests drained it (up to its ceiling).
+    const waitingBefore = harness.engine.live.length;
     const held = mostHeld(200);
     const ids: string[] = [];
     try {
@@ -303,7 +306,7 @@ describe("a soak of the warm pool", () => {
     // Every call ran in exactly one container (its own or one the pool lent), once.
     expect(records.filter((record) => commandsRun(record) > 1)).toEqual([]);
     expect(records.filter((record) => commandsRun(record) === 1).length).toBeGreaterThanOrEqual(
-      SOAK_CALLS - TARGET,
+      SOAK_CALLS - waitingBefore,
     );
     // Every container that served a call is deleted.
     expect(harness.engine.live.filter((record) => commandsRun(record) > 0)).toEqual([]);
