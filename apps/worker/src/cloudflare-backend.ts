@@ -89,8 +89,11 @@ export class CloudflareSandboxBackend implements SandboxBackend {
   readonly #options: CloudflareSandboxBackendOptions;
 
   readonly #hedging: HedgePolicy;
-  /** What `/health` reports of this isolate's starts: warm claims, pool misses, hedges. */
-  readonly #counts = { hits: 0, misses: 0, hedges: 0 };
+  /**
+   * What `/health` reports of this isolate's starts: warm claims (of a ready container, or of
+   * one the call waited for), pool misses, hedges.
+   */
+  readonly #counts = { hits: 0, waits: 0, misses: 0, hedges: 0 };
 
   constructor(options: CloudflareSandboxBackendOptions) {
     this.#options = options;
@@ -170,9 +173,16 @@ export class CloudflareSandboxBackend implements SandboxBackend {
       return undefined;
     }
     this.#placed.set(spec.sandboxId, { claiming: true });
+    // A start of the pool's already under way is ready about as soon as the call's own would be
+    // (the first of them to finish goes to the call waiting longest); half of the call's time
+    // leaves room for its own should the wait run out.
+    const waitMs = Math.max(
+      0,
+      Math.min(MAX_START_MS, (spec.timeoutMs - START_DEADLINE_MARGIN_MS) / 2),
+    );
     const claiming = this.#track(
       spec.sandboxId,
-      pool.claim(spec.sandboxId, spec.timeoutMs).then(
+      pool.claim(spec.sandboxId, spec.timeoutMs, waitMs, spec.signal).then(
         (claim) => {
           // Recorded even when the call has ended meanwhile, so that its destroy finds it.
           if (claim !== undefined) this.#placed.set(spec.sandboxId, { warm: claim });
@@ -189,7 +199,8 @@ export class CloudflareSandboxBackend implements SandboxBackend {
     const sandbox = this.#sandbox(claim.name);
     const serving = this.#track(spec.sandboxId, isServing(sandbox));
     if (await raceAbort(serving, spec.signal, { abortError: abortedError })) {
-      this.#counts.hits++;
+      if (claim.waited) this.#counts.waits++;
+      else this.#counts.hits++;
       return sandbox;
     }
     this.#counts.misses++;
@@ -456,7 +467,8 @@ export class CloudflareSandboxBackend implements SandboxBackend {
    */
   async health(): Promise<BackendHealth> {
     const pool = this.#options.warmPool;
-    const size = pool === undefined ? { target: 0, ready: 0, starting: 0 } : await pool.stats();
+    const size =
+      pool === undefined ? { target: 0, ready: 0, starting: 0, waiting: 0 } : await pool.stats();
     return { warmPool: { ...size, ...this.#counts } };
   }
 

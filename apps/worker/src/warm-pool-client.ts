@@ -1,17 +1,21 @@
 /**
  * The Worker's side of the warm pool: which shard to ask, and what to ask it. Each call asks one
- * shard (a second one when the first has nothing ready), so calls spread over the shards instead
- * of all passing through one Durable Object.
+ * shard (a second one when the first has nothing ready, which may make it wait for a start), so
+ * calls spread over the shards instead of all passing through one Durable Object.
  */
 import type { WarmPool as WarmPoolHealth } from "@remote-task/protocol";
 import type { WarmPoolConfig } from "./config.js";
 import { shardName, type WarmPoolShardRpc } from "./warm-pool-rpc.js";
 import { withinMs } from "./within.js";
 
-/** A warm container lent to one call: its sandbox name and the shard that lent it. */
+/**
+ * A warm container lent to one call: its sandbox name, the shard that lent it, and whether the
+ * call waited for it to start.
+ */
 export interface WarmClaim {
   name: string;
   shard: number;
+  waited: boolean;
 }
 
 /** Longest wait for a shard's answer; a claim that takes longer becomes a cold start. */
@@ -35,16 +39,44 @@ export class WarmPoolClient {
     this.#version = version;
   }
 
-  /** Lends the call `sandboxId` a ready container, or `undefined` when the shards asked had none. */
-  async claim(sandboxId: string, timeoutMs: number): Promise<WarmClaim | undefined> {
+  /**
+   * Lends the call `sandboxId` a container, or `undefined` when the shards asked had none: a
+   * ready one of the first shard, else one of its neighbour, ready or (within `waitMs`) still
+   * starting. When `signal` aborts, the shard waited on is told, so the claim ends at once.
+   */
+  async claim(
+    sandboxId: string,
+    timeoutMs: number,
+    waitMs: number,
+    signal: AbortSignal,
+  ): Promise<WarmClaim | undefined> {
     const { shards } = this.#config;
     const first = Math.floor(Math.random() * shards);
-    for (let attempt = 0; attempt < Math.min(CLAIM_ATTEMPTS, shards); attempt++) {
+    const attempts = Math.min(CLAIM_ATTEMPTS, shards);
+    for (let attempt = 0; attempt < attempts && !signal.aborted; attempt++) {
       const shard = (first + attempt) % shards;
-      const name = await this.#ask(
-        this.#shard(shard).claim(shard, { sandboxId, version: this.#version, timeoutMs }),
-      );
-      if (name !== null) return { name, shard };
+      const stub = this.#shard(shard);
+      const last = attempt === attempts - 1;
+      const wait = last ? waitMs : 0;
+      const withdraw = () => {
+        this.#ask(stub.withdraw(shard, sandboxId)).catch(() => {});
+      };
+      signal.addEventListener("abort", withdraw, { once: true });
+      try {
+        const lent = await this.#ask(
+          stub.claim(shard, {
+            sandboxId,
+            version: this.#version,
+            timeoutMs,
+            waitMs: wait,
+            askingOn: !last,
+          }),
+          wait,
+        );
+        if (lent !== null) return { ...lent, shard };
+      } finally {
+        signal.removeEventListener("abort", withdraw);
+      }
     }
     return undefined;
   }
@@ -66,7 +98,7 @@ export class WarmPoolClient {
     );
     const shard = names.findIndex((name) => name !== null);
     const name = names[shard];
-    return name === null || name === undefined ? undefined : { name, shard };
+    return name === null || name === undefined ? undefined : { name, shard, waited: false };
   }
 
   /** The pool's size over all shards (waking each, so a pool just enabled starts filling). */
@@ -78,6 +110,7 @@ export class WarmPoolClient {
       target: this.#config.target,
       ready: all.reduce((sum, shard) => sum + shard.ready, 0),
       starting: all.reduce((sum, shard) => sum + shard.starting, 0),
+      waiting: all.reduce((sum, shard) => sum + shard.waiting, 0),
     };
   }
 
@@ -94,11 +127,13 @@ export class WarmPoolClient {
     return this.#namespace.get(this.#namespace.idFromName(shardName(index)));
   }
 
-  #ask<T>(call: Promise<T>): Promise<T> {
+  /** A shard's answer, given `SHARD_TIMEOUT_MS` beyond the time the shard may wait. */
+  #ask<T>(call: Promise<T>, waitMs = 0): Promise<T> {
+    const limitMs = SHARD_TIMEOUT_MS + waitMs;
     return withinMs(
       call,
-      SHARD_TIMEOUT_MS,
-      () => new Error(`a warm pool shard did not answer within ${SHARD_TIMEOUT_MS} ms`),
+      limitMs,
+      () => new Error(`a warm pool shard did not answer within ${limitMs} ms`),
     );
   }
 }

@@ -11,6 +11,23 @@ export interface ClaimRequest {
   version: string;
   /** The call's timeout: a claim still held long after it counts as orphaned. */
   timeoutMs: number;
+  /**
+   * How long the call may wait, when none is ready, for a container the shard is starting
+   * (0 or absent: only a ready one). The shard makes a call wait only for a start no earlier
+   * call waits for, so waiting never takes longer than the call's own cold start would.
+   */
+  waitMs?: number;
+  /**
+   * Whether another shard is asked next when this one has none ready: such a miss is not counted
+   * toward this shard's refill pace (the next shard counts the call), so a call counts once.
+   */
+  askingOn?: boolean;
+}
+
+/** A container lent to a call: its sandbox name, and whether the call waited for its start. */
+export interface Lent {
+  name: string;
+  waited: boolean;
 }
 
 /** One shard's share of the pool, as `/health` sums it up, and the claims it has served. */
@@ -18,14 +35,21 @@ export interface ShardStats {
   target: number;
   ready: number;
   starting: number;
+  /** Calls waiting for one of its starts now. */
+  waiting: number;
   /** Containers this shard has lent since it was created. */
   claims: number;
 }
 
 /** The shard's methods a Worker calls; `shard` is the caller's number for it. */
 export interface WarmPoolShardRpc extends Rpc.DurableObjectBranded {
-  /** Lends a ready container of the caller's version to `request.sandboxId`: its name, or null. */
-  claim(shard: number, request: ClaimRequest): Promise<string | null>;
+  /**
+   * Lends a container of the caller's version to `request.sandboxId`: a ready one, or one still
+   * starting (within `request.waitMs`), or null.
+   */
+  claim(shard: number, request: ClaimRequest): Promise<Lent | null>;
+  /** The call `sandboxId` no longer waits for a container: its claim answers null at once. */
+  withdraw(shard: number, sandboxId: string): Promise<void>;
   /** The call destroyed its container: forget it. */
   release(shard: number, name: string): Promise<void>;
   /** A call found its container dead before sending it anything: destroy it. */

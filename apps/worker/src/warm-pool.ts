@@ -3,7 +3,8 @@
  * Each warm container is lent to exactly one call, which destroys it when it ends; none is ever
  * returned to the pool or lent twice. The pool is spread over shards (this Durable Object), each
  * keeping its share of `WARM_POOL_TARGET` ready; a call asks one shard, so no single object sees
- * every call.
+ * every call. A call that finds none ready waits for one the shard is starting, when one is not
+ * already promised to an earlier call, rather than start its own.
  *
  * A shard keeps one row per container it started (SQLite, so a restart loses nothing) and does
  * all slow work in its alarm: starting containers and destroying the ones it gives up on. Its
@@ -29,11 +30,12 @@ import {
   type ContainerNetwork,
   destroySandbox,
   MAX_START_MS,
+  type SandboxHandle,
   sandboxHandle,
   startContainer,
   toBackendError,
 } from "./sandbox-sdk.js";
-import type { ClaimRequest, ShardStats, WarmPoolShardRpc } from "./warm-pool-rpc.js";
+import type { ClaimRequest, Lent, ShardStats, WarmPoolShardRpc } from "./warm-pool-rpc.js";
 import { withinMs } from "./within.js";
 
 type ContainerState = "starting" | "ready" | "claimed" | "doomed";
@@ -51,6 +53,13 @@ interface ShardPool {
   version: string;
   /** The deployment's default network policy, which the pool's containers run with. */
   network: ContainerNetwork;
+}
+
+/** A call that found no container ready, waiting for one being started. */
+interface Waiter {
+  request: ClaimRequest;
+  resolve: (name: string | null) => void;
+  timer: ReturnType<typeof setTimeout>;
 }
 
 interface ContainerRow extends Record<string, SqlStorageValue> {
@@ -105,6 +114,8 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> implements WarmPoolS
   #pauses = 0;
   #pausedAt = 0;
   #pausedUntil = 0;
+  /** Calls waiting for a start in flight, oldest first (each is promised one). */
+  readonly #waiters: Waiter[] = [];
   /** When calls asked for a container (lent or not), oldest first, and recent start times. */
   readonly #claimedAt: number[] = [];
   readonly #startTimes: number[] = [];
@@ -124,36 +135,51 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> implements WarmPoolS
     this.#index = stored.toArray()[0]?.value;
   }
 
-  /** Lends the oldest ready container of the caller's version to `request.sandboxId`, if any. */
-  async claim(shard: number, request: ClaimRequest): Promise<string | null> {
+  /**
+   * Lends the oldest ready container of the caller's version to `request.sandboxId`. With none
+   * ready, the call may wait (`request.waitMs`) for one of the starts in flight that no earlier
+   * call waits for: the refill launches a start for each claim while its goal allows, so a call
+   * that misses costs one start, not two (its own and the refill's), and gets the first of the
+   * shard's starts to finish rather than one it must wait out alone.
+   */
+  async claim(shard: number, request: ClaimRequest): Promise<Lent | null> {
     this.#learnIndex(shard);
-    this.#claimedAt.push(Date.now());
     const pool = this.#pool();
-    let name: string | null = null;
-    if (request.version === pool.version) {
-      const ready = this.#sql
-        .exec<{ name: string }>(
-          "SELECT name FROM containers WHERE state = 'ready' AND version = ? ORDER BY since LIMIT 1",
-          pool.version,
-        )
-        .toArray()[0];
-      if (ready !== undefined) {
-        const now = Date.now();
-        this.#sql.exec(
-          "UPDATE containers SET state = 'claimed', since = ?, sandbox_id = ?, due = ? WHERE name = ?",
-          now,
-          request.sandboxId,
-          now + request.timeoutMs + CLAIM_GRACE_MS,
-          ready.name,
-        );
-        name = ready.name;
-        this.#sql.exec(
-          "INSERT INTO shard (key, value) VALUES ('claims', 1) ON CONFLICT (key) DO UPDATE SET value = value + 1",
-        );
-      }
+    const current = request.version === pool.version;
+    const ready = current
+      ? this.#sql
+          .exec<{ name: string }>(
+            "SELECT name FROM containers WHERE state = 'ready' AND version = ? ORDER BY since LIMIT 1",
+            pool.version,
+          )
+          .toArray()[0]?.name
+      : undefined;
+    if (ready !== undefined) this.#lend(ready, request);
+    if (ready !== undefined || request.askingOn !== true) this.#claimedAt.push(Date.now());
+    const waitMs = Math.min(request.waitMs ?? 0, START_BUDGET_MS);
+    if (ready !== undefined || !current || pool.target === 0 || waitMs <= 0) {
+      await this.#refillSoon();
+      return ready === undefined ? null : { name: ready, waited: false };
     }
+    const lent = new Promise<string | null>((resolve) => {
+      const waiter: Waiter = {
+        request,
+        resolve,
+        timer: setTimeout(() => this.#unwait(waiter, null), waitMs),
+      };
+      this.#waiters.push(waiter);
+    });
+    // The alarm's refill launches a start for it, or answers null when it cannot.
     await this.#refillSoon();
-    return name;
+    const name = await lent;
+    return name === null ? null : { name, waited: true };
+  }
+
+  /** The call `sandboxId` no longer waits for a container: its claim answers null. */
+  async withdraw(shard: number, sandboxId: string): Promise<void> {
+    this.#learnIndex(shard);
+    const waiter = this.#waiters.find((w) => w.request.sandboxId === sandboxId);
+    if (waiter !== undefined) this.#unwait(waiter, null);
   }
 
   /** The call destroyed its container: forget it. */
@@ -194,7 +220,12 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> implements WarmPoolS
     const claims = this.#sql
       .exec<{ value: number }>("SELECT value FROM shard WHERE key = 'claims'")
       .toArray()[0];
-    return { target: pool.target, ...this.#counts(pool.version), claims: claims?.value ?? 0 };
+    return {
+      target: pool.target,
+      ...this.#counts(pool.version),
+      waiting: this.#waiters.length,
+      claims: claims?.value ?? 0,
+    };
   }
 
   override async alarm(): Promise<void> {
@@ -211,6 +242,7 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> implements WarmPoolS
         const pool = this.#pool();
         this.#sweep(pool);
         this.#refill(pool);
+        this.#releaseUnpromised();
         const pending = [...this.#starting.values(), ...this.#destroying.values()];
         if (pending.length === 0) break;
         if (Date.now() >= until) {
@@ -240,6 +272,11 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> implements WarmPoolS
    */
   protected variables(): WorkerEnv {
     return this.env;
+  }
+
+  /** Starts one container of the pool (tests hold starts back to see what waits for them). */
+  protected startOne(sandbox: SandboxHandle, network: ContainerNetwork): Promise<void> {
+    return startContainer(sandbox, START_BUDGET_MS, network);
   }
 
   /** The shard's share of the pool, from the Worker's variables (none when they are unusable). */
@@ -283,6 +320,47 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> implements WarmPoolS
     if (this.#index === shard) return;
     this.#index = shard;
     this.#sql.exec("INSERT OR REPLACE INTO shard (key, value) VALUES ('index', ?)", shard);
+  }
+
+  /** Lends `name` to the call of `request`. */
+  #lend(name: string, request: ClaimRequest): void {
+    const now = Date.now();
+    this.#sql.exec(
+      "UPDATE containers SET state = 'claimed', since = ?, sandbox_id = ?, due = ? WHERE name = ?",
+      now,
+      request.sandboxId,
+      now + request.timeoutMs + CLAIM_GRACE_MS,
+      name,
+    );
+    this.#sql.exec(
+      "INSERT INTO shard (key, value) VALUES ('claims', 1) ON CONFLICT (key) DO UPDATE SET value = value + 1",
+    );
+  }
+
+  /** Ends a call's wait with `name` (a container lent to it) or null. */
+  #unwait(waiter: Waiter, name: string | null): void {
+    const at = this.#waiters.indexOf(waiter);
+    if (at >= 0) this.#waiters.splice(at, 1);
+    clearTimeout(waiter.timer);
+    waiter.resolve(name);
+  }
+
+  /**
+   * Each waiting call is promised a start in flight of its version, oldest call first; the ones
+   * left without (the refill paused, or at its ceiling) are answered null and start their own.
+   */
+  #releaseUnpromised(): void {
+    const starts = new Map<string, number>();
+    for (const row of this.#rows()) {
+      if (row.state === "starting" && this.#starting.has(row.name)) {
+        starts.set(row.version, (starts.get(row.version) ?? 0) + 1);
+      }
+    }
+    for (const waiter of [...this.#waiters]) {
+      const left = starts.get(waiter.request.version) ?? 0;
+      if (left > 0) starts.set(waiter.request.version, left - 1);
+      else this.#unwait(waiter, null);
+    }
   }
 
   /** Gets the alarm's loop going now, or wakes it if it runs. */
@@ -399,21 +477,23 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> implements WarmPoolS
     // Started with the deployment's default network policy: the Worker lends it only to a call
     // with that policy (a change of the policy is a new version, which drains the pool).
     const work = withinMs(
-      startContainer(
-        sandboxHandle(this.env.Sandbox, name, sleepAfterSeconds),
-        START_BUDGET_MS,
-        pool.network,
-      ),
+      this.startOne(sandboxHandle(this.env.Sandbox, name, sleepAfterSeconds), pool.network),
       START_BUDGET_MS,
       () => new Error(`the container was not ready within ${START_BUDGET_MS / 1000} s`),
     )
       .then(
         () => {
-          this.#sql.exec(
+          // Lent at once to the call waiting longest, if one waits; otherwise ready.
+          const waiter = this.#waiters.find((w) => w.request.version === pool.version);
+          const written = this.#sql.exec(
             "UPDATE containers SET state = 'ready', since = ? WHERE name = ? AND state = 'starting'",
             Date.now(),
             name,
-          );
+          ).rowsWritten;
+          if (waiter !== undefined && written > 0) {
+            this.#lend(name, waiter.request);
+            this.#unwait(waiter, name);
+          }
           this.#startTimes.push(Date.now() - now);
           if (this.#startTimes.length > START_SAMPLES) this.#startTimes.shift();
           this.#failures = 0;

@@ -1,9 +1,11 @@
 /**
- * The warm pool's real shard class, bound as `WarmPool` in the test Worker, with two test hooks:
- * the variables it works to are the test's (a Durable Object's `env` is the Worker's, the same
- * for every test), and its clock can be moved by ageing its rows.
+ * The warm pool's real shard class, bound as `WarmPool` in the test Worker, with test hooks: the
+ * variables it works to are the test's (a Durable Object's `env` is the Worker's, the same for
+ * every test), its clock can be moved by ageing its rows, and its container starts can be held
+ * back and let go one by one.
  */
 import type { WorkerEnv } from "../src/config.js";
+import type { ContainerNetwork, SandboxHandle } from "../src/sandbox-sdk.js";
 import { WarmPoolShard } from "../src/warm-pool.js";
 
 export type PoolVariables = Pick<
@@ -26,6 +28,33 @@ export interface ShardRow {
 export class TestWarmPoolShard extends WarmPoolShard {
   /** The test's variables over the shard's own: one object per `setVariables`, read once. */
   #env: WorkerEnv | undefined;
+
+  /** Starts held back, in launch order, while holding (`undefined`: starts run at once). */
+  #held: Array<() => void> | undefined;
+
+  async holdStarts(): Promise<void> {
+    this.#held ??= [];
+  }
+
+  /** Lets `count` held starts run (all of them, and stops holding, without a count). */
+  async releaseStarts(count?: number): Promise<void> {
+    const held = this.#held ?? [];
+    for (const release of held.splice(0, count ?? held.length)) release();
+    if (count === undefined) this.#held = undefined;
+  }
+
+  /** Starts launched and held back. */
+  async heldStarts(): Promise<number> {
+    return this.#held?.length ?? 0;
+  }
+
+  protected override startOne(sandbox: SandboxHandle, network: ContainerNetwork): Promise<void> {
+    const held = this.#held;
+    if (held === undefined) return super.startOne(sandbox, network);
+    return new Promise<void>((resolve) => held.push(resolve)).then(() =>
+      super.startOne(sandbox, network),
+    );
+  }
 
   async setVariables(variables: PoolVariables): Promise<void> {
     const { version, ...rest } = variables;

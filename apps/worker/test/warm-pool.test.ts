@@ -6,7 +6,7 @@
 import { env } from "cloudflare:workers";
 import type { RunningCommand } from "@remote-task/bridge";
 import { execResultSchema, healthResponseSchema } from "@remote-task/protocol";
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { CloudflareSandboxBackend } from "../src/cloudflare-backend.js";
 import { readConfig, type WorkerEnv } from "../src/config.js";
 import { shareOf } from "../src/warm-pool.js";
@@ -92,6 +92,8 @@ afterAll(async () => {
   const shards = [0, 1].map((index) =>
     env.WarmPool.get(env.WarmPool.idFromName(`warm-pool-shard-${index}`)),
   );
+  // A pool of 0 has no shard of its own to wake: the old ones are woken to drain.
+  for (const [index, shard] of shards.entries()) await shard.stats(index);
   const deadline = Date.now() + 10_000;
   while ((await rows(shards)).length > 0 && Date.now() < deadline) {
     await new Promise((resolve) => setTimeout(resolve, 20));
@@ -214,7 +216,9 @@ describe("the warm pool", () => {
     // The redeployed Worker: a new version id.
     const second = await pool(2);
     // A call of the old version gets nothing from the new one.
-    expect(await first.client.claim(sandboxId(), 5_000)).toBeUndefined();
+    expect(
+      await first.client.claim(sandboxId(), 5_000, 1_000, new AbortController().signal),
+    ).toBeUndefined();
     await filled(second.client, 2);
     await expect
       .poll(async () => (await rows(second.shards)).filter((row) => old.includes(row.name)), {
@@ -248,7 +252,7 @@ describe("the warm pool", () => {
   it("destroys a container lent to a call that is long over (its Worker died before destroying it)", async () => {
     const { client, shards } = await pool(1);
     await filled(client, 1);
-    const claim = await client.claim(sandboxId(), 5_000);
+    const claim = await client.claim(sandboxId(), 5_000, 0, new AbortController().signal);
     expect(claim).toBeDefined();
     await shards[0]?.expireClaims();
     await client.stats();
@@ -322,9 +326,16 @@ describe("the warm pool", () => {
       healthResponseSchema.parse(
         JSON.parse((await send("/health", { headers: AUTH, env: bindings, handler })).text),
       ).warmPool;
-    await expect
-      .poll(health, { timeout: 10_000 })
-      .toEqual({ target: 2, ready: 2, starting: 0, hits: 0, misses: 0, hedges: 0 });
+    await expect.poll(health, { timeout: 10_000 }).toEqual({
+      target: 2,
+      ready: 2,
+      starting: 0,
+      waiting: 0,
+      hits: 0,
+      waits: 0,
+      misses: 0,
+      hedges: 0,
+    });
     const answer = await exec(
       { sandboxId: sandboxId(), command: "echo hi" },
       { env: bindings, handler },
@@ -335,7 +346,9 @@ describe("the warm pool", () => {
       target: 2,
       ready: 2,
       starting: 0,
+      waiting: 0,
       hits: 1,
+      waits: 0,
       misses: 0,
       hedges: 0,
     });
@@ -344,11 +357,116 @@ describe("the warm pool", () => {
       target: 0,
       ready: 0,
       starting: 0,
+      waiting: 0,
       hits: 0,
+      waits: 0,
       misses: 0,
       hedges: 0,
     });
     await exec({ sandboxId: sandboxId(), command: "echo cold" }, { handler });
     expect(entries.map((entry) => "warm" in entry && entry.warm)).toEqual([true, false]);
+  });
+});
+
+describe("a call that finds no container ready", () => {
+  /** A full pool of one shard whose starts are held back from now on. */
+  async function holding(target: number, maxInstances: number) {
+    const p = await pool(target, { MAX_INSTANCES: String(maxInstances) });
+    await filled(p.client, target);
+    const shard = p.shards[0] as (typeof p.shards)[number];
+    await shard.holdStarts();
+    const claim = (waitMs: number, signal = new AbortController().signal, id = sandboxId()) =>
+      p.client.claim(id, 5_000, waitMs, signal);
+    const waiting = async () => (await shard.stats(0)).waiting;
+    return { ...p, shard, claim, waiting };
+  }
+
+  afterEach(async () => {
+    // Whatever a test held back starts now, and what it claimed (no call of its own destroys
+    // it) counts as long over: the shard destroys both, so that nothing is left running.
+    for (const index of [0, 1]) {
+      const shard = env.WarmPool.get(env.WarmPool.idFromName(`warm-pool-shard-${index}`));
+      await shard.releaseStarts();
+      await shard.expireClaims();
+      await shard.stats(index);
+    }
+  });
+
+  it("waits for a start in flight instead of starting its own, and gets it once it is up", async () => {
+    const { shard, shards, claim, waiting } = await holding(1, 20);
+    expect(await claim(0)).toMatchObject({ waited: false });
+    const id = sandboxId();
+    const lent = claim(10_000, undefined, id);
+    await expect.poll(waiting).toBe(1);
+    await expect.poll(() => shard.heldStarts()).toBeGreaterThan(0);
+    await shard.releaseStarts(1);
+    const claimed = await lent;
+    expect(claimed).toMatchObject({ waited: true, name: expect.stringMatching(/^warm-/) });
+    expect((await rows(shards)).find((row) => row.name === claimed?.name)).toMatchObject({
+      state: "claimed",
+      sandboxId: id,
+    });
+    expect(await waiting()).toBe(0);
+  });
+
+  it("gives each waiting call a start of its own, and the first to finish to the call waiting longest", async () => {
+    const { shard, shards, claim, waiting } = await holding(1, 20);
+    await claim(0);
+    const first = sandboxId();
+    const second = sandboxId();
+    const firstLent = claim(10_000, undefined, first);
+    await expect.poll(waiting).toBe(1);
+    const secondLent = claim(10_000, undefined, second);
+    await expect.poll(waiting).toBe(2);
+    await expect.poll(() => shard.heldStarts()).toBeGreaterThanOrEqual(2);
+    await shard.releaseStarts(1);
+    const one = await firstLent;
+    expect(await waiting()).toBe(1);
+    await shard.releaseStarts(1);
+    const two = await secondLent;
+    expect(one?.name).not.toBe(two?.name);
+    const claimed = (await rows(shards)).filter((row) => row.state === "claimed");
+    expect(claimed.find((row) => row.name === one?.name)?.sandboxId).toBe(first);
+    expect(claimed.find((row) => row.name === two?.name)?.sandboxId).toBe(second);
+  });
+
+  it("answers at once, with nothing lent, when no start in flight is left to wait for (the pool at its ceiling)", async () => {
+    // MAX_INSTANCES 2: a ceiling of one container, which the refill is starting.
+    const { shard, claim, waiting } = await holding(1, 2);
+    await claim(0);
+    await expect.poll(() => shard.heldStarts()).toBe(1);
+    const promised = claim(10_000);
+    await expect.poll(waiting).toBe(1);
+    // No start is left for this one: it starts its own.
+    expect(await claim(10_000)).toBeUndefined();
+    await shard.releaseStarts(1);
+    expect(await promised).toMatchObject({ waited: true });
+  });
+
+  it("stops waiting when its call ends, and the container it would have had joins the pool", async () => {
+    const { shard, shards, claim, waiting } = await holding(1, 20);
+    await claim(0);
+    const controller = new AbortController();
+    const id = sandboxId();
+    // A wait far longer than the test may take: only the withdrawal can end it in time.
+    const lent = claim(600_000, controller.signal, id);
+    await expect.poll(waiting).toBe(1);
+    controller.abort();
+    expect(await lent).toBeUndefined();
+    expect(await waiting()).toBe(0);
+    await shard.releaseStarts();
+    await expect
+      .poll(async () => (await rows(shards)).filter((row) => row.state === "ready").length)
+      .toBeGreaterThan(0);
+    expect((await rows(shards)).map((row) => row.sandboxId)).not.toContain(id);
+  });
+
+  it("stops waiting after the time the call gave it", async () => {
+    const { claim, waiting } = await holding(1, 20);
+    await claim(0);
+    const lent = claim(300);
+    await expect.poll(waiting).toBe(1);
+    expect(await lent).toBeUndefined();
+    expect(await waiting()).toBe(0);
   });
 });

@@ -54,7 +54,12 @@ async function cleanedUp(harness: WorkerHarness, all = false): Promise<void> {
 
 async function counters(harness: WorkerHarness) {
   const pool = (await harness.health()).warmPool;
-  return { hits: pool?.hits ?? 0, misses: pool?.misses ?? 0, hedges: pool?.hedges ?? 0 };
+  return {
+    hits: pool?.hits ?? 0,
+    waits: pool?.waits ?? 0,
+    misses: pool?.misses ?? 0,
+    hedges: pool?.hedges ?? 0,
+  };
 }
 
 function problems(...harnesses: WorkerHarness[]): void {
@@ -98,8 +103,10 @@ async function poolBatch(options: BenchOptions): Promise<ItemResult> {
       totalMs: [] as number[],
       latencyMs: [] as number[],
       hits: 0,
+      waits: 0,
       misses: 0,
       hedges: 0,
+      started: 0,
     }));
     // Warm-up: the Durable Object classes, the Worker and the first container starts.
     await batch(base, 4, 4);
@@ -116,11 +123,14 @@ async function poolBatch(options: BenchOptions): Promise<ItemResult> {
           if (!full) throw new Error("the pool did not fill");
         }
         const before = await counters(s.harness);
+        const created = s.harness.engine.records.length;
         const t0 = performance.now();
         s.latencyMs.push(...(await batch(s.harness, calls, concurrency)));
         s.totalMs.push(performance.now() - t0);
+        s.started += s.harness.engine.records.length - created;
         const after = await counters(s.harness);
         s.hits += after.hits - before.hits;
+        s.waits += after.waits - before.waits;
         s.misses += after.misses - before.misses;
         s.hedges += after.hedges - before.hedges;
         await cleanedUp(s.harness);
@@ -138,8 +148,9 @@ async function poolBatch(options: BenchOptions): Promise<ItemResult> {
         "batch / no cold start",
         "call p50 ms",
         "call p99 ms",
-        "pool hits / misses",
+        "pool hits / waits / misses",
         "hedges",
+        "containers started",
       ],
       rows: series.map((s) => {
         const latency = summarize(s.latencyMs);
@@ -149,8 +160,9 @@ async function poolBatch(options: BenchOptions): Promise<ItemResult> {
           round(ratio(s), 2),
           round(latency.p50, 0),
           round(latency.p99, 0),
-          s.pooled ? `${s.hits} / ${s.misses}` : "-",
+          s.pooled ? `${s.hits} / ${s.waits} / ${s.misses}` : "-",
           s.hedges,
+          s.started,
         ];
       }),
     };

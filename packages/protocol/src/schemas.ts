@@ -33,12 +33,20 @@ export const warmPoolSchema = z.object({
   ),
   ready: nonNegativeInt.describe("Sandboxes started and waiting for a call now."),
   starting: nonNegativeInt.describe("Sandboxes being started to refill the pool now."),
+  waiting: nonNegativeInt
+    .optional()
+    .describe("Calls waiting now for a sandbox the pool is starting (none was ready when asked)."),
   hits: nonNegativeInt
     .optional()
-    .describe("Calls lent a pooled sandbox (counted by the bridge instance that answered)."),
+    .describe(
+      "Calls lent a pooled sandbox that was ready when they asked (counted by the bridge instance that answered).",
+    ),
+  waits: nonNegativeInt
+    .optional()
+    .describe("Calls lent a pooled sandbox once it had started: none was ready when they asked."),
   misses: nonNegativeInt
     .optional()
-    .describe("Calls that found no pooled sandbox ready and started their own."),
+    .describe("Calls that got no pooled sandbox and started their own."),
   hedges: nonNegativeInt
     .optional()
     .describe(

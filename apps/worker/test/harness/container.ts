@@ -13,6 +13,7 @@ import { constants, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { pidNamespaceOf, processesIn } from "./proc.ts";
+import { strippedScript } from "./stripped.ts";
 
 /** What a container runs: the files it needs and its command (its "image"). */
 export interface ContainerImage {
@@ -26,7 +27,7 @@ export interface ContainerImage {
   env: Readonly<Record<string, string>>;
 }
 
-const RELAY_SOURCE = fileURLToPath(new URL("./relay.ts", import.meta.url));
+const RELAY_SOURCE = strippedScript(fileURLToPath(new URL("./relay.ts", import.meta.url)));
 const SYSTEM_DIRS = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"];
 /** Where the harness's own files (the relay, the Node binary running it) sit inside. */
 const HARNESS_DIR = "/opt/remote-task-harness";
@@ -117,7 +118,7 @@ export class Container {
     for (const [name, value] of Object.entries(env)) settings.push("--setenv", name, value);
     const mounts = image.mounts.flatMap((m) => ["--ro-bind", m.host, m.inside]);
     const server = options.neverListens ? ["sleep", "infinity"] : image.command;
-    const entry = `${shellQuote(NODE_INSIDE)} ${shellQuote(`${HARNESS_DIR}/relay.ts`)} ${shellQuote(RELAY_SOCKET_INSIDE)} & exec ${server.map(shellQuote).join(" ")}`;
+    const entry = `${shellQuote(NODE_INSIDE)} ${shellQuote(`${HARNESS_DIR}/relay.mjs`)} ${shellQuote(RELAY_SOCKET_INSIDE)} & exec ${server.map(shellQuote).join(" ")}`;
     const child = spawn(
       "bwrap",
       [
@@ -143,7 +144,7 @@ export class Container {
         NODE_INSIDE,
         "--ro-bind",
         RELAY_SOURCE,
-        `${HARNESS_DIR}/relay.ts`,
+        `${HARNESS_DIR}/relay.mjs`,
         "--bind",
         join(root, "run"),
         `${HARNESS_DIR}/run`,

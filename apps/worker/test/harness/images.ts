@@ -11,6 +11,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { ContainerImage } from "./container.ts";
+import { strippedScript } from "./stripped.ts";
 
 /** PATH of the SDK's image (Ubuntu). */
 const IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -27,11 +28,13 @@ export function standInImage(): ContainerImage {
     name: "stand-in",
     mounts: [
       {
-        host: fileURLToPath(new URL("../stand-in-server/server.ts", import.meta.url)),
-        inside: "/container-server/server.ts",
+        host: strippedScript(
+          fileURLToPath(new URL("../stand-in-server/server.ts", import.meta.url)),
+        ),
+        inside: "/container-server/server.mjs",
       },
     ],
-    command: [NODE_INSIDE, "/container-server/server.ts"],
+    command: [NODE_INSIDE, "/container-server/server.mjs"],
     env: { PATH: IMAGE_PATH, SANDBOX_VERSION: sdkVersion() },
   };
 }
