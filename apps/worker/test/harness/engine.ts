@@ -442,6 +442,11 @@ export class FakeDockerEngine {
           this.#options.onLog?.(record, line);
         },
       });
+      if (container.removing !== undefined) {
+        // Removed while its process was being launched: the process must not outlive it.
+        await process.remove();
+        return;
+      }
       container.process = process;
       record.workspace = process.workspace;
       this.#note(record, "running", String(process.pid));
