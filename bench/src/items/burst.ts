@@ -101,7 +101,7 @@ async function run(options: BenchOptions): Promise<ItemResult> {
     await bridge.stop();
   }
   return {
-    id: "burst",
+    id: "14",
     title: "Burst: 256 callers at once on a local bridge",
     target: `0 failures; burst p50 <= ${TARGET} x the ideal schedule (shared client)`,
     met: sharedFailures === 0 && headlineRatio <= TARGET,

@@ -206,7 +206,7 @@ async function runItem(options: BenchOptions): Promise<ItemResult> {
     ],
   };
   return {
-    id: "12",
+    id: "16",
     title: "Docker backend per-call cost",
     target: `p50 <= ${P50_TARGET}x a bare podman run --rm; ${CONCURRENCY}-way throughput >= ${THROUGHPUT_TARGET}x bare`,
     met: p50Ratio <= P50_TARGET && rateRatio >= THROUGHPUT_TARGET,

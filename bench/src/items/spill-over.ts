@@ -61,7 +61,7 @@ async function run(options: BenchOptions): Promise<ItemResult> {
   }
   const ok = failures === 0 && twice === 0 && missing === 0;
   return {
-    id: "spill-over",
+    id: "15",
     title: "Spill-over: two bridges, the first at capacity",
     target: `${CALLS} calls: 0 failures, each command ran exactly once`,
     met: ok,
