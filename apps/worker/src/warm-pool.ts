@@ -3,17 +3,17 @@
  * Each warm container is lent to exactly one call, which destroys it when it ends; none is ever
  * returned to the pool or lent twice. The pool is spread over shards (this Durable Object), each
  * keeping its share of `WARM_POOL_TARGET` ready; a call asks one shard, so no single object sees
- * every call. A call that finds none ready waits for one the shard is starting, when one is not
- * already promised to an earlier call, rather than start its own.
+ * every call. A call that finds none ready waits for one the shard is starting (each waiting call
+ * is promised one start in flight) rather than start its own.
  *
  * A shard keeps one row per container it started (SQLite, so a restart loses nothing) and does
  * all slow work in its alarm: starting containers and destroying the ones it gives up on. Its
- * refill follows the rate calls drain it: it keeps as many starts in flight as calls asked it for
- * during the last start time (at least `WARM_POOL_REFILL_BATCH`), and may hold that many beyond
- * its target (within half of `MAX_INSTANCES`) until those calls are no longer recent. It gives up on a container that idled past
- * `WARM_POOL_MAX_IDLE`, one started by an older Worker version (a deploy drains them), one a call
- * found dead, one left half-started by a restart, and one lent to a call that is long over (its
- * Worker died before destroying it). After repeated start failures it pauses its refill,
+ * refill follows the rate calls drain it: it starts one container for each waiting call and
+ * replaces each container lent at once, so that its spare ones (ready, or starting and promised
+ * to no call) come back to its target (within half of `MAX_INSTANCES`). It gives up on a
+ * container that idled past `WARM_POOL_MAX_IDLE`, one started by an older Worker version (a
+ * deploy drains them), one a call found dead, one left half-started by a restart, and one lent
+ * to a call that is long over (its Worker died before destroying it). After repeated start failures it pauses its refill,
  * doubling the pause while starts keep failing, and tries one container at a time until one
  * starts. Every container it starts also ends by itself (`sleepAfter`) shortly after the pool
  * would have recycled it, should the shard itself be lost.
@@ -42,13 +42,10 @@ type ContainerState = "starting" | "ready" | "claimed" | "doomed";
 
 /** The shard's share of the pool and what its containers are started with. */
 interface ShardPool {
+  /** Spare containers (ready, or starting and promised to no call) the shard keeps. */
   target: number;
-  /**
-   * Containers (ready and starting) the shard aims to hold now: its target, plus as many as
-   * calls asked it for during the last start time (they must be replaced to keep up), within its
-   * share of the pool's ceiling.
-   */
-  goal: number;
+  /** Most containers the shard holds (lent ones aside): its share of half of MAX_INSTANCES. */
+  ceiling: number;
   config: WarmPoolConfig;
   version: string;
   /** The deployment's default network policy, which the pool's containers run with. */
@@ -138,9 +135,9 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> implements WarmPoolS
   /**
    * Lends the oldest ready container of the caller's version to `request.sandboxId`. With none
    * ready, the call may wait (`request.waitMs`) for one of the starts in flight that no earlier
-   * call waits for: the refill launches a start for each claim while its goal allows, so a call
-   * that misses costs one start, not two (its own and the refill's), and gets the first of the
-   * shard's starts to finish rather than one it must wait out alone.
+   * call waits for: the refill launches a start for each waiting call (within its ceiling), so a
+   * call that misses costs one start, not two (its own and the refill's), and gets the first of
+   * the shard's starts to finish rather than one it must wait out alone.
    */
   async claim(shard: number, request: ClaimRequest): Promise<Lent | null> {
     this.#learnIndex(shard);
@@ -286,7 +283,7 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> implements WarmPoolS
     if (ConfigError.isInstance(read)) {
       return {
         target: 0,
-        goal: 0,
+        ceiling: 0,
         config: { target: 0, maxIdleSeconds: 60, refillBatch: 1, shards: 0, ceiling: 0 },
         version: versionOf(variables),
         network: "none",
@@ -296,8 +293,13 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> implements WarmPoolS
     const index = this.#index ?? 0;
     const target = shareOf(config.target, config.shards, index);
     const ceiling = Math.max(target, shareOf(config.ceiling, config.shards, index));
-    const goal = Math.min(ceiling, target + this.#recentClaims());
-    return { target, goal, config, version: read.version, network: read.network.default };
+    return {
+      target,
+      ceiling,
+      config,
+      version: read.version,
+      network: read.network.default,
+    };
   }
 
   /** How long a start takes here: the mean of the recent ones. */
@@ -414,7 +416,8 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> implements WarmPoolS
     const mine = rows.filter(
       (row) => row.version === pool.version && (row.state === "ready" || row.state === "starting"),
     );
-    const excess = mine.length - pool.goal;
+    // Starts promised to waiting calls are theirs already.
+    const excess = mine.length - this.#promised() - pool.target;
     const spare = mine.filter((row) => row.state === "ready").sort((a, b) => b.since - a.since);
     for (const row of spare.slice(0, Math.max(0, excess))) doom(row, "above_target");
     if (Object.keys(doomed).length > 0) log(this.#index, "info", "destroying", { doomed });
@@ -448,19 +451,33 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> implements WarmPoolS
   }
 
   /**
-   * Starts containers up to the shard's goal unless the refill pauses. The starts in flight follow
-   * the rate calls drain the shard: as many as calls asked for during the last start time (at
-   * least `refillBatch`), so that the refill keeps up with a batch longer than the pool. Every
-   * container the shard holds counts against the goal, the ones still being destroyed too (after
-   * a deploy, or found dead), so the pool never takes more instances than its ceiling.
+   * Starts containers unless the refill pauses: one for each waiting call no start is promised
+   * to, and spare ones up to the shard's target. Every claim is so replaced at once, and the
+   * starts in flight follow the rate calls drain the shard (Little's law); spare starts go at most
+   * as many at a time as calls asked for during the last start time (at least `refillBatch`).
+   * Every container the shard holds counts against its ceiling, promised ones and the ones still
+   * being destroyed too (after a deploy, or found dead), so the pool never takes more instances
+   * than that; a waiting call beyond it is told to start its own.
    */
   #refill(pool: ShardPool): void {
     if (Date.now() < this.#pausedUntil) return;
     const held = this.#rows().filter((row) => row.state !== "claimed").length;
+    const promised = this.#promised();
+    const forWaiters = this.#waiters.length - promised;
+    const batch = Math.max(pool.config.refillBatch, this.#recentClaims());
+    const spare = Math.min(
+      pool.target - (held - promised),
+      batch - (this.#starting.size - promised),
+    );
+    let count = Math.min(pool.ceiling - held, forWaiters + Math.max(0, spare));
     // After a pause, one container at a time until one starts.
-    const batch = this.#pauses > 0 ? 1 : Math.max(pool.config.refillBatch, this.#recentClaims());
-    const count = Math.min(pool.goal - held, batch - this.#starting.size);
+    if (this.#pauses > 0) count = Math.min(count, 1 - this.#starting.size);
     for (let i = 0; i < count; i++) this.#start(pool);
+  }
+
+  /** Starts in flight promised to waiting calls (each waiting call is promised one, if any). */
+  #promised(): number {
+    return Math.min(this.#waiters.length, this.#starting.size);
   }
 
   #start(pool: ShardPool): void {
@@ -549,12 +566,7 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> implements WarmPoolS
       else times.push(now);
     }
     const held = this.#rows().filter((row) => row.state !== "claimed").length;
-    if (held < pool.goal) times.push(Math.max(now, this.#pausedUntil));
-    // Held above the target for the calls of late: given back once they are no longer recent.
-    const oldestClaim = this.#claimedAt[0];
-    if (held > pool.target && oldestClaim !== undefined) {
-      times.push(oldestClaim + this.#startMs() + 1);
-    }
+    if (held < pool.target) times.push(Math.max(now, this.#pausedUntil));
     if (pool.target > 0) times.push(now + CHECK_INTERVAL_MS);
     if (times.length === 0) {
       await this.ctx.storage.deleteAlarm();
