@@ -100,8 +100,8 @@ export interface WarmPoolConfig {
   /** Shards the pool is spread over: ceil(target / {@link WARM_POOL_SHARD_SIZE}). */
   shards: number;
   /**
-   * Most containers the pool holds (ready and starting) while calls drain it faster than its
-   * target refills: half of `MAX_INSTANCES` (the target when that is unset).
+   * Most containers the pool holds (spare ones, ones started for waiting calls, ones being
+   * destroyed): half of `MAX_INSTANCES` (the target when that is unset).
    */
   ceiling: number;
 }

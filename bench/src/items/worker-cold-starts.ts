@@ -176,7 +176,7 @@ async function poolBatch(options: BenchOptions): Promise<ItemResult> {
       notes: [
         "Each call is `POST /exec` with a fresh sandbox id to the built Worker in Miniflare; containers are bubblewrap processes running the stand-in container server (apps/worker/test/harness), held back by the injected cold start.",
         '"No cold start" still pays this machine\'s real container start (bwrap and two Node processes per container); on Cloudflare the whole start is the cold start the pool hides.',
-        "The pool's shards keep as many starts in flight as calls claimed during the last start time (within half of MAX_INSTANCES), and a call that finds none ready waits for one of those starts rather than start its own; hits (ready when asked), waits (lent once started) and misses (own start) come from the Worker's /health.",
+        "A call that finds no container ready waits for one the pool is starting (the pool starts one for each waiting call and replaces each ready one it lends at once); hits (ready when asked), waits (lent once started) and misses (own start) come from the Worker's /health.",
         "Containers started: every container the harness engine created during the batches (the pool's refill, calls' own starts, hedges), the pool's own fill before each batch excepted. This harness's container starts share the machine's 2 cores with the calls, so each start the pool makes beyond what the calls need slows the batch.",
       ],
       raw: series.map(({ harness: _h, ...s }) => s),
