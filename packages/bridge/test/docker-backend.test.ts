@@ -249,10 +249,11 @@ else
       limited.push(own);
       await own.ready;
       const owned = `${LABELS.owner}=${own.instance}`;
-      const pooled = async () => {
+      /** The pool's two containers, once they are not all among `before`. */
+      const pooled = async (before: string[] = []) => {
         for (let i = 0; i < 250; i++) {
           const ids = await containersWith(owned);
-          if (ids.length === 2) return ids;
+          if (ids.length === 2 && ids.some((id) => !before.includes(id))) return ids;
           await new Promise((resolve) => setTimeout(resolve, 20));
         }
         throw new Error("the pool was not refilled");
@@ -260,7 +261,8 @@ else
       const first = await pooled();
       const on = createBridge({ backend: own, token: TOKEN, logger: silentLogger });
       expect((await exec({ command: "echo one" }, on)).body.stdout).toBe("one\n");
-      const second = await pooled();
+      // The used container is removed after the answer: wait for its replacement.
+      const second = await pooled(first);
       // One pooled container served the call and is gone; a new one took its place.
       expect(second.filter((id) => first.includes(id))).toHaveLength(1);
       await on.shutdown();
