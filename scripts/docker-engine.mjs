@@ -24,6 +24,7 @@ import {
   mkdtempSync,
   openSync,
   readFileSync,
+  readlinkSync,
   rmSync,
   statSync,
   symlinkSync,
@@ -106,7 +107,27 @@ async function withLock(body) {
   }
 }
 
+/**
+ * Stops a service whose working directory was deleted (one started from a checkout removed
+ * since): it still answers, but conmon cannot start a container without that directory.
+ */
+async function stopStaleService() {
+  let pid;
+  try {
+    pid = Number(readFileSync(join(dir, "service.pid"), "utf8"));
+    if (!readlinkSync(`/proc/${pid}/cwd`).endsWith(" (deleted)")) return;
+    process.kill(pid);
+  } catch {
+    return;
+  }
+  const deadline = Date.now() + 10_000;
+  while ((await ping()) && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
 async function startService() {
+  await stopStaleService();
   if (await ping()) return;
   if (!which("podman")) fail("podman is not installed (apt-get install podman runc)");
   const runtime = which("runc") ? 'runtime = "runc"\n' : "";
@@ -129,7 +150,8 @@ async function startService() {
       `--time=${IDLE_SECONDS}`,
       host,
     ],
-    { env: podmanEnv(), detached: true, stdio: ["ignore", log, log] },
+    // In its own directory: a service started in a checkout breaks when the checkout is removed.
+    { cwd: dir, env: podmanEnv(), detached: true, stdio: ["ignore", log, log] },
   );
   child.unref();
   closeSync(log);
