@@ -14,7 +14,8 @@ export interface ClaimRequest {
   /**
    * How long the call may wait, when none is ready, for a container the shard is starting
    * (0 or absent: only a ready one). The shard makes a call wait only for a start no earlier
-   * call waits for, so waiting never takes longer than the call's own cold start would.
+   * call waits for (launched for it if need be), so it waits about as long as its own cold
+   * start would take, often less.
    */
   waitMs?: number;
   /**

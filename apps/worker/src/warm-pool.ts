@@ -13,10 +13,10 @@
  * to no call) come back to its target (within half of `MAX_INSTANCES`). It gives up on a
  * container that idled past `WARM_POOL_MAX_IDLE`, one started by an older Worker version (a
  * deploy drains them), one a call found dead, one left half-started by a restart, and one lent
- * to a call that is long over (its Worker died before destroying it). After repeated start failures it pauses its refill,
- * doubling the pause while starts keep failing, and tries one container at a time until one
- * starts. Every container it starts also ends by itself (`sleepAfter`) shortly after the pool
- * would have recycled it, should the shard itself be lost.
+ * to a call that is long over (its Worker died before destroying it). After repeated start
+ * failures it pauses its refill, doubling the pause while starts keep failing, and tries one
+ * container at a time until one starts. Every container it starts also ends by itself
+ * (`sleepAfter`) shortly after the pool would have recycled it, should the shard itself be lost.
  */
 import { DurableObject } from "cloudflare:workers";
 import {
@@ -151,12 +151,17 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> implements WarmPoolS
           )
           .toArray()[0]?.name
       : undefined;
-    if (ready !== undefined) this.#lend(ready, request);
-    if (ready !== undefined || request.askingOn !== true) this.#claimedAt.push(Date.now());
-    const waitMs = Math.min(request.waitMs ?? 0, START_BUDGET_MS);
-    if (ready !== undefined || !current || pool.target === 0 || waitMs <= 0) {
+    if (ready !== undefined) {
+      this.#lend(ready, request);
+      this.#claimedAt.push(Date.now());
       await this.#refillSoon();
-      return ready === undefined ? null : { name: ready, waited: false };
+      return { name: ready, waited: false };
+    }
+    if (request.askingOn !== true) this.#claimedAt.push(Date.now());
+    const waitMs = Math.min(request.waitMs ?? 0, START_BUDGET_MS);
+    if (!current || pool.target === 0 || waitMs <= 0) {
+      await this.#refillSoon();
+      return null;
     }
     const lent = new Promise<string | null>((resolve) => {
       const waiter: Waiter = {
