@@ -3,6 +3,7 @@
 // never look like an empty, green one.
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
+import { countResults } from "./vitest-results.mjs";
 import { workspaceDirs } from "./workspaces.mjs";
 
 let passed = 0;
@@ -21,18 +22,12 @@ for (const pkgDir of workspaceDirs()) {
     rows.push(`${pkg.name}: no test results (the run crashed or never started)`);
     continue;
   }
-  const r = JSON.parse(readFileSync(resultsFile, "utf8"));
-  // A test file that failed without a failed test (it did not load, or a hook failed and its
-  // tests were skipped) counts as one failure.
-  const suiteErrors = r.testResults.filter(
-    (file) =>
-      file.status === "failed" && !file.assertionResults.some((test) => test.status === "failed"),
-  ).length;
-  passed += r.numPassedTests;
-  failed += r.numFailedTests + suiteErrors;
-  skipped += r.numPendingTests + r.numTodoTests;
+  const counts = countResults(JSON.parse(readFileSync(resultsFile, "utf8")));
+  passed += counts.passed;
+  failed += counts.failed;
+  skipped += counts.skipped;
   rows.push(
-    `${pkg.name}: ${r.numPassedTests} passed, ${r.numFailedTests + suiteErrors} failed, ${r.numPendingTests + r.numTodoTests} skipped`,
+    `${pkg.name}: ${counts.passed} passed, ${counts.failed} failed, ${counts.skipped} skipped`,
   );
 }
 
