@@ -36,7 +36,7 @@ const RETRY_AFTER_JITTER = 0.2;
  * bridge's `Retry-After` plus up to a fifth more, so a refused burst does not come back at once
  * in step, and never less than the backoff.
  */
-export function capacityDelay(
+function capacityDelay(
   policy: RetryPolicy,
   error: CapacityError,
   refusal: number,
@@ -92,50 +92,85 @@ export function outOfPatience(
   });
 }
 
-/**
- * Whether the request that failed with `error` on attempt number `attempt` is sent again: only an
- * error that says it is retryable and that the command never ran, while attempts are left.
- */
-export function shouldRetry(error: unknown, attempt: number, policy: RetryPolicy): boolean {
-  return (
-    RemoteTaskError.isInstance(error) &&
-    error.retryable &&
-    !error.mayHaveRun &&
-    attempt < policy.maxAttempts
-  );
+/** True for an error that proves its request did not run and that says trying again may work. */
+export function provablyNotRun(error: unknown): error is RemoteTaskError {
+  return RemoteTaskError.isInstance(error) && error.retryable && !error.mayHaveRun;
 }
 
-/** The bridge's `Retry-After` of a capacity refusal, in ms. */
-function retryAfterMs(error: unknown): number {
-  const seconds = CapacityError.isInstance(error) ? error.retryAfterSeconds : undefined;
-  return seconds === undefined ? 0 : seconds * 1000;
+/** What a try that provably did not run tells the bridge it went to (see `BridgePool.release`). */
+type NotRun =
+  | { kind: "refused"; delayMs: number }
+  | { kind: "unreachable"; delayMs: number }
+  | { kind: "ended" };
+
+/** The request-specific parts of {@link sendWithRetries}. */
+export interface Tries<Target, T> {
+  policy: RetryPolicy;
+  /** The call's signal: once aborted, nothing is tried again. */
+  signal: AbortSignal;
+  /** No wait is started that would end at or after this time (`Date.now()`). */
+  deadlineAt: number;
+  /**
+   * Refusals for capacity wait for room until the deadline, however many there are, instead of
+   * spending the retry budget (exec calls of a patient policy).
+   */
+  patient: boolean;
+  /** Where try number `number` goes; it may wait for room there (after `refusals`). */
+  target(number: number, refusals: readonly CapacityError[]): Promise<Target> | Target;
+  /** One try; resolves with the answer or throws its error. */
+  attempt(target: Target, number: number): Promise<T>;
+  /**
+   * A try at `target` provably did not run: `ended` when the call gives up, else how long that
+   * target is left alone. The next `target()` waits for it when `sleeps` is false.
+   */
+  notRun(target: Target, how: NotRun): void;
+  /** The loop sleeps the delay itself (a request to one named bridge). */
+  sleeps: boolean;
+  /** Told of each refusal for capacity, all of them so far; it may end the call by throwing. */
+  onRefused?: ((refusals: readonly CapacityError[]) => void) | undefined;
 }
 
 /**
- * Runs `attempt` until it succeeds, fails for good, or the retry budget is spent; what is tried
- * again is `shouldRetry`'s decision. The wait honours the bridge's `Retry-After` and stops at once
- * when `signal` aborts (its reason is thrown). A wait that would end after `deadlineAt` (the
- * call's deadline) or exceed the policy's total is not started: the call ends with the last error.
+ * The one retry loop of every request: tries `attempt` until it answers, fails in a way that may
+ * have run (never sent again), or the retry budget is spent (attempts and total wait; a
+ * refusal for capacity of a patient call spends none of it and waits until the deadline). The
+ * wait honours the bridge's `Retry-After` with jitter and stops when `signal` aborts. A wait
+ * that would end after the deadline is not started: the call ends with the last error.
  */
-export async function withRetries<T>(
-  policy: RetryPolicy,
-  signal: AbortSignal,
-  deadlineAt: number,
-  attempt: (number: number) => Promise<T>,
-): Promise<T> {
+export async function sendWithRetries<Target, T>(tries: Tries<Target, T>): Promise<T> {
+  const { policy } = tries;
+  const refusals: CapacityError[] = [];
+  let failures = 0;
   let waitedMs = 0;
   for (let number = 1; ; number++) {
+    const target = await tries.target(number, refusals);
     try {
-      return await attempt(number);
+      return await tries.attempt(target, number);
     } catch (error) {
-      if (!shouldRetry(error, number, policy)) throw error;
-      if (signal.aborted) throw signal.reason;
-      const delayMs = Math.max(backoffDelay(policy, number), retryAfterMs(error));
-      if (waitedMs + delayMs > policy.maxTotalMs) throw error;
-      if (Date.now() + delayMs >= deadlineAt) throw error;
-      policy.onRetry?.({ attempt: number, delayMs, error: error as RemoteTaskError });
-      await sleep(delayMs, signal);
-      waitedMs += delayMs;
+      if (!provablyNotRun(error) || tries.signal.aborted) throw error;
+      const refused = CapacityError.isInstance(error);
+      const patient = refused && tries.patient;
+      if (!patient) failures++;
+      const delayMs = refused
+        ? capacityDelay(policy, error, refusals.length + 1)
+        : backoffDelay(policy, failures);
+      if (
+        !patient &&
+        (failures >= policy.maxAttempts ||
+          waitedMs + delayMs > policy.maxTotalMs ||
+          Date.now() + delayMs >= tries.deadlineAt)
+      ) {
+        tries.notRun(target, { kind: "ended" });
+        throw error;
+      }
+      tries.notRun(target, { kind: refused ? "refused" : "unreachable", delayMs });
+      if (refused) {
+        refusals.push(error);
+        tries.onRefused?.(refusals);
+      }
+      if (!patient) waitedMs += delayMs;
+      policy.onRetry?.({ attempt: number, delayMs, error });
+      if (tries.sleeps) await sleep(delayMs, tries.signal);
     }
   }
 }

@@ -14,15 +14,23 @@ export interface ScopeOptions {
 }
 
 /**
- * Where an exec call stands: nothing sent yet (or provably not sent), sent and not yet answered
- * with its outcome, or its outcome known (an error answer, the result, an `exit` or `error` event).
+ * Where a call stands, one phase at a time:
+ * - `waiting`: waiting for room on a bridge; its deadline then ends it with how long it waited;
+ * - `unsent`: nothing sent yet, or the last try provably never left (nothing runs);
+ * - `sent`: a request is on its way and not yet answered: the command may run;
+ * - `answered`: the bridge answered 2xx and the outcome is being read: the command may be running;
+ * - `settled`: the outcome is known (an error answer, the result, an `exit` or `error` event).
+ *
+ * Transitions: unsent -> waiting -> unsent (room found) -> sent -> answered -> settled; sent ->
+ * settled (an error answer); sent, answered or settled -> unsent when the try provably did not
+ * run and the call tries again.
  */
-type Progress = "unsent" | "sent" | "settled";
+type Phase = "waiting" | "unsent" | "sent" | "answered" | "settled";
 
 /**
  * The life of one call: an AbortController that ends every exchange of the call, aborted with
  * the error the call must end with (caller abort, deadline, idle stream, oversized body), and
- * the call's progress, which says whether its command may have run or may still be running.
+ * the call's phase, which says whether its command may have run or may still be running.
  */
 export class CallScope {
   readonly #controller = new AbortController();
@@ -37,20 +45,15 @@ export class CallScope {
   #deadlineTimer: ReturnType<typeof setTimeout>;
   readonly #deadlineMs: number;
   readonly #runsCommand: boolean;
-  #progress: Progress = "unsent";
+  #phase: Phase = "unsent";
+  /** While `waiting`: the error the deadline ends the call with instead of a `TimeoutError`. */
+  #patience: (() => RemoteTaskError) | undefined;
   #idleTimer: ReturnType<typeof setTimeout> | undefined;
   #idleMs = 0;
   readonly what: string;
   readonly sandboxId: string | undefined;
   /** When the deadline passes, in `Date.now()` time. */
   deadlineAt: number;
-  /**
-   * While the call waits for room on a bridge: the error its deadline ends it with instead of a
-   * `TimeoutError` (how long it waited and why).
-   */
-  waiting: (() => RemoteTaskError) | undefined;
-  /** The bridge answered the call's last request (with anything: a result, an error). */
-  answered = false;
 
   constructor(options: ScopeOptions) {
     this.what = options.what;
@@ -69,7 +72,7 @@ export class CallScope {
     return setTimeout(
       () =>
         this.abort(
-          this.waiting?.() ??
+          (this.#phase === "waiting" ? this.#patience?.() : undefined) ??
             new TimeoutError(
               `${this.what} did not finish within ${seconds}s (the task timeout plus the grace period); the bridge may be stalled or unreachable. Raise timeoutSeconds or graceSeconds if the task needs longer.`,
               this.#errorOptions(undefined),
@@ -94,19 +97,44 @@ export class CallScope {
     return { sandboxId: this.sandboxId, cause, mayHaveRun: this.mayHaveRun };
   }
 
-  /** A request of the call is on its way: from now on its command may run. */
-  sent(): void {
-    this.#progress = "sent";
+  /**
+   * The call waits for room on a bridge; `patience` is the error its deadline then ends it with
+   * (how long it waited and why).
+   */
+  waitForRoom(patience: () => RemoteTaskError): void {
+    this.#phase = "waiting";
+    this.#patience = patience;
   }
 
-  /** The request provably never left (connection refused before sending): nothing runs. */
+  /** The call stopped waiting for room (it found some, or its wait ended): nothing is sent yet. */
+  stopWaiting(): void {
+    if (this.#phase === "waiting") this.#phase = "unsent";
+    this.#patience = undefined;
+  }
+
+  /** A request of the call is on its way: from now on its command may run. */
+  sent(): void {
+    this.#phase = "sent";
+  }
+
+  /** The request provably never left, or the bridge refused it unrun: nothing runs. */
   unsent(): void {
-    this.#progress = "unsent";
+    this.#phase = "unsent";
+  }
+
+  /** The bridge answered the request 2xx; the outcome follows in the body. */
+  answered(): void {
+    this.#phase = "answered";
   }
 
   /** The bridge has given the call's outcome: nothing of it runs any more. */
   settled(): void {
-    this.#progress = "settled";
+    this.#phase = "settled";
+  }
+
+  /** The bridge answered the call's last request (with anything: a result, an error). */
+  get wasAnswered(): boolean {
+    return this.#phase === "answered" || this.#phase === "settled";
   }
 
   /** The whole deadline, in seconds (one decimal). */
@@ -121,12 +149,12 @@ export class CallScope {
 
   /** The command may have started (what the scope's own errors say as `mayHaveRun`). */
   get mayHaveRun(): boolean {
-    return this.#runsCommand && this.#progress !== "unsent";
+    return this.#runsCommand && this.#phase !== "unsent" && this.#phase !== "waiting";
   }
 
   /** The bridge may be running the command right now: a call ending now must cancel it. */
   get commandInFlight(): boolean {
-    return this.#runsCommand && this.#progress === "sent";
+    return this.#runsCommand && (this.#phase === "sent" || this.#phase === "answered");
   }
 
   /** What an error created for this call carries about it. */

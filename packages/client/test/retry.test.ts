@@ -3,7 +3,13 @@ import { describe, expect, it } from "vitest";
 import type { RetryPolicy } from "../src/config.js";
 import { connectionFailure, errorFromBody, errorFromResponse } from "../src/error-mapping.js";
 import { CapacityError, ConnectionError } from "../src/errors.js";
-import { backoffDelay, parseRetryAfter, shouldRetry, withRetries } from "../src/retry.js";
+import {
+  backoffDelay,
+  parseRetryAfter,
+  provablyNotRun,
+  sendWithRetries,
+  type Tries,
+} from "../src/retry.js";
 import { Secrets } from "../src/secrets.js";
 import { sseEvents } from "../src/sse.js";
 import { fullResult, sse } from "./helpers/fixtures.js";
@@ -16,6 +22,25 @@ const policy: RetryPolicy = {
   patient: true,
   onRetry: undefined,
 };
+
+/** The one retry loop at one target, the way a named bridge's requests use it. */
+function tryAtOne<T>(
+  retry: RetryPolicy,
+  attempt: () => Promise<T>,
+  more: Partial<Tries<string, T>> = {},
+): Promise<T> {
+  return sendWithRetries({
+    policy: retry,
+    signal: new AbortController().signal,
+    deadlineAt: Date.now() + 60_000,
+    patient: false,
+    sleeps: true,
+    target: () => "bridge",
+    attempt,
+    notRun: () => {},
+    ...more,
+  });
+}
 
 describe("Retry-After", () => {
   const now = Date.parse("2026-01-01T00:00:00Z");
@@ -55,7 +80,7 @@ describe("backoff", () => {
     const tight = { ...policy, initialDelayMs: 1, maxTotalMs: 50 };
     const error = new CapacityError("full", { retryable: true, retryAfterSeconds: 0.03 });
     await expect(
-      withRetries(tight, new AbortController().signal, Date.now() + 60_000, async () => {
+      tryAtOne(tight, async () => {
         attempts++;
         throw error;
       }),
@@ -68,7 +93,7 @@ describe("backoff", () => {
     let attempts = 0;
     const boom = new Error("boom");
     await expect(
-      withRetries(policy, new AbortController().signal, Date.now() + 60_000, async () => {
+      tryAtOne(policy, async () => {
         attempts++;
         throw boom;
       }),
@@ -115,19 +140,48 @@ describe("SSE parsing", () => {
   });
 });
 
-describe("shouldRetry", () => {
-  const two: RetryPolicy = { ...policy, maxAttempts: 2 };
-  it("retries only an error that is retryable and never ran, while attempts are left", () => {
+describe("what is tried again", () => {
+  it("only an error that is retryable and never ran", () => {
     const refused = new ConnectionError("refused", { retryable: true });
-    expect(shouldRetry(refused, 1, two)).toBe(true);
-    expect(shouldRetry(refused, 2, two)).toBe(false);
-    expect(shouldRetry(new ConnectionError("broke", { mayHaveRun: true }), 1, two)).toBe(false);
-    expect(
-      shouldRetry(new CapacityError("full", { retryable: true, mayHaveRun: true }), 1, two),
-    ).toBe(false);
-    expect(shouldRetry(new CapacityError("full"), 1, two)).toBe(false);
-    expect(shouldRetry(new Error("plain"), 1, two)).toBe(false);
-    expect(shouldRetry({ retryable: true, mayHaveRun: false }, 1, two)).toBe(false);
+    expect(provablyNotRun(refused)).toBe(true);
+    expect(provablyNotRun(new ConnectionError("broke", { mayHaveRun: true }))).toBe(false);
+    expect(provablyNotRun(new CapacityError("full", { retryable: true, mayHaveRun: true }))).toBe(
+      false,
+    );
+    expect(provablyNotRun(new CapacityError("full"))).toBe(false);
+    expect(provablyNotRun(new Error("plain"))).toBe(false);
+    expect(provablyNotRun({ retryable: true, mayHaveRun: false })).toBe(false);
+  });
+
+  it("while attempts are left", async () => {
+    const quick = { ...policy, initialDelayMs: 1, maxDelayMs: 1, maxAttempts: 2 };
+    let attempts = 0;
+    const refused = new ConnectionError("refused", { retryable: true });
+    await expect(
+      tryAtOne(quick, async () => {
+        attempts++;
+        throw refused;
+      }),
+    ).rejects.toBe(refused);
+    expect(attempts).toBe(2);
+  });
+
+  it("a patient call's refusals for capacity spend no attempt", async () => {
+    const quick = { ...policy, initialDelayMs: 1, maxDelayMs: 1, maxAttempts: 2 };
+    let attempts = 0;
+    const full = new CapacityError("full", { retryable: true, retryAfterSeconds: 0 });
+    const given: string[] = [];
+    const answer = await tryAtOne(
+      quick,
+      async () => {
+        attempts++;
+        if (attempts <= 4) throw full;
+        return "ran";
+      },
+      { patient: true, notRun: (_target, how) => given.push(how.kind) },
+    );
+    expect([answer, attempts]).toEqual(["ran", 5]);
+    expect(given).toEqual(["refused", "refused", "refused", "refused"]);
   });
 
   it("gets its answer from the errors the client makes", () => {
@@ -140,25 +194,21 @@ describe("shouldRetry", () => {
     };
     const refused = Object.assign(new Error("connect"), { code: "ECONNREFUSED" });
     // Refused before anything was sent: retried. The same code once an answer started: not.
-    expect(shouldRetry(connectionFailure(refused, true, facts), 1, policy)).toBe(true);
-    expect(shouldRetry(connectionFailure(refused, false, facts), 1, policy)).toBe(false);
-    expect(shouldRetry(connectionFailure(new Error("reset"), true, facts), 1, policy)).toBe(false);
+    expect(provablyNotRun(connectionFailure(refused, true, facts))).toBe(true);
+    expect(provablyNotRun(connectionFailure(refused, false, facts))).toBe(false);
+    expect(provablyNotRun(connectionFailure(new Error("reset"), true, facts))).toBe(false);
     const capacity = new TextEncoder().encode(
       JSON.stringify({ error: "full", code: "capacity_exceeded" }),
     );
     const answer = { status: 503, contentType: "application/json" };
     const http = errorFromResponse(capacity, answer, context);
-    expect([http.retryable, http.mayHaveRun, shouldRetry(http, 1, policy)]).toEqual([
-      true,
-      false,
-      true,
-    ]);
+    expect([http.retryable, http.mayHaveRun, provablyNotRun(http)]).toEqual([true, false, true]);
     const tooMany = errorFromResponse(
       new Uint8Array(),
       { status: 429, contentType: undefined },
       context,
     );
-    expect(shouldRetry(tooMany, 1, policy)).toBe(true);
+    expect(provablyNotRun(tooMany)).toBe(true);
     // The same refusal as a stream's `error` event comes after the call was accepted.
     const event = errorFromBody(
       503,
@@ -168,7 +218,7 @@ describe("shouldRetry", () => {
         accepted: true,
       },
     );
-    expect([event.retryable, event.mayHaveRun, shouldRetry(event, 1, policy)]).toEqual([
+    expect([event.retryable, event.mayHaveRun, provablyNotRun(event)]).toEqual([
       false,
       true,
       false,

@@ -1,0 +1,136 @@
+/**
+ * A call's options, checked and turned into the exec request before anything is sent: unknown
+ * options, a bad `stdin` or any field the protocol refuses is an `InvalidRequestError` here.
+ */
+import { issuesOf, summarizeIssues } from "@remote-task/internal";
+import {
+  type ExecRequest,
+  execRequestSchema,
+  type Issue,
+  newSandboxId,
+} from "@remote-task/protocol";
+import {
+  assertKnownKeys,
+  DEFAULT_KEPT_OUTPUT_BYTES,
+  graceSecondsFor,
+  type ResolvedConfig,
+} from "./config.js";
+import { InvalidRequestError } from "./errors.js";
+import { Secrets } from "./secrets.js";
+import { stdinField } from "./stdin.js";
+import type { RunOptions } from "./types.js";
+
+/** An exec call ready to send. */
+export interface PreparedCall {
+  sandboxId: string;
+  request: ExecRequest;
+  /** Bytes of standard input the request carries (0 without `stdin`). */
+  stdinBytes: number;
+  /** Bytes of the end of each output the result keeps. */
+  keptBytes: number;
+  deadlineMs: number;
+  secrets: Secrets;
+  onRefused: (() => void) | undefined;
+}
+
+/** Refuses a request before sending it. */
+function invalid(issues: Issue[]): never {
+  throw new InvalidRequestError(
+    `The request is invalid and was not sent (${summarizeIssues(issues)}).`,
+    { issues },
+  );
+}
+
+/** A `network` of no known kind gets a message that names the kinds. */
+function explainNetwork(issue: Issue): Issue {
+  if (issue.path.length !== 1 || issue.path[0] !== "network" || issue.message !== "Invalid input") {
+    return issue;
+  }
+  return { path: issue.path, message: 'must be "none", "open" or {allow: [host patterns]}' };
+}
+
+/** The options a call takes; any other is refused before sending (it would do nothing). */
+const RUN_OPTIONS: ReadonlySet<string> = new Set([
+  "timeoutSeconds",
+  "cwd",
+  "env",
+  "signal",
+  "onOutput",
+  "maxOutputBytes",
+  "sandboxId",
+  "network",
+  "stdin",
+] satisfies ReadonlyArray<keyof RunOptions>);
+
+/** Refuses call options that are not an object or name an option calls do not have. */
+export function assertRunOptions(options: RunOptions): void {
+  if (typeof options !== "object" || options === null) {
+    throw new InvalidRequestError(
+      "The options of a call must be an object, e.g. {timeoutSeconds: 30}.",
+    );
+  }
+  assertKnownKeys(
+    options,
+    RUN_OPTIONS,
+    "A call",
+    (message) =>
+      new InvalidRequestError(`The request is invalid and was not sent: ${message}`, {
+        issues: Object.keys(options)
+          .filter((key) => !RUN_OPTIONS.has(key))
+          .map((key) => ({ path: [key], message: "unknown option" })),
+      }),
+  );
+}
+
+/**
+ * Builds and checks the exec request; a mistake is an `InvalidRequestError` before sending.
+ * `tokens` are the bridges' tokens, which no message may show.
+ */
+export function prepareCall(
+  config: ResolvedConfig,
+  tokens: ReadonlyArray<string | undefined>,
+  command: string,
+  options: RunOptions,
+  onRefused: (() => void) | undefined,
+): PreparedCall {
+  // The reference bridge lower-cases ids; this client does the same rather than refuse them.
+  const sandboxId =
+    typeof options.sandboxId === "string"
+      ? options.sandboxId.toLowerCase()
+      : (options.sandboxId ?? newSandboxId(config.idPrefix));
+  const timeoutSeconds = options.timeoutSeconds ?? config.timeoutSeconds;
+  const candidate: Record<string, unknown> = {
+    sandboxId,
+    command,
+    timeoutSeconds,
+    cwd: options.cwd ?? config.cwd,
+  };
+  if (options.env !== undefined) candidate.env = options.env;
+  if (options.maxOutputBytes !== undefined) candidate.maxOutputBytes = options.maxOutputBytes;
+  if (options.network !== undefined) candidate.network = options.network;
+  let stdinBytes = 0;
+  if (options.stdin !== undefined) {
+    const stdin = stdinField(options.stdin);
+    if (!stdin.ok) invalid([{ path: ["stdin"], message: stdin.message }]);
+    candidate.stdin = stdin.value;
+    stdinBytes = stdin.bytes;
+  }
+  const secrets = new Secrets([
+    ...tokens,
+    ...(typeof options.env === "object" && options.env !== null ? Object.values(options.env) : []),
+  ]);
+  const parsed = execRequestSchema.safeParse(candidate);
+  if (!parsed.success) {
+    invalid(issuesOf(parsed.error, (message) => secrets.redact(message, 200)).map(explainNetwork));
+  }
+  const graceSeconds = graceSecondsFor(config, timeoutSeconds);
+  return {
+    sandboxId,
+    request: parsed.data,
+    keptBytes: parsed.data.maxOutputBytes ?? DEFAULT_KEPT_OUTPUT_BYTES,
+    deadlineMs: (timeoutSeconds + graceSeconds) * 1000,
+    secrets,
+    stdinBytes,
+    onRefused,
+  };
+}

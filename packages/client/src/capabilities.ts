@@ -1,0 +1,74 @@
+/**
+ * What each bridge can take, from its `/health`: whether it enforces `network` and reads `stdin`
+ * (asked once per bridge, before its first call with either), and how many calls the bridges
+ * can take now (for `runMany`'s first window).
+ */
+import type { ExecRequest, HealthResponse } from "@remote-task/protocol";
+import type { Bridge } from "./bridges.js";
+import { DEFAULT_CONCURRENCY } from "./config.js";
+import { ForbiddenError, InvalidRequestError } from "./errors.js";
+
+/** The bridges' answers about the fields a call may carry, each asked once. */
+export class BridgeCapabilities {
+  /** Each bridge's `/health`, asked once before its first call with `network` or `stdin`. */
+  readonly #support = new Map<Bridge, Promise<HealthResponse>>();
+  readonly #health: (bridge: Bridge) => Promise<HealthResponse>;
+
+  constructor(health: (bridge: Bridge) => Promise<HealthResponse>) {
+    this.#health = health;
+  }
+
+  /**
+   * A bridge that does not know `network` or `stdin` may ignore them (the reference bridge does)
+   * and run the command without the policy, or with empty input. Before the first call with
+   * either, the bridge's `/health` is asked once whether it takes them; if not, nothing is sent.
+   */
+  async assertTakes(request: ExecRequest, bridge: Bridge): Promise<void> {
+    if (request.network === undefined && request.stdin === undefined) return;
+    let support = this.#support.get(bridge);
+    if (support === undefined) {
+      support = this.#health(bridge).catch((error: unknown) => {
+        this.#support.delete(bridge);
+        throw error;
+      });
+      this.#support.set(bridge, support);
+    }
+    const health = await support;
+    const protocol = health.protocol ?? 1;
+    if (request.network !== undefined && health.network === undefined) {
+      throw new ForbiddenError(
+        `The bridge does not control network access (its /health reports no \`network\`; protocol ${protocol}), so it could run the command without the policy asked for; the call was not sent. Leave \`network\` out to run with the bridge's own network, or use a bridge that enforces policies.`,
+      );
+    }
+    if (request.stdin !== undefined && health.limits?.maxStdinBytes === undefined) {
+      throw new InvalidRequestError(
+        `The bridge does not take stdin (its /health reports no \`limits.maxStdinBytes\`; protocol ${protocol}), so the command could run with empty input; the call was not sent. Leave \`stdin\` out, or use a protocol 2 bridge.`,
+        {
+          issues: [
+            { path: ["stdin"], message: `not supported by this bridge (protocol ${protocol})` },
+          ],
+        },
+      );
+    }
+  }
+}
+
+/**
+ * How many calls the bridges can take now, from their `/health` admissions (free slots and
+ * places in their queues; undefined for a bridge that did not answer); a bridge that reports no
+ * admission counts as the default concurrency. Undefined when none reports it.
+ */
+export function freeCapacity(
+  admissions: ReadonlyArray<HealthResponse["admission"] | undefined>,
+): number | undefined {
+  if (admissions.every((admission) => admission === undefined)) return undefined;
+  let free = 0;
+  for (const admission of admissions) {
+    if (admission === undefined) free += DEFAULT_CONCURRENCY;
+    else {
+      const { maxConcurrent, maxQueued, running, queued } = admission;
+      free += Math.max(0, maxConcurrent + maxQueued - running - queued);
+    }
+  }
+  return free;
+}
