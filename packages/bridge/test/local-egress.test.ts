@@ -304,7 +304,6 @@ describe("name resolution stays off the shared thread pool and is bounded per sa
     const stalled = await proxy("open", [], undefined, {
       resolver: { servers: [`127.0.0.1:${dnsPort}`], timeoutMs: 200, maxPending: 2 },
     });
-    const started = Date.now();
     const answers = await Promise.all(
       ["a.stall.test", "b.stall.test", "c.stall.test"].map((name) =>
         connectThrough(stalled.socketPath, `${name}:443`),
@@ -317,7 +316,6 @@ describe("name resolution stays off the shared thread pool and is bounded per sa
     expect(answers.find((answer) => answer.status === 502)?.body).toMatch(
       /cannot resolve [abc]\.stall\.test: ETIMEOUT/,
     );
-    expect(Date.now() - started).toBeLessThan(5_000);
     // Names of the hosts file need no DNS and no slot.
     expect((await connectThrough(stalled.socketPath, `localhost:${target.port}`)).body).toMatch(
       /127\.0\.0\.1|::1/,
