@@ -155,9 +155,7 @@ describe("overload: more calls at once than the bridge admits", () => {
       // admission. Its latency is printed above; a busy machine makes it no bound.
       expect(health.latencies.length).toBeGreaterThan(3);
       expect(
-        health.loads.some(
-          (load) => load.running === admission?.maxConcurrent && load.queued > 0,
-        ),
+        health.loads.some((load) => load.running === admission?.maxConcurrent && load.queued > 0),
       ).toBe(true);
       for (const load of health.loads) {
         expect(load.running).toBeLessThanOrEqual(admission?.maxConcurrent ?? 0);
