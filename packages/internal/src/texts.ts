@@ -100,6 +100,14 @@ export const DOCKER_TEXTS = {
     `The container of image ${image} ended before its shell ran (exit ${code ?? "unknown"}${output ? `: ${output}` : ""}); the image needs /bin/sh.`,
   missingCwd: CLOUDFLARE_TEXTS.missingCwd,
   noRelay: (reason: string) => `The container's network relay could not be set up: ${reason}`,
+  /** With the engine's hard process-count limit: the value to pass. */
+  nprocRefused: (limit: string) =>
+    `The engine may not raise the containers' process-count rlimit to its default (it runs without CAP_SYS_RESOURCE): pass --docker-ulimit nproc=${limit} (the docker backend's ulimits: { nproc: ${limit} }), the engine's own hard limit.`,
+  nprocRefusedUnknown:
+    "The engine may not raise the containers' process-count rlimit to its default (it runs without CAP_SYS_RESOURCE): pass --docker-ulimit nproc=N (the docker backend's ulimits: { nproc: N }) with N no higher than the engine's own hard limit (Max processes in /proc/<engine pid>/limits).",
+  /** With the engine's reason and, where known, the fix: said when the backend starts. */
+  noStart: (reason: string) =>
+    `No container can be started on this engine, so the bridge does not serve and no command runs (${reason})`,
 } as const;
 
 type Text = string | ((...values: never[]) => string);
