@@ -11,9 +11,10 @@ import type { NetworkPolicy } from "@remote-task/protocol";
 import { type DockerFlags, dockerBackendOptions } from "./docker.js";
 import { warnIsolationNone } from "./isolation.js";
 import { embeddedLogger } from "./log.js";
+import { type LimitFlags, sandboxLimits } from "./sandbox-limits.js";
 import { UsageError } from "./usage-error.js";
 
-export interface ConnectionFlags extends DockerFlags {
+export interface ConnectionFlags extends DockerFlags, LimitFlags {
   url?: string;
   token?: string;
   cwd?: string;
@@ -44,15 +45,16 @@ function timing(flags: ConnectionFlags): Partial<ClientOptions> {
  * command line is its ceiling. Options it refuses (a `TypeError`) are a {@link UsageError}.
  */
 export async function startEmbeddedBridge(
-  flags: Pick<ConnectionFlags, "isolation" | "network"> & DockerFlags,
+  flags: Pick<ConnectionFlags, "isolation" | "network"> & DockerFlags & LimitFlags,
 ): Promise<LocalBridge> {
   const { startLocalBridge } = await import("@remote-task/bridge/node");
   const isolation = flags.isolation ?? "auto";
-  const docker = dockerBackendOptions(flags);
+  const limits = sandboxLimits(flags);
+  const docker = dockerBackendOptions(flags, limits);
   if (docker === undefined && isolation === "none") warnIsolationNone();
   try {
     return await startLocalBridge({
-      ...(docker === undefined ? { local: { isolation } } : { docker }),
+      ...(docker === undefined ? { local: { isolation, limits } } : { docker }),
       logger: embeddedLogger,
       ...(flags.network === undefined ? {} : { network: { ceiling: flags.network } }),
     });

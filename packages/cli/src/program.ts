@@ -8,6 +8,7 @@ import { dockerOptions } from "./docker.js";
 import { EXIT } from "./exit-codes.js";
 import { hostList, networkPolicy } from "./network.js";
 import { describeError } from "./report.js";
+import { LIMIT_OPTIONS, limitOptions } from "./sandbox-limits.js";
 
 function positiveNumber(value: string): number {
   const n = Number(value);
@@ -62,7 +63,7 @@ const isolationOption = (description: string) =>
   new Option("--isolation <mode>", description).choices(["auto", "bwrap", "none"]).default("auto");
 
 function connectionOptions(command: Command): Command {
-  return dockerOptions(command)
+  return limitOptions(dockerOptions(command), " of the embedded bridge (--local or --docker)")
     .option("--url <url>", "bridge URL (default: $CLOUDFLARE_SANDBOX_URL)")
     .option("--token <token>", "bridge token (default: $CLOUDFLARE_SANDBOX_TOKEN)")
     .option("--local", "start the embedded local bridge in this process for this run")
@@ -87,13 +88,26 @@ function timingOptions(command: Command, timeoutHelp: string): Command {
     );
 }
 
-/** `--isolation` picks how the embedded bridge isolates; without `--local` there is none. */
-function refuseIsolationWithoutLocal(command: Command): void {
-  if (command.getOptionValueSource("isolation") === "cli" && !command.opts().local) {
+/**
+ * `--isolation` picks how the embedded bridge isolates, and the limit flags size its sandboxes;
+ * without `--local` (or, for the limits, `--docker`) there is no such bridge.
+ */
+function refuseEmbeddedOnlyFlags(command: Command): void {
+  const given = (name: string) => command.getOptionValueSource(name) === "cli";
+  const { local, docker } = command.opts();
+  if (given("isolation") && !local) {
     command.error("error: --isolation applies only with --local (the embedded bridge).", {
       exitCode: EXIT.usage,
       code: "remote-task.isolationWithoutLocal",
     });
+  }
+  const limits = LIMIT_OPTIONS.filter(given);
+  if (limits.length > 0 && !local && docker === undefined) {
+    const flags = limits.map((name) => `--${name.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`);
+    command.error(
+      `error: ${flags.join(" and ")} ${flags.length === 1 ? "applies" : "apply"} only with --local or --docker (the embedded bridge); a remote bridge's limits are its deployer's.`,
+      { exitCode: EXIT.usage, code: "remote-task.limitsWithoutEmbedded" },
+    );
   }
 }
 
@@ -163,7 +177,7 @@ Examples:
   $ remote-task run --json --timeout 10 -- 'python3 -c "print(2**100)"'`,
     )
     .action(async (words: string[], flags, command: Command) => {
-      refuseIsolationWithoutLocal(command);
+      refuseEmbeddedOnlyFlags(command);
       onExit(await runCommand(words, flags));
     });
 
@@ -194,11 +208,11 @@ Examples:
   $ remote-task run-many --local --concurrency 32 --file tasks.txt --json > results.json`,
     )
     .action(async (flags, command: Command) => {
-      refuseIsolationWithoutLocal(command);
+      refuseEmbeddedOnlyFlags(command);
       onExit(await runManyCommand(flags));
     });
 
-  dockerOptions(program.command("serve"))
+  limitOptions(dockerOptions(program.command("serve")), "")
     .description("Serve the embedded local bridge over HTTP.")
     .option("--local", "serve the embedded local bridge (the one kind available here)")
     .option("--port <port>", "port (0 picks a free one)", port, 0)
@@ -212,18 +226,6 @@ Examples:
       "bearer token to require; visible to every process on this machine, so prefer --token-file or $CLOUDFLARE_SANDBOX_TOKEN",
     )
     .addOption(isolationOption("isolation of the bridge's sandboxes"))
-    .option(
-      "--processes <n>",
-      "most processes and threads per sandbox (default 256)",
-      positiveInteger,
-    )
-    .option("--memory-mib <n>", "memory per sandbox in MiB (default 2048)", positiveInteger)
-    .option(
-      "--workspace-mib <n>",
-      "size of /workspace per sandbox in MiB (default 1024)",
-      positiveInteger,
-    )
-    .option("--tmp-mib <n>", "size of /tmp per sandbox in MiB (default 256)", positiveInteger)
     .option(
       "--uids <first:count>",
       "host uids for sandboxes when run as root (default 1900000000:1024)",
@@ -283,7 +285,7 @@ Examples:
   $ remote-task health --local`,
     )
     .action(async (flags, command: Command) => {
-      refuseIsolationWithoutLocal(command);
+      refuseEmbeddedOnlyFlags(command);
       onExit(await healthCommand(flags));
     });
 

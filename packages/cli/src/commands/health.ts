@@ -24,6 +24,8 @@ export async function healthCommand(flags: ConnectionFlags & { json?: boolean })
       ["isolation", health.isolation ?? "unknown"],
       ["version", health.version ?? "unknown"],
     ];
+    const { image, runtime } = health.sandbox ?? {};
+    if (image !== undefined) rows.push(["image", `${image} (runtime ${runtime ?? "unknown"})`]);
     for (const [key, value] of Object.entries(health.limits ?? {})) rows.push([key, String(value)]);
     if (health.network === undefined) {
       rows.push(["network", "not controlled by this bridge (it takes no --network)"]);

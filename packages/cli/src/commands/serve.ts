@@ -6,19 +6,16 @@ import { type DockerFlags, dockerBackendOptions } from "../docker.js";
 import { EXIT } from "../exit-codes.js";
 import { warnIsolationNone } from "../isolation.js";
 import { serveLogger } from "../log.js";
+import { type LimitFlags, sandboxLimits } from "../sandbox-limits.js";
 import { type ServeToken, serveToken } from "../token.js";
 
-export interface ServeFlags extends DockerFlags {
+export interface ServeFlags extends DockerFlags, LimitFlags {
   local?: boolean;
   port: number;
   host: string;
   token?: string;
   tokenFile?: string;
   isolation: "auto" | "bwrap" | "none";
-  processes?: number;
-  memoryMib?: number;
-  workspaceMib?: number;
-  tmpMib?: number;
   uids?: { first: number; count: number };
   networkDefault?: NetworkPolicy;
   networkCeiling?: NetworkPolicy;
@@ -26,16 +23,6 @@ export interface ServeFlags extends DockerFlags {
 }
 
 const MiB = 1024 * 1024;
-
-/** The per-sandbox limits given on the command line (the backend's defaults for the rest). */
-function sandboxLimits(flags: ServeFlags) {
-  return {
-    ...(flags.processes === undefined ? {} : { processes: flags.processes }),
-    ...(flags.memoryMib === undefined ? {} : { memoryBytes: flags.memoryMib * MiB }),
-    ...(flags.workspaceMib === undefined ? {} : { workspaceBytes: flags.workspaceMib * MiB }),
-    ...(flags.tmpMib === undefined ? {} : { tmpBytes: flags.tmpMib * MiB }),
-  };
-}
 
 const LOOPBACK = new Set(["127.0.0.1", "::1", "localhost"]);
 
