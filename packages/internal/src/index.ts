@@ -14,6 +14,7 @@ export { TailBuffer } from "./tail-buffer.js";
 export {
   BRIDGE_TEXTS,
   CLOUDFLARE_TEXTS,
+  DID_NOT_RUN,
   DOCKER_TEXTS,
   OWN_TEXTS,
   SANDBOX_TEXTS,
