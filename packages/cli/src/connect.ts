@@ -42,7 +42,7 @@ function timing(flags: ConnectionFlags): Partial<ClientOptions> {
 /**
  * Starts the embedded local bridge in this process; `startLocalBridge` creates its backend and
  * closes it again with the bridge. Whoever runs it is its deployer: the network asked for on the
- * command line is its ceiling. Options it refuses (a `TypeError`) are a {@link UsageError}.
+ * command line is its ceiling, and the hosts it names may be private or loopback ones. Options it refuses (a `TypeError`) are a {@link UsageError}.
  */
 export async function startEmbeddedBridge(
   flags: Pick<ConnectionFlags, "isolation" | "network"> & DockerFlags & LimitFlags,
@@ -50,11 +50,16 @@ export async function startEmbeddedBridge(
   const { startLocalBridge } = await import("@remote-task/bridge/node");
   const isolation = flags.isolation ?? "auto";
   const limits = sandboxLimits(flags);
-  const docker = dockerBackendOptions(flags, limits);
+  // Whoever starts it is its deployer: hosts named in --network may be private or loopback
+  // (`localhost:8080`); the bridge itself stays out of reach.
+  const egress =
+    typeof flags.network === "object" ? { egress: { allowPrivate: flags.network.allow } } : {};
+  const base = dockerBackendOptions(flags, limits);
+  const docker = base === undefined ? undefined : { ...base, ...egress };
   if (docker === undefined && isolation === "none") warnIsolationNone();
   try {
     return await startLocalBridge({
-      ...(docker === undefined ? { local: { isolation, limits } } : { docker }),
+      ...(docker === undefined ? { local: { isolation, limits, ...egress } } : { docker }),
       logger: embeddedLogger,
       ...(flags.network === undefined ? {} : { network: { ceiling: flags.network } }),
     });

@@ -161,6 +161,9 @@ never reads it:
 hosts separated by commas (name, *.name, IPv4, [IPv6], each with an optional :port). Asking for
 more than the bridge allows is refused (exit 2); remote-task health shows its default and ceiling:
   $ remote-task run --network pypi.org,files.pythonhosted.org -- 'pip download requests'
+With --local or --docker you are the embedded bridge's deployer: the hosts you name may be
+private or loopback ones (never the bridge itself):
+  $ remote-task run --local --network localhost:8080 -- 'curl -s http://localhost:8080/'
 
 Exit code: the command's own, 124 on timeout, 125 when the bridge or configuration failed (or
 its stdin is too large), 2 for a usage error (a flag value the bridge refuses included), 130
@@ -322,7 +325,10 @@ export async function main(argv: string[]): Promise<number> {
     await program.parseAsync(argv);
   } catch (error) {
     if (error instanceof CommanderError) {
-      const shown = ["commander.helpDisplayed", "commander.version", "commander.help"];
+      // Help asked for (--help, help) is a success; help shown because no command was given
+      // (`commander.help`, on stderr) is a usage error, as a missing argument is.
+      const shown = ["commander.helpDisplayed", "commander.version"];
+      if (error.code === "commander.help") return error.exitCode === 0 ? EXIT.ok : EXIT.usage;
       return shown.includes(error.code) ? EXIT.ok : EXIT.usage;
     }
     throw error;

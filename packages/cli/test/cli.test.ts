@@ -45,6 +45,16 @@ describe("usage", () => {
     expect(stderr).toContain("unknown option '--bogus'");
   });
 
+  it("no arguments: the usage on stderr and exit 2; help asked for is exit 0 on stdout", async () => {
+    const bare = await runCli([]);
+    expect(bare.code).toBe(2);
+    expect(bare.stdout).toBe("");
+    expect(bare.stderr).toContain("Usage: remote-task");
+    const asked = await runCli(["help"]);
+    expect(asked.code).toBe(0);
+    expect(asked.stdout).toContain("Usage: remote-task");
+  });
+
   it("refuses a missing command", async () => {
     const { code, stderr } = await runCli(["run"]);
     expect(code).toBe(2);
