@@ -167,7 +167,10 @@ private or loopback ones (never the bridge itself):
 
 Exit code: the command's own, 124 on timeout, 125 when the bridge or configuration failed (or
 its stdin is too large), 2 for a usage error (a flag value the bridge refuses included), 130
-when interrupted, 141 when the reader of stdout went away (| head).
+when interrupted (Ctrl-C), 143 on SIGTERM, 141 when the reader of stdout went away (| head).
+With --json a failure is also one object on stdout: {"error": {"name", "message", "mayHaveRun"}}.
+On an interrupt the remote command is cancelled where the bridge has /cancel; the reference
+bridge has none, and its command runs on to its end or its timeout (the message says which).
 
 Output travels as text: bytes that are not UTF-8 arrive as U+FFFD (a note says so); for
 binary output, pipe it through base64 in the command and decode it here:
@@ -204,7 +207,10 @@ Examples:
       `
 Each line is one shell command line (pipes and ; work). Blank lines and lines starting with #
 are skipped. Results print in input order, numbered from 1 ([1] in the text, "task": 1 in the
-JSON); a progress bar shows on stderr when it is a terminal. Exit code 1 when any task failed.
+JSON); a progress bar shows on stderr when it is a terminal. A long command is shortened in its
+header line (the JSON keeps it whole). Exit code 1 when any task failed; a failure every task
+would meet (no bridge, a refused token, a refused --network) stops the run once, with that
+failure's code; Ctrl-C stops it (130; tasks not run to their end are counted apart).
 
 Examples:
   $ printf 'echo one\\necho two\\nexit 3\\n' | remote-task run-many --local

@@ -1,4 +1,4 @@
-import type { TaskResult } from "@remote-task/client";
+import type { RemoteTaskClient, TaskResult } from "@remote-task/client";
 import {
   ForbiddenError,
   InvalidRequestError,
@@ -156,4 +156,26 @@ export function describeError(error: unknown): string {
 /** The exit code for a task that could not be run: 2 when the request itself was refused. */
 export function exitCodeOfError(error: unknown): number {
   return refusedRequest(error) || UsageError.isInstance(error) ? EXIT.usage : EXIT.bridge;
+}
+
+/**
+ * What is known of a remote command after an interrupt: the client sent the bridge a cancel when
+ * the call was aborted; asking once more says whether the bridge has `/cancel` at all (the
+ * reference bridge has none, and its command runs on to its end or its timeout).
+ */
+export async function cancelNote(
+  client: RemoteTaskClient,
+  sandboxId: string | undefined,
+  timeoutSeconds: number,
+): Promise<string> {
+  const runsOn = `keeps running until it ends or its timeout (${seconds(timeoutSeconds)})`;
+  if (sandboxId === undefined) return "the remote command was cancelled if it had started.";
+  try {
+    const answer = await client.cancel(sandboxId, { signal: AbortSignal.timeout(3_000) });
+    return answer.supported
+      ? "the remote command was cancelled."
+      : `this bridge has no /cancel (the reference bridge), so the remote command, if it started, ${runsOn}.`;
+  } catch (error) {
+    return `the bridge could not be asked to cancel (${describeError(error)}), so the remote command, if it started, may have ended or it ${runsOn}.`;
+  }
 }

@@ -1,10 +1,16 @@
-import type { OutputEvent } from "@remote-task/client";
+import { type OutputEvent, RemoteTaskError } from "@remote-task/client";
 import type { NetworkPolicy } from "@remote-task/protocol";
 import { DEFAULT_TIMEOUT_SECONDS, formatSize } from "@remote-task/protocol";
 import { type Connection, type ConnectionFlags, connect } from "../connect.js";
 import { EXIT } from "../exit-codes.js";
-import { abortOnInterrupt, isOutputClosed } from "../interrupt.js";
 import {
+  abortOnInterrupt,
+  interruptedExitCode,
+  interruptedWord,
+  isOutputClosed,
+} from "../interrupt.js";
+import {
+  cancelNote,
   describeError,
   exitCodeOf,
   exitCodeOfError,
@@ -69,6 +75,23 @@ function showArrived(tails: Record<OutputEvent["stream"], OutputTail>): void {
 const streamOf = (stream: OutputEvent["stream"]) =>
   stream === "stdout" ? process.stdout : process.stderr;
 
+/**
+ * `--json` on a failure: one object on stdout too, so a script reading stdout always gets JSON
+ * (`error.name` tells the kinds apart, `mayHaveRun` whether the command may have started).
+ */
+function printJsonError(error: unknown): void {
+  const known = RemoteTaskError.isInstance(error);
+  const body = {
+    error: {
+      name: error instanceof Error ? error.name : "Error",
+      message: error instanceof Error ? error.message : String(error),
+      ...(known ? { mayHaveRun: error.mayHaveRun } : {}),
+    },
+    ...(known && error.sandboxId !== undefined ? { sandboxId: error.sandboxId } : {}),
+  };
+  process.stdout.write(`${JSON.stringify(body)}\n`);
+}
+
 /** Runs one task and returns the exit code for the process. */
 export async function runCommand(words: string[], flags: RunFlags): Promise<number> {
   const command = commandFromWords(words);
@@ -98,6 +121,7 @@ export async function runCommand(words: string[], flags: RunFlags): Promise<numb
     stdin = flags.stdin === false ? undefined : await readStdinData();
   } catch (error) {
     if (!StdinTooLargeError.isInstance(error)) throw error;
+    if (flags.json) printJsonError(error);
     process.stderr.write(`remote-task: ${error.message}\n`);
     return EXIT.bridge;
   }
@@ -132,15 +156,23 @@ export async function runCommand(words: string[], flags: RunFlags): Promise<numb
       // A reader that closed stdout ends the command quietly, as `seq … | head` does.
       if (isOutputClosed()) return EXIT.outputClosed;
       if (!flags.stream && !flags.json) showArrived(tails);
-      process.stderr.write("remote-task: interrupted; the remote command was cancelled.\n");
-      return EXIT.interrupted;
+      const sandboxId = RemoteTaskError.isInstance(error) ? error.sandboxId : undefined;
+      const note =
+        connection === undefined
+          ? "nothing was sent."
+          : await cancelNote(connection.client, sandboxId, timeoutSeconds);
+      if (flags.json) printJsonError(error);
+      process.stderr.write(`remote-task: ${interruptedWord(interrupt.by())}; ${note}\n`);
+      return interruptedExitCode(interrupt.by());
     }
     if (stdin !== undefined && refusedStdin(error)) {
+      if (flags.json) printJsonError(error);
       process.stderr.write(
         `remote-task: ${describeError(error)} Or pass --no-stdin to run without it.\n`,
       );
       return EXIT.bridge;
     }
+    if (flags.json) printJsonError(error);
     process.stderr.write(`remote-task: ${describeError(error)}\n`);
     return exitCodeOfError(error);
   } finally {
