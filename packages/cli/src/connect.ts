@@ -14,7 +14,12 @@ import { embeddedLogger } from "./log.js";
 import { type LimitFlags, sandboxLimits } from "./sandbox-limits.js";
 import { UsageError } from "./usage-error.js";
 
+/** The bridges' default `limits.maxOutputBytes` (1 MiB). */
+const DEFAULT_MAX_OUTPUT_BYTES = 1_048_576;
+
 export interface ConnectionFlags extends DockerFlags, LimitFlags {
+  /** Bytes of each output to keep; with `--local` or `--docker`, it may raise the bridge's cap. */
+  maxOutputBytes?: number | undefined;
   url?: string;
   token?: string;
   cwd?: string;
@@ -45,7 +50,9 @@ function timing(flags: ConnectionFlags): Partial<ClientOptions> {
  * command line is its ceiling, and the hosts it names may be private or loopback ones. Options it refuses (a `TypeError`) are a {@link UsageError}.
  */
 export async function startEmbeddedBridge(
-  flags: Pick<ConnectionFlags, "isolation" | "network"> & DockerFlags & LimitFlags,
+  flags: Pick<ConnectionFlags, "isolation" | "network" | "maxOutputBytes"> &
+    DockerFlags &
+    LimitFlags,
 ): Promise<LocalBridge> {
   const { startLocalBridge } = await import("@remote-task/bridge/node");
   const isolation = flags.isolation ?? "auto";
@@ -60,6 +67,10 @@ export async function startEmbeddedBridge(
   try {
     return await startLocalBridge({
       ...(docker === undefined ? { local: { isolation, limits, ...egress } } : { docker }),
+      // As deployer, --max-output-bytes above the default raises the embedded bridge's own cap.
+      ...(flags.maxOutputBytes !== undefined && flags.maxOutputBytes > DEFAULT_MAX_OUTPUT_BYTES
+        ? { limits: { maxOutputBytes: flags.maxOutputBytes } }
+        : {}),
       logger: embeddedLogger,
       ...(flags.network === undefined ? {} : { network: { ceiling: flags.network } }),
     });

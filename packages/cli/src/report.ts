@@ -51,6 +51,17 @@ export interface StreamedOutput {
 const REPLACEMENT = "\uFFFD";
 
 /**
+ * What is printed of one output: all of it, or for one the bridge cut to its end, the end from
+ * its first whole line on (a kept tail starts mid-line; `| head` would show half a line first).
+ */
+export function shownOutput(result: TaskResult, stream: "stdout" | "stderr"): string {
+  const text = result[stream];
+  if (!result[`${stream}Truncated`]) return text;
+  const cut = text.indexOf("\n");
+  return cut === -1 || cut === text.length - 1 ? text : text.slice(cut + 1);
+}
+
+/**
  * Lines that say what was left out of the output shown, and how the task ended when it did not
  * exit. Neutral on who cut an output: a remote-task bridge keeps the end of it, and so does the
  * client for a bridge that sends it whole (the reference bridge).
@@ -59,6 +70,8 @@ export function resultNotes(
   result: TaskResult,
   timeoutSeconds: number,
   streamed?: Record<"stdout" | "stderr", StreamedOutput>,
+  /** `--max-output-bytes`, when given. */
+  askedBytes?: number,
 ): string[] {
   const notes: string[] = [];
   for (const stream of ["stdout", "stderr"] as const) {
@@ -76,8 +89,15 @@ export function resultNotes(
         );
       }
     } else if (result[`${stream}Truncated`]) {
+      const kept = Buffer.byteLength(result[stream]);
+      const shown = Buffer.byteLength(shownOutput(result, stream));
+      const from = shown < kept ? ", from its first whole line" : "";
+      // A UTF-8 character cut at the start of the tail costs at most 3 bytes more.
+      const capped = askedBytes !== undefined && kept + 4 <= askedBytes;
       notes.push(
-        `${stream} was ${formatSize(total)}; only its last ${formatSize(Buffer.byteLength(result[stream]))} is shown (raise --max-output-bytes to keep more, up to the bridge's limits.maxOutputBytes).`,
+        capped
+          ? `${stream} was ${formatSize(total)}; only its last ${formatSize(shown)} is shown${from}: this bridge keeps at most ${formatSize(kept)} of an output, less than --max-output-bytes asked for (remote-task health shows its maxOutputBytes; with --local or --docker, --max-output-bytes raises it).`
+          : `${stream} was ${formatSize(total)}; only its last ${formatSize(shown)} is shown${from} (raise --max-output-bytes to keep more, up to the bridge's maxOutputBytes, which remote-task health shows).`,
       );
     }
   }

@@ -28,6 +28,7 @@ import {
   refusedRequest,
   resultJson,
   resultNotes,
+  shownOutput,
 } from "../report.js";
 
 export interface RunManyFlags extends ConnectionFlags {
@@ -124,7 +125,12 @@ function settledJson(settled: SettledTask) {
       };
 }
 
-function printHuman(settled: SettledTask, timeoutSeconds: number, stopped: boolean): void {
+function printHuman(
+  settled: SettledTask,
+  timeoutSeconds: number,
+  stopped: boolean,
+  askedBytes: number | undefined,
+): void {
   const head = header(settled);
   if (stoppedTask(settled, stopped)) {
     process.stdout.write(`${head} (stopped)\n`);
@@ -138,11 +144,13 @@ function printHuman(settled: SettledTask, timeoutSeconds: number, stopped: boole
   const result = settled.value;
   const how = result.outcome === "exited" ? `exit ${result.exitCode}` : `${result.outcome}`;
   process.stdout.write(`${head} (${how}, ${(result.durationMs / 1000).toFixed(2)}s)\n`);
-  process.stdout.write(result.stdout);
-  if (result.stdout && !result.stdout.endsWith("\n")) process.stdout.write("\n");
-  process.stderr.write(result.stderr);
-  if (result.stderr && !result.stderr.endsWith("\n")) process.stderr.write("\n");
-  for (const note of resultNotes(result, timeoutSeconds)) {
+  const stdout = shownOutput(result, "stdout");
+  const stderr = shownOutput(result, "stderr");
+  process.stdout.write(stdout);
+  if (stdout && !stdout.endsWith("\n")) process.stdout.write("\n");
+  process.stderr.write(stderr);
+  if (stderr && !stderr.endsWith("\n")) process.stderr.write("\n");
+  for (const note of resultNotes(result, timeoutSeconds, undefined, askedBytes)) {
     process.stderr.write(`remote-task: ${note}\n`);
   }
 }
@@ -202,7 +210,7 @@ export async function runManyCommand(flags: RunManyFlags): Promise<number> {
           failsEveryTask(settled.reason)
         ) {
           process.stdout.write(`${header(settled)} (error)\n`);
-        } else printHuman(settled, timeoutSeconds, stopped);
+        } else printHuman(settled, timeoutSeconds, stopped, flags.maxOutputBytes);
       }
     }
     const notRun = results.filter((settled) => stoppedTask(settled, stopped));

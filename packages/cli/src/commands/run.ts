@@ -19,6 +19,7 @@ import {
   resultJson,
   resultNotes,
   type StreamedOutput,
+  shownOutput,
 } from "../report.js";
 import { commandFromWords } from "../shell.js";
 import { readStdinData, StdinTooLargeError } from "../stdin.js";
@@ -141,13 +142,18 @@ export async function runCommand(words: string[], flags: RunFlags): Promise<numb
       process.stdout.write(`${JSON.stringify(resultJson(result))}\n`);
     } else {
       if (!flags.stream) {
-        process.stdout.write(result.stdout);
-        process.stderr.write(result.stderr);
+        process.stdout.write(shownOutput(result, "stdout"));
+        process.stderr.write(shownOutput(result, "stderr"));
       }
       // A reader that went away while the output was written hears nothing more (no notes).
       await new Promise<void>((resolve) => process.stdout.write("", () => resolve()));
       if (isOutputClosed()) return EXIT.outputClosed;
-      const notes = resultNotes(result, timeoutSeconds, flags.stream ? streamed : undefined);
+      const notes = resultNotes(
+        result,
+        timeoutSeconds,
+        flags.stream ? streamed : undefined,
+        flags.maxOutputBytes,
+      );
       for (const note of notes) process.stderr.write(`remote-task: ${note}\n`);
     }
     return exitCodeOf(result);
