@@ -11,7 +11,9 @@ import type { NetworkPolicy } from "@remote-task/protocol";
 import { type DockerFlags, dockerBackendOptions } from "./docker.js";
 import { warnIsolationNone } from "./isolation.js";
 import { embeddedLogger } from "./log.js";
+import { inFlagTerms } from "./report.js";
 import { type LimitFlags, sandboxLimits } from "./sandbox-limits.js";
+import { checkTokenSize } from "./token.js";
 import { UsageError } from "./usage-error.js";
 
 /** The bridges' default `limits.maxOutputBytes` (1 MiB). */
@@ -75,10 +77,18 @@ export async function startEmbeddedBridge(
       ...(flags.network === undefined ? {} : { network: { ceiling: flags.network } }),
     });
   } catch (error) {
-    if (error instanceof TypeError) throw new UsageError(error.message, { cause: error });
+    if (error instanceof TypeError) {
+      throw new UsageError(inFlagTerms(error.message, EMBEDDED_FLAGS), { cause: error });
+    }
     throw error;
   }
 }
+
+/** The embedded bridge's option names in its messages, and the flags that set them. */
+const EMBEDDED_FLAGS = {
+  "network.ceiling": "--network",
+  "leave out the network option": "leave out --network",
+};
 
 /** The embedded bridge and a client for it; the bridge is closed again if the client fails. */
 async function connectLocal(flags: ConnectionFlags): Promise<Connection> {
@@ -116,11 +126,25 @@ export async function connect(flags: ConnectionFlags): Promise<Connection> {
     overrides.token = flags.token;
     overrides.tokenSource = "--token";
   }
+  const token = flags.token ?? process.env.CLOUDFLARE_SANDBOX_TOKEN;
+  if (token !== undefined) {
+    try {
+      checkTokenSize(token, flags.token === undefined ? "$CLOUDFLARE_SANDBOX_TOKEN" : "--token");
+    } catch (error) {
+      throw new UsageError((error as Error).message);
+    }
+  }
   if (flags.cwd !== undefined) overrides.cwd = flags.cwd;
   try {
     const client = clientFromEnv(process.env, overrides);
     return { client, close: () => client.close() };
   } catch (error) {
+    // The client names its option (`url is not a valid URL`); the user gave --url.
+    if (ConfigurationError.isInstance(error) && flags.url !== undefined) {
+      if (error.message.startsWith("url ")) {
+        throw new UsageError(`--url${error.message.slice("url".length)}`, { cause: error });
+      }
+    }
     if (ConfigurationError.isInstance(error) && flags.url === undefined && !isConfigured()) {
       throw new ConfigurationError(
         `${error.message} Or pass --url <bridge URL> (and --token <token>), or --local to run on an embedded local bridge in this process.`,

@@ -199,3 +199,13 @@ export async function cancelNote(
     return `the bridge could not be asked to cancel (${describeError(error)}), so the remote command, if it started, may have ended or it ${runsOn}.`;
   }
 }
+
+/**
+ * `message` (a bridge's or backend's, naming its options) with the command line's flags for
+ * those options, e.g. `network.ceiling` as `--network-ceiling`.
+ */
+export function inFlagTerms(message: string, flagOf: Readonly<Record<string, string>>): string {
+  let text = message;
+  for (const [option, flag] of Object.entries(flagOf)) text = text.replaceAll(option, flag);
+  return text;
+}

@@ -292,6 +292,16 @@ describe("serve: the token outside argv", () => {
     expect(stderr()).toContain("warning: --token puts the token in this process's command line");
   });
 
+  it("a short token's warning is a line of text, not a JSON log line", async () => {
+    const { stderr } = await serveAndCheck([], cleanEnv({ CLOUDFLARE_SANDBOX_TOKEN: "short" }));
+    expect(stderr()).toContain("remote-task: warning: The bridge token is 5 characters long");
+    expect(
+      stderr()
+        .split("\n")
+        .filter((line) => line.startsWith("{")),
+    ).toEqual([]);
+  });
+
   it("an explicit --isolation none says what it does not protect", async () => {
     const { stderr } = await serveAndCheck([], cleanEnv({ CLOUDFLARE_SANDBOX_TOKEN: token }));
     expect(stderr()).toContain('warning: isolation "none": commands run with no namespaces');

@@ -63,6 +63,44 @@ describe("usage", () => {
     expect(asked.stdout).toContain("Usage: remote-task");
   });
 
+  it("errors name the flags, not the API options", async () => {
+    const url = await runCli(["run", "--url", "bogus", "--", "true"], { env: cleanEnv() });
+    expect(url.code).toBe(2);
+    expect(url.stderr).toContain("--url is not a valid URL");
+    const network = await runCli(
+      ["serve", "--local", "--network-default", "open", "--network-ceiling", "none"],
+      { env: cleanEnv() },
+    );
+    expect(network.code).toBe(2);
+    expect(network.stderr).toContain(
+      "--network-default (open) is wider than --network-ceiling (none)",
+    );
+    const engine = await runCli(["run", "--docker", "img", "--", "true"], {
+      env: cleanEnv({ DOCKER_HOST: "" }),
+    });
+    if (!engine.stderr.includes("cannot be reached")) {
+      expect(engine.stderr).toContain("--docker-engine unix:///path.sock");
+    }
+  });
+
+  it("a token too long for an HTTP header is refused before sending, naming where it came from", async () => {
+    const token = "a".repeat(100_000);
+    const flag = await runCli(
+      ["run", "--url", "http://127.0.0.1:1", "--token", token, "--", "true"],
+      {
+        env: cleanEnv(),
+      },
+    );
+    expect(flag.code).toBe(2);
+    expect(flag.stderr).toContain("the token from --token is 100000 bytes");
+    expect(flag.stderr).not.toContain("malformed");
+    const variable = await runCli(["health", "--url", "http://127.0.0.1:1"], {
+      env: cleanEnv({ CLOUDFLARE_SANDBOX_TOKEN: token }),
+    });
+    expect(variable.code).toBe(2);
+    expect(variable.stderr).toContain("the token from $CLOUDFLARE_SANDBOX_TOKEN is 100000 bytes");
+  });
+
   it("refuses a missing command", async () => {
     const { code, stderr } = await runCli(["run"]);
     expect(code).toBe(2);

@@ -156,7 +156,7 @@ describe("run: stdin", () => {
     expect(code).toBe(125);
     expect(stderr).toContain("InvalidRequestError");
     expect(stderr).toContain(words);
-    expect(stderr).toContain("Its stdin (1.0KB) is too large for this bridge");
+    expect(stderr).toContain("Its stdin (1024 bytes, 1.0KB) is too large for this bridge");
     expect(stderr).toContain("--no-stdin");
   });
 

@@ -213,7 +213,7 @@ const invalidRequest: Build = (failure) => {
     issues.every((issue) => issue.path.length === 0 || issue.path[0] === "stdin");
   return new InvalidRequestError(
     stdinTooLarge
-      ? `The bridge refused the request as too large (${label})${reason}${issueList(issues, bridgeMessage)}. Its stdin (${formatSize(stdinBytes)}) is too large for this bridge: send less (the bridge's /health reports its limit as \`limits.maxStdinBytes\`).`
+      ? `The bridge refused the request as too large (${label})${reason}${issueList(issues, bridgeMessage)}. Its stdin (${stdinBytes} bytes, ${formatSize(stdinBytes)}) is too large for this bridge: send less (the bridge's /health reports its limit as \`limits.maxStdinBytes\`).`
       : `The bridge refused the request (${label})${reason}${issueList(issues, bridgeMessage)}. Fix the request; sending it again unchanged will fail the same way.`,
     { ...base, issues },
   );

@@ -6,6 +6,7 @@ import { type DockerFlags, dockerBackendOptions } from "../docker.js";
 import { EXIT } from "../exit-codes.js";
 import { warnIsolationNone } from "../isolation.js";
 import { serveLogger } from "../log.js";
+import { inFlagTerms } from "../report.js";
 import { type LimitFlags, sandboxLimits } from "../sandbox-limits.js";
 import { type ServeToken, serveToken } from "../token.js";
 
@@ -23,6 +24,14 @@ export interface ServeFlags extends DockerFlags, LimitFlags {
 }
 
 const MiB = 1024 * 1024;
+
+/** The bridge's option names in its messages, and the flags of serve that set them. */
+const SERVE_FLAGS = {
+  "network.default": "--network-default",
+  "network.ceiling": "--network-ceiling",
+  "leave out the network option": "leave out --network-default and --network-ceiling",
+  "egress.allowPrivate": "--allow-private",
+};
 
 const LOOPBACK = new Set(["127.0.0.1", "::1", "localhost"]);
 
@@ -70,7 +79,7 @@ export async function serveCommand(flags: ServeFlags): Promise<number> {
     });
   } catch (error) {
     // A limit or network setting the backend cannot take (e.g. network with isolation none).
-    process.stderr.write(`remote-task: ${(error as Error).message}\n`);
+    process.stderr.write(`remote-task: ${inFlagTerms((error as Error).message, SERVE_FLAGS)}\n`);
     return error instanceof TypeError ? EXIT.usage : EXIT.bridge;
   }
   const { backend } = bridge;
