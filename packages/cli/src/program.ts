@@ -53,10 +53,10 @@ function uidRange(value: string): { first: number; count: number } {
   return { first: Number(match[1]), count: Number(match[2]) };
 }
 
-const maxOutputOption = () =>
+const maxOutputOption = (stream: boolean) =>
   new Option(
     "--max-output-bytes <n>",
-    "bytes of each output to keep: the end (with --stream, the start is streamed); up to the bridge's limits.maxOutputBytes (default 1048576)",
+    `bytes of each output to keep: the end${stream ? " (with --stream, the start is streamed)" : ""}; up to the bridge's maxOutputBytes (default 1048576), which with --local or --docker it raises`,
   ).argParser(positiveInteger);
 
 const isolationOption = (description: string) =>
@@ -136,8 +136,11 @@ function createProgram(onExit: (code: number) => void): Command {
         absolutePath,
       )
       .option("--json", "print the result as one JSON object")
-      .option("--stream", "stream output live as it arrives")
-      .addOption(maxOutputOption())
+      .option(
+        "--stream",
+        "stream output live as it arrives (from a remote-task bridge; the reference bridge sends it at the end)",
+      )
+      .addOption(maxOutputOption(true))
       .option("--no-stdin", "never send this program's stdin (see below for when it is sent)")
       .passThroughOptions(),
   )
@@ -174,7 +177,7 @@ bridge has none, and its command runs on to its end or its timeout (the message 
 
 Output travels as text: bytes that are not UTF-8 arrive as U+FFFD (a note says so); for
 binary output, pipe it through base64 in the command and decode it here:
-  $ remote-task run --local -- 'tar cz /etc/os-release | base64' | base64 -d > os-release.tgz
+  $ remote-task run --local -- 'tar czh /etc/os-release | base64' | base64 -d > os-release.tgz
 
 Examples:
   $ remote-task run --local -- uname -a
@@ -200,7 +203,7 @@ Examples:
       "per-task timeout in seconds (default 120)",
     )
       .option("--json", "print all results as a JSON array")
-      .addOption(maxOutputOption()),
+      .addOption(maxOutputOption(false)),
   )
     .addHelpText(
       "after",
@@ -223,7 +226,10 @@ Examples:
 
   limitOptions(dockerOptions(program.command("serve")), "")
     .description("Serve the embedded local bridge over HTTP.")
-    .option("--local", "serve the embedded local bridge (the one kind available here)")
+    .option(
+      "--local",
+      "serve the embedded bridge with the local backend (or --docker IMAGE for containers)",
+    )
     .option("--port <port>", "port (0 picks a free one)", port, 0)
     .option("--host <host>", "address to listen on", "127.0.0.1")
     .option(

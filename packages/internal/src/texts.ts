@@ -36,8 +36,9 @@ export const BRIDGE_TEXTS = {
   notUtf8Issue: "body must be UTF-8 encoded JSON",
   notJson: "Request body is not valid JSON.",
   notJsonIssue: "body must be a JSON object",
-  invalid: (what: string) => `${what} is invalid: see issues.`,
-  overLimits: "Exec request exceeds the bridge limits: see issues.",
+  /** With the issues in words (`issuesInWords`): a reader of `error` alone learns what is wrong. */
+  invalid: (what: string, issues: string) => `${what} is invalid: ${issues}.`,
+  overLimits: (issues: string) => `Exec request exceeds the bridge limits: ${issues}.`,
   commandTooLong: (maxBytes: number) => `command is longer than ${maxBytes} bytes`,
   timeoutTooLong: (maxSeconds: number) => `timeoutSeconds must be at most ${maxSeconds}`,
   tooManyEnv: (maxEntries: number) => `env has more than ${maxEntries} entries`,
