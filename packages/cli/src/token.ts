@@ -11,7 +11,7 @@ const TOKEN_VARIABLES = ["CLOUDFLARE_SANDBOX_TOKEN", "MIKAN_CLOUDFLARE_SANDBOX_T
  * Most bytes of a token: it travels in the Authorization header, and a Node.js server takes
  * 16 KiB of headers in all (a longer one is answered "malformed HTTP request").
  */
-export const MAX_TOKEN_BYTES = 8 * 1024;
+const MAX_TOKEN_BYTES = 8 * 1024;
 
 /** Throws when `value` (from `from`) is longer than a bridge can take in a header. */
 export function checkTokenSize(value: string, from: string): void {
