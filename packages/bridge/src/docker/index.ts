@@ -359,6 +359,14 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
         path: `/containers/${container.id}/start`,
         accept: [304],
       });
+      // An empty script: the shell ends at once. Removed once it has (Podman refuses to kill a
+      // container that is stopping meanwhile).
+      container.socket.end();
+      const { reader } = container;
+      const drained = (async () => {
+        while ((await reader.next()) !== undefined) {}
+      })();
+      await Promise.race([drained, new Promise((resolve) => setTimeout(resolve, 10_000).unref())]);
     } catch (error) {
       throw new DockerUnavailableError(DOCKER_TEXTS.noStart(withFix((error as Error).message)), {
         cause: error,
@@ -366,7 +374,12 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
     } finally {
       if (container !== undefined) {
         container.socket.destroy();
-        await removeContainer(container.id).catch(() => {});
+        const { id } = container;
+        // Left behind only if the engine refuses twice: close() sweeps this backend's own.
+        await removeContainer(id).catch(async () => {
+          await new Promise((resolve) => setTimeout(resolve, 500));
+          await removeContainer(id).catch(() => {});
+        });
       }
     }
   }
