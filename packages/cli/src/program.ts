@@ -225,7 +225,7 @@ Examples:
     });
 
   limitOptions(dockerOptions(program.command("serve")), "")
-    .description("Serve the embedded local bridge over HTTP.")
+    .description("Serve the embedded bridge over HTTP: --local, or --docker IMAGE for containers.")
     .option(
       "--local",
       "serve the embedded bridge with the local backend (or --docker IMAGE for containers)",

@@ -39,7 +39,7 @@ const LOOPBACK = new Set(["127.0.0.1", "::1", "localhost"]);
 export async function serveCommand(flags: ServeFlags): Promise<number> {
   if (!flags.local && flags.docker === undefined) {
     process.stderr.write(
-      "remote-task: only `serve --local` is available here; deploy apps/worker for a Cloudflare bridge.\n",
+      "remote-task: serve needs --local (the local backend) or --docker IMAGE (containers); deploy apps/worker for a Cloudflare bridge.\n",
     );
     return EXIT.usage;
   }
