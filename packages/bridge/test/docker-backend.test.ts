@@ -4,7 +4,7 @@
  * path, and the sweep of what a killed bridge left.
  */
 
-import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { type ChildProcess, execFileSync, spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { Agent } from "node:http";
 import { tmpdir } from "node:os";
@@ -183,6 +183,18 @@ else
         expect(error?.message).toContain("error setting rlimit type 6");
         expect(error?.message).toContain(
           `pass --docker-ulimit nproc=${requireEngine().ulimits.nproc} (the docker backend's ulimits: { nproc: ${requireEngine().ulimits.nproc} })`,
+        );
+      },
+    );
+
+    it.skipIf(requireEngine().ulimits.nproc === undefined)(
+      "the engine script says which --docker-ulimit the containers need",
+      () => {
+        const script = join(__dirname, "../../../scripts/docker-engine.mjs");
+        const run = spawnSync(process.execPath, [script, "ensure"], { encoding: "utf8" });
+        expect(run.status).toBe(0);
+        expect(run.stderr).toContain(
+          `containers on this engine need --docker-ulimit nproc=${requireEngine().ulimits.nproc}`,
         );
       },
     );
