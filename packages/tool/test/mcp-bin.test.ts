@@ -149,6 +149,17 @@ describe("the remote-task-mcp bin", () => {
         "--docker-user and --docker-ulimit apply only with --docker <image>",
       ],
       [["--docker", "img", "--docker-ulimit", "nproc"], "--docker-ulimit expects name=value"],
+      [
+        [
+          "--docker",
+          "img",
+          "--docker-engine",
+          "unix:///nonexistent/engine.sock",
+          "--docker-ulimit",
+          "bogus=5",
+        ],
+        "ulimit bogus is not an rlimit the engine knows",
+      ],
     ];
     for (const [args, message] of cases) {
       const error = await failure([BIN, ...args]);
