@@ -5,14 +5,18 @@
  * test image built locally from Debian's static busybox and bash (no registry is needed).
  *
  *   node scripts/docker-engine.mjs ensure   start it unless it answers already, build the image
- *                                           if missing; prints {"host": ..., "image": ...}
+ *                                           if missing; prints {"host": ..., "image": ...,
+ *                                           "ulimits": ...} on stdout, and on stderr the
+ *                                           --docker-ulimit the containers need
  *   node scripts/docker-engine.mjs stop     stop the service this script started
  *
  * State lives in $REMOTE_TASK_ENGINE_DIR (default /tmp/remote-task-engine). The service exits by
  * itself after ten idle minutes. On a cgroup v1/v2 hybrid `crun` refuses to start containers, so
  * the engine's runtime is `runc` when it is installed (a containers.conf given with
- * CONTAINERS_CONF), and the containers' process-count rlimit stays within this process's hard limit
- * (Podman's default would exceed it where the engine runs without CAP_SYS_RESOURCE). Several test processes may call `ensure` at once: a lock file serialises them.
+ * CONTAINERS_CONF). Where the engine runs without CAP_SYS_RESOURCE, Podman's default
+ * process-count rlimit for a container exceeds the service's own hard limit and the start fails:
+ * containers.conf gets that limit (what `podman run` uses), and `ensure` says what an API client
+ * such as the docker backend must pass (`--docker-ulimit nproc=N`), as Podman's API ignores it. Several test processes may call `ensure` at once: a lock file serialises them.
  */
 
 import { execFileSync, spawn, spawnSync } from "node:child_process";
@@ -130,11 +134,27 @@ async function startService() {
   await stopStaleService();
   if (await ping()) return;
   if (!which("podman")) fail("podman is not installed (apt-get install podman runc)");
-  const runtime = which("runc") ? 'runtime = "runc"\n' : "";
   // Podman raises a container's process-count rlimit to its default, which fails (EPERM) where
-  // this process's own hard limit is lower: keep that hard limit.
+  // the service's own hard limit is lower: keep that hard limit. The service may run with a
+  // lower one than this shell's (Podman sets its own), so the value is the one it really runs
+  // with: when it differs from what was written, the service just started is started again.
   const nproc = execFileSync("bash", ["-c", "ulimit -Hu"], { encoding: "utf8" }).trim();
-  const ulimits = /^\d+$/.test(nproc) ? `default_ulimits = ["nproc=${nproc}:${nproc}"]\n` : "";
+  const pid = await launchService(/^\d+$/.test(nproc) ? Number(nproc) : undefined);
+  const actual = engineUlimits().nproc;
+  if (actual !== undefined && String(actual) !== nproc) {
+    process.kill(pid);
+    const deadline = Date.now() + 10_000;
+    while ((await ping()) && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    await launchService(actual);
+  }
+}
+
+/** Writes containers.conf with `nproc` and starts the service; resolves with its pid once it answers. */
+async function launchService(nproc) {
+  const runtime = which("runc") ? 'runtime = "runc"\n' : "";
+  const ulimits = nproc === undefined ? "" : `default_ulimits = ["nproc=${nproc}:${nproc}"]\n`;
   writeFileSync(join(dir, "containers.conf"), `[containers]\n${ulimits}\n[engine]\n${runtime}`);
   rmSync(socket, { force: true });
   const log = openSync(join(dir, "service.log"), "a");
@@ -163,6 +183,7 @@ async function startService() {
     }
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
+  return child.pid;
 }
 
 /** A root filesystem of static busybox (the coreutils) and static bash, imported as an image. */
@@ -217,9 +238,13 @@ async function ensure() {
     await startService();
     buildImage();
   });
-  process.stdout.write(
-    `${JSON.stringify({ host, image: TEST_IMAGE, ulimits: engineUlimits(), dir })}\n`,
-  );
+  const ulimits = engineUlimits();
+  process.stdout.write(`${JSON.stringify({ host, image: TEST_IMAGE, ulimits, dir })}\n`);
+  if (ulimits.nproc !== undefined) {
+    process.stderr.write(
+      `docker-engine: containers on this engine need --docker-ulimit nproc=${ulimits.nproc} (the docker backend's ulimits: { nproc: ${ulimits.nproc} }), the service's own hard limit: e.g. DOCKER_HOST=${host} remote-task run --docker ${TEST_IMAGE} --docker-ulimit nproc=${ulimits.nproc} -- uname -a\n`,
+    );
+  }
 }
 
 /**

@@ -13,8 +13,6 @@ import { startTestBridge, type TestBridge, waitFor } from "./support/bridge.js";
 import { type Fault, FaultProxy, freePort, HEADERS_END } from "./support/fault-proxy.js";
 
 const GRACE_SECONDS = 1;
-/** Scheduling slack on a shared 2-core machine; a bound, not a timing claim. */
-const SLACK_MS = 4_000;
 const EXEC = /^POST \/exec /;
 const CANCEL = /^POST \/cancel /;
 
@@ -114,12 +112,11 @@ describe("fault proxy between the real client and a real bridge", () => {
     const port = await freePort();
     const { client, retries } = clientFor(`http://127.0.0.1:${port}`);
     const before = startedCount();
-    const { error, ms } = await failure(() => client.run("echo never", { timeoutSeconds: 2 }));
+    const { error } = await failure(() => client.run("echo never", { timeoutSeconds: 2 }));
     expect(ConnectionError.isInstance(error)).toBe(true);
     expect(error.message).toMatch(/nothing was sent/);
     expect(retries).toHaveLength(3);
     expect(startedCount()).toBe(before);
-    expect(ms).toBeLessThan((2 + GRACE_SECONDS) * 1000 + SLACK_MS);
   });
 
   it("connection refused, then the bridge comes up: the retry succeeds and the command runs once", async () => {
@@ -158,14 +155,13 @@ describe("fault proxy between the real client and a real bridge", () => {
     const { client, retries } = clientFor(proxy.url);
     const mark = proxy.connections.length;
     const before = startedCount();
-    const { error, ms } = await failure(() => client.run("echo hi", { timeoutSeconds: 2 }));
+    const { error } = await failure(() => client.run("echo hi", { timeoutSeconds: 2 }));
     expect(ConnectionError.isInstance(error)).toBe(true);
     expect(retries).toHaveLength(0);
     const execs = execConnectionsSince(mark);
     expect(execs).toHaveLength(1);
     expect(execs[0]?.forwardedBytes).toBe(0);
     expect(startedCount()).toBe(before);
-    expect(ms).toBeLessThan((2 + GRACE_SECONDS) * 1000 + SLACK_MS);
   });
 
   it("reset after the request was forwarded: ConnectionError, never re-sent; the bridge sees the disconnect and destroys the sandbox", async () => {
@@ -180,10 +176,9 @@ describe("fault proxy between the real client and a real bridge", () => {
     );
     const { client, retries } = clientFor(proxy.url);
     const mark = proxy.connections.length;
-    const { error, ms } = await failure(() => client.run("sleep 30", { timeoutSeconds: 60 }));
+    const { error } = await failure(() => client.run("sleep 30", { timeoutSeconds: 60 }));
     expect(ConnectionError.isInstance(error)).toBe(true);
-    // It ends when the connection breaks, not at the 61 s deadline.
-    expect(ms).toBeLessThan(SLACK_MS);
+    // It ended when the connection broke: a call that reached its 61 s deadline is a TimeoutError.
     expect(error.message).toMatch(/not re-sent/);
     expect(retries).toHaveLength(0);
     expect(execConnectionsSince(mark)).toHaveLength(1);
@@ -193,7 +188,7 @@ describe("fault proxy between the real client and a real bridge", () => {
     expect(lastExecLog()?.endedBy).toBe("disconnect");
   });
 
-  it("stall before the response headers: TimeoutError within timeout + grace", async () => {
+  it("stall before the response headers: TimeoutError at timeout + grace", async () => {
     onExec({ kind: "stall", marker: "", extra: 0 });
     const { client, retries } = clientFor(proxy.url);
     const mark = proxy.connections.length;
@@ -203,19 +198,19 @@ describe("fault proxy between the real client and a real bridge", () => {
     expect(execConnectionsSince(mark)).toHaveLength(1);
     expect(execConnectionsSince(mark)[0]?.deliveredBytes).toBe(0);
     expect(ms).toBeGreaterThanOrEqual((1 + GRACE_SECONDS) * 1000 - 50);
-    expect(ms).toBeLessThan((1 + GRACE_SECONDS) * 1000 + SLACK_MS);
+    expect(error.message).toMatch(/did not finish within 2s \(the task timeout plus the grace/);
   });
 
-  it("stall mid-body: TimeoutError within timeout + grace", async () => {
+  it("stall mid-body: TimeoutError at timeout + grace", async () => {
     onExec({ kind: "stall", marker: HEADERS_END, extra: 100 });
     const { client } = clientFor(proxy.url);
     const mark = proxy.connections.length;
-    const { error, ms } = await failure(() =>
+    const { error } = await failure(() =>
       client.run("head -c 20000 /dev/zero | tr '\\0' a", { timeoutSeconds: 1 }),
     );
     expect(TimeoutError.isInstance(error)).toBe(true);
+    expect(error.message).toMatch(/did not finish within 2s \(the task timeout plus the grace/);
     expect(execConnectionsSince(mark)[0]?.deliveredBytes).toBeGreaterThan(100);
-    expect(ms).toBeLessThan((1 + GRACE_SECONDS) * 1000 + SLACK_MS);
   });
 
   it("stall mid-stream (SSE): TimeoutError from the idle watchdog; the bridge sees the disconnect", async () => {
@@ -226,15 +221,15 @@ describe("fault proxy between the real client and a real bridge", () => {
     );
     const { client } = clientFor(proxy.url, 1);
     const seen: string[] = [];
-    const { error, ms } = await failure(async () => {
+    const { error } = await failure(async () => {
       for await (const event of client.stream("echo started; sleep 30", { timeoutSeconds: 60 })) {
         seen.push(event.type);
       }
     });
     expect(TimeoutError.isInstance(error)).toBe(true);
     expect(seen).toEqual(["start"]);
-    // The 1 s idle watchdog ends it, long before the 61 s deadline.
-    expect(ms).toBeLessThan(1_000 + SLACK_MS);
+    // The 1 s idle watchdog ended it, not the 61 s deadline (whose error says "did not finish").
+    expect(error.message).toMatch(/stopped receiving events from the bridge for 1s/);
     await host.settled(15_000);
     expect(lastExecLog()?.endedBy).toBe("disconnect");
   });
@@ -243,14 +238,13 @@ describe("fault proxy between the real client and a real bridge", () => {
     onExec({ kind: "truncate", marker: HEADERS_END, extra: 100 });
     const { client, retries } = clientFor(proxy.url);
     const mark = proxy.connections.length;
-    const { error, ms } = await failure(() =>
+    const { error } = await failure(() =>
       client.run("head -c 20000 /dev/zero | tr '\\0' a", { timeoutSeconds: 2 }),
     );
     expect(ConnectionError.isInstance(error)).toBe(true);
     expect(error.message).toMatch(/may have run/);
     expect(retries).toHaveLength(0);
     expect(execConnectionsSince(mark)).toHaveLength(1);
-    expect(ms).toBeLessThan((2 + GRACE_SECONDS) * 1000 + SLACK_MS);
   });
 
   it("truncated stream (closed mid-SSE): ConnectionError, not re-sent; the bridge sees the disconnect", async () => {
@@ -260,12 +254,11 @@ describe("fault proxy between the real client and a real bridge", () => {
     );
     const { client, retries } = clientFor(proxy.url);
     const mark = proxy.connections.length;
-    const { error, ms } = await failure(() =>
+    const { error } = await failure(() =>
       drain(client.stream("echo started; sleep 30", { timeoutSeconds: 60 })),
     );
     expect(ConnectionError.isInstance(error)).toBe(true);
     expect(error.message).toMatch(/may have run/);
-    expect(ms).toBeLessThan(SLACK_MS);
     expect(retries).toHaveLength(0);
     expect(execConnectionsSince(mark)).toHaveLength(1);
     await host.settled(15_000);
@@ -280,14 +273,13 @@ describe("fault proxy between the real client and a real bridge", () => {
     const { client, retries } = clientFor(proxy.url);
     const mark = proxy.connections.length;
     const before = startedCount();
-    const { error, ms } = await failure(() => client.run("echo hi", { timeoutSeconds: 2 }));
+    const { error } = await failure(() => client.run("echo hi", { timeoutSeconds: 2 }));
     // The answer arrived but is not HTTP: the protocol was violated, the connection did not break.
     expect(ProtocolError.isInstance(error)).toBe(true);
     expect(ConnectionError.isInstance(error)).toBe(false);
     expect(retries).toHaveLength(0);
     expect(execConnectionsSince(mark)).toHaveLength(1);
     expect(startedCount()).toBe(before);
-    expect(ms).toBeLessThan((2 + GRACE_SECONDS) * 1000 + SLACK_MS);
   });
 
   it("slow trickle within the deadline: the JSON call succeeds", async () => {

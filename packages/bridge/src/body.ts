@@ -1,4 +1,10 @@
-import { BRIDGE_TEXTS, concatBytes, issuesOf, type SchemaIssue } from "@remote-task/internal";
+import {
+  BRIDGE_TEXTS,
+  concatBytes,
+  issuesInWords,
+  issuesOf,
+  type SchemaIssue,
+} from "@remote-task/internal";
 import { HttpError, invalidRequest } from "./responses.js";
 
 function tooLarge(maxBytes: number): HttpError {
@@ -106,6 +112,9 @@ interface Schema<T> {
 /** Validates `value` with `schema`; 400 `invalid_request` with every failing path otherwise. */
 export function validate<T>(schema: Schema<T>, value: unknown, what: string): T {
   const parsed = schema.safeParse(value);
-  if (!parsed.success) throw invalidRequest(BRIDGE_TEXTS.invalid(what), issuesOf(parsed.error));
+  if (!parsed.success) {
+    const issues = issuesOf(parsed.error);
+    throw invalidRequest(BRIDGE_TEXTS.invalid(what, issuesInWords(issues)), issues);
+  }
   return parsed.data;
 }

@@ -1,4 +1,4 @@
-import { BRIDGE_TEXTS } from "@remote-task/internal";
+import { BRIDGE_TEXTS, issuesInWords } from "@remote-task/internal";
 import {
   type CancelResponse,
   cancelRequestSchema,
@@ -85,7 +85,8 @@ async function readExecRequest(limits: Limits, request: Request): Promise<ExecRe
       });
     }
   }
-  if (issues.length > 0) throw invalidRequest(BRIDGE_TEXTS.overLimits, issues);
+  if (issues.length > 0)
+    throw invalidRequest(BRIDGE_TEXTS.overLimits(issuesInWords(issues)), issues);
   return exec;
 }
 

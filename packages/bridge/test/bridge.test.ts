@@ -275,6 +275,20 @@ describe("request validation", () => {
     expect(backend.starts).toEqual([]);
   });
 
+  it("says what is wrong in its error text too, for readers of `error` alone (the reference tool)", async () => {
+    const { exec } = setupBridge({ limits: { maxTimeoutSeconds: 5 } });
+    expect((await expectError(await exec({ command: "" }), "invalid_request")).error).toBe(
+      "Exec request is invalid: command must not be empty.",
+    );
+    const over = await expectError(
+      await exec({ command: "true", timeoutSeconds: 6 }),
+      "invalid_request",
+    );
+    expect(over.error).toBe(
+      "Exec request exceeds the bridge limits: timeoutSeconds must be at most 5.",
+    );
+  });
+
   it("enforces the command, env, timeout limits with the failing path", async () => {
     const limits = {
       maxCommandBytes: 10,

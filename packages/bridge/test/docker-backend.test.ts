@@ -4,7 +4,7 @@
  * path, and the sweep of what a killed bridge left.
  */
 
-import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { type ChildProcess, execFileSync, spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { Agent } from "node:http";
 import { tmpdir } from "node:os";
@@ -14,7 +14,12 @@ import { build } from "esbuild";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createBridge } from "../src/bridge.js";
 import { createEngineClient } from "../src/docker/engine.js";
-import { createDockerBackend, type DockerBackend, LABELS } from "../src/docker/index.js";
+import {
+  createDockerBackend,
+  type DockerBackend,
+  DockerUnavailableError,
+  LABELS,
+} from "../src/docker/index.js";
 import { silentLogger } from "../src/logger.js";
 import { noEngineReason, requireEngine, skipDocker } from "./docker-engine.js";
 
@@ -134,6 +139,71 @@ else
       });
       expect(health.network).toEqual({ default: "none", ceiling: "none" });
       expect(health.warmPool?.target).toBe(2);
+    });
+
+    it("reports the engine's default runtime as soon as it is ready, before any /health", async () => {
+      const { host, image, ulimits } = requireEngine();
+      const own = createDockerBackend({ image, engine: host, ulimits, pool: 0 });
+      limited.push(own);
+      await own.ready;
+      expect(own.sandbox.runtime).toBe("runc");
+    });
+
+    it("is not ready when no container can start: the engine's reason, and no container left", async () => {
+      const { host, image, ulimits } = requireEngine();
+      const own = createDockerBackend({
+        image,
+        engine: host,
+        ulimits,
+        user: "no-such-user",
+        pool: 0,
+      });
+      limited.push(own);
+      const error = await own.ready.then(
+        () => undefined,
+        (e: unknown) => e as Error,
+      );
+      expect(DockerUnavailableError.isInstance(error)).toBe(true);
+      expect(error?.message).toMatch(
+        /^No container can be started on this engine, .*unable to find user no-such-user/,
+      );
+      expect(await containersWith(`${LABELS.owner}=${own.instance}`)).toEqual([]);
+    });
+
+    it.skipIf(requireEngine().ulimits.nproc === undefined)(
+      "an engine that may not raise nproc: not ready, and the message names the value to pass",
+      async () => {
+        const { host, image } = requireEngine();
+        const own = createDockerBackend({ image, engine: host, pool: 0 });
+        limited.push(own);
+        const error = await own.ready.then(
+          () => undefined,
+          (e: unknown) => e as Error,
+        );
+        expect(error?.message).toContain("error setting rlimit type 6");
+        expect(error?.message).toContain(
+          `pass --docker-ulimit nproc=${requireEngine().ulimits.nproc} (the docker backend's ulimits: { nproc: ${requireEngine().ulimits.nproc} })`,
+        );
+      },
+    );
+
+    it.skipIf(requireEngine().ulimits.nproc === undefined)(
+      "the engine script says which --docker-ulimit the containers need",
+      () => {
+        const script = join(__dirname, "../../../scripts/docker-engine.mjs");
+        const run = spawnSync(process.execPath, [script, "ensure"], { encoding: "utf8" });
+        expect(run.status).toBe(0);
+        expect(run.stderr).toContain(
+          `containers on this engine need --docker-ulimit nproc=${requireEngine().ulimits.nproc}`,
+        );
+      },
+    );
+
+    it("refuses a ulimit name the engine does not know", () => {
+      const { host, image } = requireEngine();
+      expect(() => createDockerBackend({ image, engine: host, ulimits: { bogus: 5 } })).toThrow(
+        /ulimit bogus is not an rlimit the engine knows; use one of as, core/,
+      );
     });
 
     it("enforces the memory limit", async () => {

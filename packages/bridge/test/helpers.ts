@@ -129,6 +129,29 @@ export function processesWith(marker: string): string[] {
     .filter((line) => !line.includes("ps -eo"));
 }
 
+/**
+ * Command lines of running processes that contain `marker` and descend from this process: what
+ * this test started, never another test's or checkout's processes on the same machine.
+ */
+export function descendantsWith(marker: string): string[] {
+  const out = execFileSync("ps", ["-eo", "pid=,ppid=,stat=,args="], { encoding: "utf8" });
+  const rows = out
+    .split("\n")
+    .map((line) => /^\s*(\d+)\s+(\d+)\s+(\S+)\s(.*)$/.exec(line))
+    .filter((match): match is RegExpExecArray => match !== null)
+    .map(([, pid, ppid, stat, args]) => ({ pid: Number(pid), ppid: Number(ppid), stat, args }));
+  const parentOf = new Map(rows.map((row) => [row.pid, row.ppid]));
+  const descends = (pid: number): boolean => {
+    for (let at = parentOf.get(pid); at !== undefined && at > 1; at = parentOf.get(at)) {
+      if (at === process.pid) return true;
+    }
+    return false;
+  };
+  return rows
+    .filter((row) => row.args?.includes(marker) && !row.stat?.startsWith("Z") && descends(row.pid))
+    .map((row) => `${row.pid} ${row.args}`);
+}
+
 /** A `sleep` whose argument is unique, so `ps` can find it: `sleep 1000.<n>`. */
 export function markedSleep(): { command: string; marker: string } {
   const marker = `1000.${process.pid}${Math.floor(Math.random() * 1e6)}`;

@@ -238,7 +238,8 @@ describe("what a sandbox can make its proxy hold is bounded", () => {
       ),
     );
     const extra = connect(bounded.socketPath);
-    expect(await closedWithin(extra)).toBeLessThan(5_000);
+    // Closed by the proxy: a connection it held would stay open past this test's timeout.
+    await closedWithin(extra);
     expect(held.every((socket) => !socket.destroyed)).toBe(true);
     const freed = closedWithin(held[0] as Socket);
     held[0]?.destroy();
@@ -258,7 +259,8 @@ describe("what a sandbox can make its proxy hold is bounded", () => {
     const bounded = await proxy("open", [], undefined, { limits: { headersTimeoutMs: 300 } });
     const silent = connect(bounded.socketPath);
     silent.write("CONNECT 127.0.0.1:1 HTTP/1.1\r\n"); // never finished
-    expect(await closedWithin(silent)).toBeLessThan(3_000);
+    // Closed by the proxy's timeout: without it the half-sent head would be held open for good.
+    expect(await closedWithin(silent)).toBeGreaterThanOrEqual(250);
     await bounded.close();
   });
 
@@ -281,8 +283,8 @@ describe("what a sandbox can make its proxy hold is bounded", () => {
       req.once("error", reject);
       req.end();
     });
+    // Closed after idleTimeoutMs, not before; a tunnel kept open would outlast this test.
     expect(waited).toBeGreaterThanOrEqual(250);
-    expect(waited).toBeLessThan(5_000);
     await bounded.close();
   });
 });
@@ -304,7 +306,6 @@ describe("name resolution stays off the shared thread pool and is bounded per sa
     const stalled = await proxy("open", [], undefined, {
       resolver: { servers: [`127.0.0.1:${dnsPort}`], timeoutMs: 200, maxPending: 2 },
     });
-    const started = Date.now();
     const answers = await Promise.all(
       ["a.stall.test", "b.stall.test", "c.stall.test"].map((name) =>
         connectThrough(stalled.socketPath, `${name}:443`),
@@ -317,7 +318,6 @@ describe("name resolution stays off the shared thread pool and is bounded per sa
     expect(answers.find((answer) => answer.status === 502)?.body).toMatch(
       /cannot resolve [abc]\.stall\.test: ETIMEOUT/,
     );
-    expect(Date.now() - started).toBeLessThan(5_000);
     // Names of the hosts file need no DNS and no slot.
     expect((await connectThrough(stalled.socketPath, `localhost:${target.port}`)).body).toMatch(
       /127\.0\.0\.1|::1/,

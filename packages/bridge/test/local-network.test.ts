@@ -11,7 +11,7 @@ import {
   type LocalBackendOptions,
 } from "../src/local/index.js";
 import { type LocalBridge, type LocalBridgeOptions, startLocalBridge } from "../src/node.js";
-import { eventually, expectError, freshId, makeTmpRoot, processesWith } from "./helpers.js";
+import { descendantsWith, eventually, expectError, freshId, makeTmpRoot } from "./helpers.js";
 import { bwrap, bwrapRequired } from "./isolation.js";
 
 const skipBwrap = !bwrap.ok && !bwrapRequired;
@@ -230,12 +230,24 @@ describe.skipIf(skipBwrap)(
       expect(host.backend.stats().started).toBe(started);
     });
 
+    it("sees its own call's relay while the call runs (what the next test counts on)", {
+      timeout: 30_000,
+    }, async () => {
+      const running = host.run("sleep 2", { allow: [`127.0.0.1:${standIn.port}`] });
+      await eventually(
+        () => descendantsWith("/run/remote-task/node").length > 0,
+        "the call's relay running",
+      );
+      await running;
+    });
+
     it("leaves no proxy socket and no relay behind", async () => {
       expect(host.backend.liveSandboxes()).toBe(0);
       expect(readdirSync(host.backend.stateDir).filter((name) => name.endsWith(".sock"))).toEqual(
         [],
       );
-      expect(processesWith("/run/remote-task/node")).toEqual([]);
+      // Relays of this file's calls only: other processes on the machine may run bridges too.
+      expect(descendantsWith("/run/remote-task/node")).toEqual([]);
     });
   },
 );

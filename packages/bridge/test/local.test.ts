@@ -318,11 +318,10 @@ describe.each(isolationModes)("local backend, $title", ({ mode, skip }) => {
   it.skipIf(skip)(
     "ends the call when the command exits, killing what it left in the background",
     async () => {
+      // The background sleep lasts 1000 s: a call that waited for it would never answer here.
       const { command, marker } = markedSleep();
-      const started = Date.now();
       const result = await run({ command: `${command} & echo started` });
       expect(result).toMatchObject({ stdout: "started\n", code: 0, outcome: "exited" });
-      expect(Date.now() - started).toBeLessThan(20_000);
       expect(processesWith(marker)).toEqual([]);
     },
   );

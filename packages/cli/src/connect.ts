@@ -11,9 +11,17 @@ import type { NetworkPolicy } from "@remote-task/protocol";
 import { type DockerFlags, dockerBackendOptions } from "./docker.js";
 import { warnIsolationNone } from "./isolation.js";
 import { embeddedLogger } from "./log.js";
+import { inFlagTerms } from "./report.js";
+import { type LimitFlags, sandboxLimits } from "./sandbox-limits.js";
+import { checkTokenSize } from "./token.js";
 import { UsageError } from "./usage-error.js";
 
-export interface ConnectionFlags extends DockerFlags {
+/** The bridges' default `limits.maxOutputBytes` (1 MiB). */
+const DEFAULT_MAX_OUTPUT_BYTES = 1_048_576;
+
+export interface ConnectionFlags extends DockerFlags, LimitFlags {
+  /** Bytes of each output to keep; with `--local` or `--docker`, it may raise the bridge's cap. */
+  maxOutputBytes?: number | undefined;
   url?: string;
   token?: string;
   cwd?: string;
@@ -41,26 +49,46 @@ function timing(flags: ConnectionFlags): Partial<ClientOptions> {
 /**
  * Starts the embedded local bridge in this process; `startLocalBridge` creates its backend and
  * closes it again with the bridge. Whoever runs it is its deployer: the network asked for on the
- * command line is its ceiling. Options it refuses (a `TypeError`) are a {@link UsageError}.
+ * command line is its ceiling, and the hosts it names may be private or loopback ones. Options it refuses (a `TypeError`) are a {@link UsageError}.
  */
 export async function startEmbeddedBridge(
-  flags: Pick<ConnectionFlags, "isolation" | "network"> & DockerFlags,
+  flags: Pick<ConnectionFlags, "isolation" | "network" | "maxOutputBytes"> &
+    DockerFlags &
+    LimitFlags,
 ): Promise<LocalBridge> {
   const { startLocalBridge } = await import("@remote-task/bridge/node");
   const isolation = flags.isolation ?? "auto";
-  const docker = dockerBackendOptions(flags);
+  const limits = sandboxLimits(flags);
+  // Whoever starts it is its deployer: hosts named in --network may be private or loopback
+  // (`localhost:8080`); the bridge itself stays out of reach.
+  const egress =
+    typeof flags.network === "object" ? { egress: { allowPrivate: flags.network.allow } } : {};
+  const base = dockerBackendOptions(flags, limits);
+  const docker = base === undefined ? undefined : { ...base, ...egress };
   if (docker === undefined && isolation === "none") warnIsolationNone();
   try {
     return await startLocalBridge({
-      ...(docker === undefined ? { local: { isolation } } : { docker }),
+      ...(docker === undefined ? { local: { isolation, limits, ...egress } } : { docker }),
+      // As deployer, --max-output-bytes above the default raises the embedded bridge's own cap.
+      ...(flags.maxOutputBytes !== undefined && flags.maxOutputBytes > DEFAULT_MAX_OUTPUT_BYTES
+        ? { limits: { maxOutputBytes: flags.maxOutputBytes } }
+        : {}),
       logger: embeddedLogger,
       ...(flags.network === undefined ? {} : { network: { ceiling: flags.network } }),
     });
   } catch (error) {
-    if (error instanceof TypeError) throw new UsageError(error.message, { cause: error });
+    if (error instanceof TypeError) {
+      throw new UsageError(inFlagTerms(error.message, EMBEDDED_FLAGS), { cause: error });
+    }
     throw error;
   }
 }
+
+/** The embedded bridge's option names in its messages, and the flags that set them. */
+const EMBEDDED_FLAGS = {
+  "network.ceiling": "--network",
+  "leave out the network option": "leave out --network",
+};
 
 /** The embedded bridge and a client for it; the bridge is closed again if the client fails. */
 async function connectLocal(flags: ConnectionFlags): Promise<Connection> {
@@ -98,11 +126,25 @@ export async function connect(flags: ConnectionFlags): Promise<Connection> {
     overrides.token = flags.token;
     overrides.tokenSource = "--token";
   }
+  const token = flags.token ?? process.env.CLOUDFLARE_SANDBOX_TOKEN;
+  if (token !== undefined) {
+    try {
+      checkTokenSize(token, flags.token === undefined ? "$CLOUDFLARE_SANDBOX_TOKEN" : "--token");
+    } catch (error) {
+      throw new UsageError((error as Error).message);
+    }
+  }
   if (flags.cwd !== undefined) overrides.cwd = flags.cwd;
   try {
     const client = clientFromEnv(process.env, overrides);
     return { client, close: () => client.close() };
   } catch (error) {
+    // The client names its option (`url is not a valid URL`); the user gave --url.
+    if (ConfigurationError.isInstance(error) && flags.url !== undefined) {
+      if (error.message.startsWith("url ")) {
+        throw new UsageError(`--url${error.message.slice("url".length)}`, { cause: error });
+      }
+    }
     if (ConfigurationError.isInstance(error) && flags.url === undefined && !isConfigured()) {
       throw new ConfigurationError(
         `${error.message} Or pass --url <bridge URL> (and --token <token>), or --local to run on an embedded local bridge in this process.`,

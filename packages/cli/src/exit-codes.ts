@@ -9,8 +9,10 @@ export const EXIT = {
   timeout: 124,
   /** The task could not be run: configuration, connection, authentication or bridge error. */
   bridge: 125,
-  /** Interrupted (Ctrl-C) or cancelled. */
+  /** Interrupted (Ctrl-C, SIGINT) or cancelled: 128 + 2, as a shell reports it. */
   interrupted: 130,
+  /** Stopped by SIGTERM: 128 + 15, as a shell reports it. */
+  terminated: 143,
   /** The reader of stdout went away (`| head`): what a shell reports for a tool ended by SIGPIPE. */
   outputClosed: 141,
 } as const;

@@ -33,23 +33,50 @@ export function watchOutputClosed(): void {
   }
 }
 
+/** What stopped a command early. */
+export type Interruption = "SIGINT" | "SIGTERM" | "output closed";
+
 /**
  * An AbortController aborted by Ctrl-C (SIGINT), SIGTERM or a closed stdout until `dispose()` is
- * called.
+ * called; `by()` says which came first.
  */
-export function abortOnInterrupt(): { signal: AbortSignal; dispose(): void } {
+export function abortOnInterrupt(): {
+  signal: AbortSignal;
+  by(): Interruption | undefined;
+  dispose(): void;
+} {
   const controller = new AbortController();
-  const abort = () => controller.abort();
-  process.once("SIGINT", abort);
-  process.once("SIGTERM", abort);
-  outputListeners.add(abort);
-  if (outputClosed) abort();
+  let by: Interruption | undefined;
+  const abortBy = (what: Interruption) => () => {
+    by ??= what;
+    controller.abort();
+  };
+  const onInt = abortBy("SIGINT");
+  const onTerm = abortBy("SIGTERM");
+  const onClosed = abortBy("output closed");
+  process.once("SIGINT", onInt);
+  process.once("SIGTERM", onTerm);
+  outputListeners.add(onClosed);
+  if (outputClosed) onClosed();
   return {
     signal: controller.signal,
+    by: () => by,
     dispose() {
-      process.off("SIGINT", abort);
-      process.off("SIGTERM", abort);
-      outputListeners.delete(abort);
+      process.off("SIGINT", onInt);
+      process.off("SIGTERM", onTerm);
+      outputListeners.delete(onClosed);
     },
   };
+}
+
+/** The exit code for a command stopped by `by`: 130 for Ctrl-C, 143 for SIGTERM, 141 for | head. */
+export function interruptedExitCode(by: Interruption | undefined): number {
+  if (by === "SIGTERM") return EXIT.terminated;
+  if (by === "output closed") return EXIT.outputClosed;
+  return EXIT.interrupted;
+}
+
+/** "interrupted" for Ctrl-C, "terminated" for SIGTERM. */
+export function interruptedWord(by: Interruption | undefined): string {
+  return by === "SIGTERM" ? "terminated (SIGTERM)" : "interrupted";
 }

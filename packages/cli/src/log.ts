@@ -2,9 +2,14 @@ import { type BridgeLogger, stderrLogger } from "@remote-task/bridge";
 
 /**
  * The log of a bridge `serve` runs: one JSON line per call on stderr, so stdout carries only the
- * banner.
+ * banner; its warnings as text.
  */
-export const serveLogger: BridgeLogger = stderrLogger;
+export const serveLogger: BridgeLogger = (entry) => {
+  // A warning is for the person who started serve (e.g. a short token): a line of text.
+  if (entry.event === "warning" && entry.detail !== undefined) {
+    process.stderr.write(`remote-task: warning: ${entry.detail}\n`);
+  } else stderrLogger(entry);
+};
 
 /**
  * The log of the bridge embedded for one run (`run --local`, `mcp --local`...): the client already

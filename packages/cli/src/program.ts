@@ -8,6 +8,7 @@ import { dockerOptions } from "./docker.js";
 import { EXIT } from "./exit-codes.js";
 import { hostList, networkPolicy } from "./network.js";
 import { describeError } from "./report.js";
+import { LIMIT_OPTIONS, limitOptions } from "./sandbox-limits.js";
 
 function positiveNumber(value: string): number {
   const n = Number(value);
@@ -52,17 +53,17 @@ function uidRange(value: string): { first: number; count: number } {
   return { first: Number(match[1]), count: Number(match[2]) };
 }
 
-const maxOutputOption = () =>
+const maxOutputOption = (stream: boolean) =>
   new Option(
     "--max-output-bytes <n>",
-    "bytes of each output to keep: the end (with --stream, the start is streamed); up to the bridge's limits.maxOutputBytes (default 1048576)",
+    `bytes of each output to keep: the end${stream ? " (with --stream, the start is streamed)" : ""}; up to the bridge's maxOutputBytes (default 1048576), which with --local or --docker it raises`,
   ).argParser(positiveInteger);
 
 const isolationOption = (description: string) =>
   new Option("--isolation <mode>", description).choices(["auto", "bwrap", "none"]).default("auto");
 
 function connectionOptions(command: Command): Command {
-  return dockerOptions(command)
+  return limitOptions(dockerOptions(command), " of the embedded bridge (--local or --docker)")
     .option("--url <url>", "bridge URL (default: $CLOUDFLARE_SANDBOX_URL)")
     .option("--token <token>", "bridge token (default: $CLOUDFLARE_SANDBOX_TOKEN)")
     .option("--local", "start the embedded local bridge in this process for this run")
@@ -87,13 +88,26 @@ function timingOptions(command: Command, timeoutHelp: string): Command {
     );
 }
 
-/** `--isolation` picks how the embedded bridge isolates; without `--local` there is none. */
-function refuseIsolationWithoutLocal(command: Command): void {
-  if (command.getOptionValueSource("isolation") === "cli" && !command.opts().local) {
+/**
+ * `--isolation` picks how the embedded bridge isolates, and the limit flags size its sandboxes;
+ * without `--local` (or, for the limits, `--docker`) there is no such bridge.
+ */
+function refuseEmbeddedOnlyFlags(command: Command): void {
+  const given = (name: string) => command.getOptionValueSource(name) === "cli";
+  const { local, docker } = command.opts();
+  if (given("isolation") && !local) {
     command.error("error: --isolation applies only with --local (the embedded bridge).", {
       exitCode: EXIT.usage,
       code: "remote-task.isolationWithoutLocal",
     });
+  }
+  const limits = LIMIT_OPTIONS.filter(given);
+  if (limits.length > 0 && !local && docker === undefined) {
+    const flags = limits.map((name) => `--${name.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`);
+    command.error(
+      `error: ${flags.join(" and ")} ${flags.length === 1 ? "applies" : "apply"} only with --local or --docker (the embedded bridge); a remote bridge's limits are its deployer's.`,
+      { exitCode: EXIT.usage, code: "remote-task.limitsWithoutEmbedded" },
+    );
   }
 }
 
@@ -122,8 +136,11 @@ function createProgram(onExit: (code: number) => void): Command {
         absolutePath,
       )
       .option("--json", "print the result as one JSON object")
-      .option("--stream", "stream output live as it arrives")
-      .addOption(maxOutputOption())
+      .option(
+        "--stream",
+        "stream output live as it arrives (from a remote-task bridge; the reference bridge sends it at the end)",
+      )
+      .addOption(maxOutputOption(true))
       .option("--no-stdin", "never send this program's stdin (see below for when it is sent)")
       .passThroughOptions(),
   )
@@ -147,14 +164,20 @@ never reads it:
 hosts separated by commas (name, *.name, IPv4, [IPv6], each with an optional :port). Asking for
 more than the bridge allows is refused (exit 2); remote-task health shows its default and ceiling:
   $ remote-task run --network pypi.org,files.pythonhosted.org -- 'pip download requests'
+With --local or --docker you are the embedded bridge's deployer: the hosts you name may be
+private or loopback ones (never the bridge itself):
+  $ remote-task run --local --network localhost:8080 -- 'curl -s http://localhost:8080/'
 
 Exit code: the command's own, 124 on timeout, 125 when the bridge or configuration failed (or
 its stdin is too large), 2 for a usage error (a flag value the bridge refuses included), 130
-when interrupted, 141 when the reader of stdout went away (| head).
+when interrupted (Ctrl-C), 143 on SIGTERM, 141 when the reader of stdout went away (| head).
+With --json a failure is also one object on stdout: {"error": {"name", "message", "mayHaveRun"}}.
+On an interrupt the remote command is cancelled where the bridge has /cancel; the reference
+bridge has none, and its command runs on to its end or its timeout (the message says which).
 
 Output travels as text: bytes that are not UTF-8 arrive as U+FFFD (a note says so); for
 binary output, pipe it through base64 in the command and decode it here:
-  $ remote-task run --local -- 'tar cz /etc/os-release | base64' | base64 -d > os-release.tgz
+  $ remote-task run --local -- 'tar czh /etc/os-release | base64' | base64 -d > os-release.tgz
 
 Examples:
   $ remote-task run --local -- uname -a
@@ -163,7 +186,7 @@ Examples:
   $ remote-task run --json --timeout 10 -- 'python3 -c "print(2**100)"'`,
     )
     .action(async (words: string[], flags, command: Command) => {
-      refuseIsolationWithoutLocal(command);
+      refuseEmbeddedOnlyFlags(command);
       onExit(await runCommand(words, flags));
     });
 
@@ -180,27 +203,33 @@ Examples:
       "per-task timeout in seconds (default 120)",
     )
       .option("--json", "print all results as a JSON array")
-      .addOption(maxOutputOption()),
+      .addOption(maxOutputOption(false)),
   )
     .addHelpText(
       "after",
       `
 Each line is one shell command line (pipes and ; work). Blank lines and lines starting with #
 are skipped. Results print in input order, numbered from 1 ([1] in the text, "task": 1 in the
-JSON); a progress bar shows on stderr when it is a terminal. Exit code 1 when any task failed.
+JSON); a progress bar shows on stderr when it is a terminal. A long command is shortened in its
+header line (the JSON keeps it whole). Exit code 1 when any task failed; a failure every task
+would meet (no bridge, a refused token, a refused --network) stops the run once, with that
+failure's code; Ctrl-C stops it (130; tasks not run to their end are counted apart).
 
 Examples:
   $ printf 'echo one\\necho two\\nexit 3\\n' | remote-task run-many --local
   $ remote-task run-many --local --concurrency 32 --file tasks.txt --json > results.json`,
     )
     .action(async (flags, command: Command) => {
-      refuseIsolationWithoutLocal(command);
+      refuseEmbeddedOnlyFlags(command);
       onExit(await runManyCommand(flags));
     });
 
-  dockerOptions(program.command("serve"))
-    .description("Serve the embedded local bridge over HTTP.")
-    .option("--local", "serve the embedded local bridge (the one kind available here)")
+  limitOptions(dockerOptions(program.command("serve")), "")
+    .description("Serve the embedded bridge over HTTP: --local, or --docker IMAGE for containers.")
+    .option(
+      "--local",
+      "serve the embedded bridge with the local backend (or --docker IMAGE for containers)",
+    )
     .option("--port <port>", "port (0 picks a free one)", port, 0)
     .option("--host <host>", "address to listen on", "127.0.0.1")
     .option(
@@ -212,18 +241,6 @@ Examples:
       "bearer token to require; visible to every process on this machine, so prefer --token-file or $CLOUDFLARE_SANDBOX_TOKEN",
     )
     .addOption(isolationOption("isolation of the bridge's sandboxes"))
-    .option(
-      "--processes <n>",
-      "most processes and threads per sandbox (default 256)",
-      positiveInteger,
-    )
-    .option("--memory-mib <n>", "memory per sandbox in MiB (default 2048)", positiveInteger)
-    .option(
-      "--workspace-mib <n>",
-      "size of /workspace per sandbox in MiB (default 1024)",
-      positiveInteger,
-    )
-    .option("--tmp-mib <n>", "size of /tmp per sandbox in MiB (default 256)", positiveInteger)
     .option(
       "--uids <first:count>",
       "host uids for sandboxes when run as root (default 1900000000:1024)",
@@ -283,7 +300,7 @@ Examples:
   $ remote-task health --local`,
     )
     .action(async (flags, command: Command) => {
-      refuseIsolationWithoutLocal(command);
+      refuseEmbeddedOnlyFlags(command);
       onExit(await healthCommand(flags));
     });
 
@@ -320,7 +337,10 @@ export async function main(argv: string[]): Promise<number> {
     await program.parseAsync(argv);
   } catch (error) {
     if (error instanceof CommanderError) {
-      const shown = ["commander.helpDisplayed", "commander.version", "commander.help"];
+      // Help asked for (--help, help) is a success; help shown because no command was given
+      // (`commander.help`, on stderr) is a usage error, as a missing argument is.
+      const shown = ["commander.helpDisplayed", "commander.version"];
+      if (error.code === "commander.help") return error.exitCode === 0 ? EXIT.ok : EXIT.usage;
       return shown.includes(error.code) ? EXIT.ok : EXIT.usage;
     }
     throw error;

@@ -1,4 +1,4 @@
-import type { TaskResult } from "@remote-task/client";
+import type { RemoteTaskClient, TaskResult } from "@remote-task/client";
 import {
   ForbiddenError,
   InvalidRequestError,
@@ -51,6 +51,17 @@ export interface StreamedOutput {
 const REPLACEMENT = "\uFFFD";
 
 /**
+ * What is printed of one output: all of it, or for one the bridge cut to its end, the end from
+ * its first whole line on (a kept tail starts mid-line; `| head` would show half a line first).
+ */
+export function shownOutput(result: TaskResult, stream: "stdout" | "stderr"): string {
+  const text = result[stream];
+  if (!result[`${stream}Truncated`]) return text;
+  const cut = text.indexOf("\n");
+  return cut === -1 || cut === text.length - 1 ? text : text.slice(cut + 1);
+}
+
+/**
  * Lines that say what was left out of the output shown, and how the task ended when it did not
  * exit. Neutral on who cut an output: a remote-task bridge keeps the end of it, and so does the
  * client for a bridge that sends it whole (the reference bridge).
@@ -59,6 +70,8 @@ export function resultNotes(
   result: TaskResult,
   timeoutSeconds: number,
   streamed?: Record<"stdout" | "stderr", StreamedOutput>,
+  /** `--max-output-bytes`, when given. */
+  askedBytes?: number,
 ): string[] {
   const notes: string[] = [];
   for (const stream of ["stdout", "stderr"] as const) {
@@ -76,8 +89,15 @@ export function resultNotes(
         );
       }
     } else if (result[`${stream}Truncated`]) {
+      const kept = Buffer.byteLength(result[stream]);
+      const shown = Buffer.byteLength(shownOutput(result, stream));
+      const from = shown < kept ? ", from its first whole line" : "";
+      // A UTF-8 character cut at the start of the tail costs at most 3 bytes more.
+      const capped = askedBytes !== undefined && kept + 4 <= askedBytes;
       notes.push(
-        `${stream} was ${formatSize(total)}; only its last ${formatSize(Buffer.byteLength(result[stream]))} is shown (raise --max-output-bytes to keep more, up to the bridge's limits.maxOutputBytes).`,
+        capped
+          ? `${stream} was ${formatSize(total)}; only its last ${formatSize(shown)} is shown${from}: this bridge keeps at most ${formatSize(kept)} of an output, less than --max-output-bytes asked for (remote-task health shows its maxOutputBytes; with --local or --docker, --max-output-bytes raises it).`
+          : `${stream} was ${formatSize(total)}; only its last ${formatSize(shown)} is shown${from} (raise --max-output-bytes to keep more, up to the bridge's maxOutputBytes, which remote-task health shows).`,
       );
     }
   }
@@ -156,4 +176,36 @@ export function describeError(error: unknown): string {
 /** The exit code for a task that could not be run: 2 when the request itself was refused. */
 export function exitCodeOfError(error: unknown): number {
   return refusedRequest(error) || UsageError.isInstance(error) ? EXIT.usage : EXIT.bridge;
+}
+
+/**
+ * What is known of a remote command after an interrupt: the client sent the bridge a cancel when
+ * the call was aborted; asking once more says whether the bridge has `/cancel` at all (the
+ * reference bridge has none, and its command runs on to its end or its timeout).
+ */
+export async function cancelNote(
+  client: RemoteTaskClient,
+  sandboxId: string | undefined,
+  timeoutSeconds: number,
+): Promise<string> {
+  const runsOn = `keeps running until it ends or its timeout (${seconds(timeoutSeconds)})`;
+  if (sandboxId === undefined) return "the remote command was cancelled if it had started.";
+  try {
+    const answer = await client.cancel(sandboxId, { signal: AbortSignal.timeout(3_000) });
+    return answer.supported
+      ? "the remote command was cancelled."
+      : `this bridge has no /cancel (the reference bridge), so the remote command, if it started, ${runsOn}.`;
+  } catch (error) {
+    return `the bridge could not be asked to cancel (${describeError(error)}), so the remote command, if it started, may have ended or it ${runsOn}.`;
+  }
+}
+
+/**
+ * `message` (a bridge's or backend's, naming its options) with the command line's flags for
+ * those options, e.g. `network.ceiling` as `--network-ceiling`.
+ */
+export function inFlagTerms(message: string, flagOf: Readonly<Record<string, string>>): string {
+  let text = message;
+  for (const [option, flag] of Object.entries(flagOf)) text = text.replaceAll(option, flag);
+  return text;
 }

@@ -80,8 +80,40 @@ describe("notes on what was shown", () => {
     expect(code).toBe(0);
     expect(stdout.length).toBe(MiB);
     expect(stderr).toBe(
-      "remote-task: stdout was 2.9MB; only its last 1.0MB is shown (raise --max-output-bytes to keep more, up to the bridge's limits.maxOutputBytes).\n",
+      "remote-task: stdout was 2.9MB; only its last 1.0MB is shown (raise --max-output-bytes to keep more, up to the bridge's maxOutputBytes, which remote-task health shows).\n",
     );
+  });
+
+  it("a kept end is shown from its first whole line (| head starts with a whole line)", async () => {
+    const { code, stdout, stderr } = await runCli(["run", "--", "seq 1 400000"], { env });
+    expect(code).toBe(0);
+    const lines = stdout.trimEnd().split("\n").map(Number);
+    // Consecutive numbers to 400000: a first line cut mid-number would break the run.
+    expect(lines.at(-1)).toBe(400_000);
+    expect((lines[0] ?? 0) + lines.length - 1).toBe(400_000);
+    expect(stderr).toMatch(/only its last .* is shown, from its first whole line \(raise/);
+  });
+
+  it("--max-output-bytes above what the bridge keeps: the note says the bridge's cap, not 'raise it'", async () => {
+    const { code, stdout, stderr } = await runCli(
+      ["run", "--max-output-bytes", String(4 * MiB), "--", big],
+      { env },
+    );
+    expect(code).toBe(0);
+    expect(stdout.length).toBe(MiB);
+    expect(stderr).toContain(
+      "this bridge keeps at most 1.0MB of an output, less than --max-output-bytes asked for",
+    );
+    expect(stderr).not.toContain("raise --max-output-bytes");
+  });
+
+  it("--local --max-output-bytes raises the embedded bridge's own cap: its runner is the deployer", async () => {
+    const { code, stdout, stderr } = await runCli(
+      ["run", "--local", "--max-output-bytes", String(4 * MiB), "--", big],
+      { env: cleanEnv() },
+    );
+    expect({ code, stderr }).toEqual({ code: 0, stderr: "" });
+    expect(stdout.length).toBe(3_000_000);
   });
 
   it("with --stream: says the start was streamed, not that the end was kept", async () => {
@@ -258,6 +290,16 @@ describe("serve: the token outside argv", () => {
     const { health, stderr } = await serveAndCheck(["--token", token], cleanEnv());
     expect(health.code).toBe(0);
     expect(stderr()).toContain("warning: --token puts the token in this process's command line");
+  });
+
+  it("a short token's warning is a line of text, not a JSON log line", async () => {
+    const { stderr } = await serveAndCheck([], cleanEnv({ CLOUDFLARE_SANDBOX_TOKEN: "short" }));
+    expect(stderr()).toContain("remote-task: warning: The bridge token is 5 characters long");
+    expect(
+      stderr()
+        .split("\n")
+        .filter((line) => line.startsWith("{")),
+    ).toEqual([]);
   });
 
   it("an explicit --isolation none says what it does not protect", async () => {

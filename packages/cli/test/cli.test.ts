@@ -10,7 +10,15 @@ import type { LocalBackend } from "@remote-task/bridge/local";
 import type { LocalBridge } from "@remote-task/bridge/node";
 import { execResultSchema, PROTOCOL_VERSION } from "@remote-task/protocol";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { BIN, cleanEnv, closedPort, runCli, startCli, startTestBridge } from "./helpers.js";
+import {
+  BIN,
+  cleanEnv,
+  closedPort,
+  collectCli,
+  runCli,
+  startCli,
+  startTestBridge,
+} from "./helpers.js";
 
 let bridge: LocalBridge<LocalBackend>;
 let env: NodeJS.ProcessEnv;
@@ -43,6 +51,54 @@ describe("usage", () => {
     const { code, stderr } = await runCli(["health", "--bogus"]);
     expect(code).toBe(2);
     expect(stderr).toContain("unknown option '--bogus'");
+  });
+
+  it("no arguments: the usage on stderr and exit 2; help asked for is exit 0 on stdout", async () => {
+    const bare = await runCli([]);
+    expect(bare.code).toBe(2);
+    expect(bare.stdout).toBe("");
+    expect(bare.stderr).toContain("Usage: remote-task");
+    const asked = await runCli(["help"]);
+    expect(asked.code).toBe(0);
+    expect(asked.stdout).toContain("Usage: remote-task");
+  });
+
+  it("errors name the flags, not the API options", async () => {
+    const url = await runCli(["run", "--url", "bogus", "--", "true"], { env: cleanEnv() });
+    expect(url.code).toBe(2);
+    expect(url.stderr).toContain("--url is not a valid URL");
+    const network = await runCli(
+      ["serve", "--local", "--network-default", "open", "--network-ceiling", "none"],
+      { env: cleanEnv() },
+    );
+    expect(network.code).toBe(2);
+    expect(network.stderr).toContain(
+      "--network-default (open) is wider than --network-ceiling (none)",
+    );
+    const engine = await runCli(["run", "--docker", "img", "--", "true"], {
+      env: cleanEnv({ DOCKER_HOST: "" }),
+    });
+    if (!engine.stderr.includes("cannot be reached")) {
+      expect(engine.stderr).toContain("--docker-engine unix:///path.sock");
+    }
+  });
+
+  it("a token too long for an HTTP header is refused before sending, naming where it came from", async () => {
+    const token = "a".repeat(100_000);
+    const flag = await runCli(
+      ["run", "--url", "http://127.0.0.1:1", "--token", token, "--", "true"],
+      {
+        env: cleanEnv(),
+      },
+    );
+    expect(flag.code).toBe(2);
+    expect(flag.stderr).toContain("the token from --token is 100000 bytes");
+    expect(flag.stderr).not.toContain("malformed");
+    const variable = await runCli(["health", "--url", "http://127.0.0.1:1"], {
+      env: cleanEnv({ CLOUDFLARE_SANDBOX_TOKEN: token }),
+    });
+    expect(variable.code).toBe(2);
+    expect(variable.stderr).toContain("the token from $CLOUDFLARE_SANDBOX_TOKEN is 100000 bytes");
   });
 
   it("refuses a missing command", async () => {
@@ -289,6 +345,104 @@ describe("interrupt", () => {
   });
 });
 
+describe("run --json when the call fails", () => {
+  it("prints one JSON object with the error on stdout, and the line on stderr", async () => {
+    const port = await closedPort();
+    const { code, stdout, stderr } = await runCli(
+      ["run", "--json", "--url", `http://127.0.0.1:${port}`, "--token", "t", "--", "true"],
+      { env: cleanEnv() },
+    );
+    expect(code).toBe(125);
+    const body = JSON.parse(stdout);
+    expect(body.error).toMatchObject({ name: "ConnectionError", mayHaveRun: false });
+    expect(body.error.message).toMatch(/nothing was sent/);
+    expect(stderr).toContain("remote-task: ConnectionError:");
+  });
+});
+
+describe("interrupt: what the output says", () => {
+  /** Waits until the test bridge runs `n` sandboxes. */
+  async function running(n: number): Promise<void> {
+    const until = Date.now() + 15_000;
+    while (bridge.backend.liveSandboxes() < n && Date.now() < until) {
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(bridge.backend.liveSandboxes()).toBeGreaterThanOrEqual(n);
+  }
+
+  it("SIGTERM is 'terminated' and exit 143, not 'interrupted' 130", async () => {
+    const child = startCli(["run", "--", "sleep 30"], env);
+    child.stdin?.end();
+    const result = collectCli(child, ["run"]);
+    await running(1);
+    child.kill("SIGTERM");
+    const { code, stderr } = await result;
+    expect(code).toBe(143);
+    expect(stderr).toContain(
+      "remote-task: terminated (SIGTERM); the remote command was cancelled.",
+    );
+    expect(stderr).not.toContain("interrupted");
+  });
+
+  it("run-many Ctrl-C: one line for the interrupt, unstarted tasks counted as stopped, not failed", async () => {
+    const input = Array.from({ length: 40 }, (_, i) => `sleep 30 # ${i}`).join("\n");
+    const child = startCli(["run-many", "--concurrency", "2"], env);
+    child.stdin?.end(input);
+    const result = collectCli(child, ["run-many"]);
+    await running(2);
+    child.kill("SIGINT");
+    const { code, stdout, stderr } = await result;
+    expect(code).toBe(130);
+    expect(stderr).not.toContain("AbortError");
+    expect(stdout.split("\n").filter((line) => line.endsWith(" (stopped)"))).toHaveLength(40);
+    expect(stderr).toContain(
+      "remote-task: interrupted: 40 tasks stopped or never sent; for those that had started, the remote command was cancelled.",
+    );
+    expect(stderr).toMatch(/40 tasks, 0 succeeded, 0 failed, 40 stopped or never sent in /);
+  });
+
+  it("Ctrl-C against a bridge without /cancel (the reference): says the command keeps running", async () => {
+    const server = createHttpServer((req, res) => {
+      if (req.url === "/cancel") {
+        res.writeHead(404, { "content-type": "application/json" });
+        res.end(JSON.stringify({ error: "Not found" }));
+      }
+      // POST /exec is never answered: the command runs on.
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const { port } = server.address() as { port: number };
+    try {
+      const child = startCli(
+        [
+          "run",
+          "--url",
+          `http://127.0.0.1:${port}`,
+          "--token",
+          "t",
+          "--timeout",
+          "30",
+          "--",
+          "sleep 20",
+        ],
+        cleanEnv(),
+      );
+      child.stdin?.end();
+      const result = collectCli(child, ["run"]);
+      await new Promise((r) => setTimeout(r, 1_000));
+      child.kill("SIGINT");
+      const { code, stderr } = await result;
+      expect(code).toBe(130);
+      expect(stderr).toContain(
+        "remote-task: interrupted; this bridge has no /cancel (the reference bridge), so the remote command, if it started, keeps running until it ends or its timeout (30 seconds).",
+      );
+      expect(stderr).not.toContain("was cancelled");
+    } finally {
+      server.closeAllConnections();
+      server.close();
+    }
+  });
+});
+
 describe("run-many", () => {
   const input = "echo first\n\n# a comment\nsleep 0.3; echo second\nexit 7\necho fourth\n";
 
@@ -304,6 +458,28 @@ describe("run-many", () => {
     expect([...positions].sort((a, b) => a - b)).toEqual(positions);
     expect(stdout).toContain("(exit 7,");
     expect(stderr).toContain("4 tasks, 3 succeeded, 1 failed");
+  });
+
+  it("a refusal every task would meet (the network ceiling, 403) is said once, exit 2", async () => {
+    const input = Array.from({ length: 10 }, (_, i) => `echo ${i}`).join("\n");
+    const { code, stdout, stderr } = await runCli(["run-many", "--network", "open"], {
+      env,
+      input,
+    });
+    expect(code).toBe(2);
+    expect(stderr.match(/ForbiddenError/g)).toHaveLength(1);
+    expect(stderr).toMatch(/stopped early: \d+ tasks? stopped or never sent/);
+    expect(stdout.split("\n").filter((line) => line.startsWith("--- ["))).toHaveLength(10);
+  });
+
+  it("a long command's header line shows its start and its length; the JSON keeps it whole", async () => {
+    const command = `echo ${"x".repeat(2_000)} > /dev/null`;
+    const text = await runCli(["run-many"], { env, input: `${command}\n` });
+    const head = text.stdout.split("\n")[0] ?? "";
+    expect(head).toMatch(/^--- \[1\] echo x+\.\.\. \(2017 characters\) \(exit 0, /);
+    expect(head.length).toBeLessThan(200);
+    const json = await runCli(["run-many", "--json"], { env, input: `${command}\n` });
+    expect(JSON.parse(json.stdout)[0].command).toBe(command);
   });
 
   it("prints a JSON array in input order", async () => {

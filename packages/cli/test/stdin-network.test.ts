@@ -1,8 +1,9 @@
 import { spawn } from "node:child_process";
 import { once } from "node:events";
-import { closeSync, openSync } from "node:fs";
+import { closeSync, existsSync, openSync } from "node:fs";
 import { mkdtemp, truncate, writeFile } from "node:fs/promises";
 import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -155,7 +156,7 @@ describe("run: stdin", () => {
     expect(code).toBe(125);
     expect(stderr).toContain("InvalidRequestError");
     expect(stderr).toContain(words);
-    expect(stderr).toContain("Its stdin (1.0KB) is too large for this bridge");
+    expect(stderr).toContain("Its stdin (1024 bytes, 1.0KB) is too large for this bridge");
     expect(stderr).toContain("--no-stdin");
   });
 
@@ -273,6 +274,28 @@ describe("mcp --network", () => {
 });
 
 // Runs once the embedded local bridge takes stdin (it reports `limits.maxStdinBytes`).
+describe.skipIf(!existsSync("/usr/bin/curl"))("run --local --network with a loopback host", () => {
+  it("reaches it: whoever runs --local is the deployer (the bridge itself stays out of reach)", async () => {
+    const server = createServer((_req, res) => res.end("hello from loopback"));
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const port = (server.address() as AddressInfo).port;
+    try {
+      const { code, stdout, stderr } = await runCli([
+        "run",
+        "--local",
+        "--network",
+        `localhost:${port}`,
+        "--",
+        `/usr/bin/curl -s http://localhost:${port}/`,
+      ]);
+      expect({ code, stderr }).toEqual({ code: 0, stderr: "" });
+      expect(stdout).toBe("hello from loopback");
+    } finally {
+      server.close();
+    }
+  });
+});
+
 describe("against the embedded local bridge", () => {
   let bridge: LocalBridge<LocalBackend>;
   beforeAll(async () => {

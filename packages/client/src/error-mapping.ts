@@ -4,7 +4,13 @@
  * per class; a body that is not the protocol; a transport failure. Each error says whether the
  * request may be sent again (`retryable`) and whether the command may have run (`mayHaveRun`).
  */
-import { issuesOf, type SchemaIssue, shorten, summarizeIssues } from "@remote-task/internal";
+import {
+  DID_NOT_RUN,
+  issuesOf,
+  type SchemaIssue,
+  shorten,
+  summarizeIssues,
+} from "@remote-task/internal";
 import {
   ERROR_STATUS,
   type ErrorBody,
@@ -207,7 +213,7 @@ const invalidRequest: Build = (failure) => {
     issues.every((issue) => issue.path.length === 0 || issue.path[0] === "stdin");
   return new InvalidRequestError(
     stdinTooLarge
-      ? `The bridge refused the request as too large (${label})${reason}${issueList(issues, bridgeMessage)}. Its stdin (${formatSize(stdinBytes)}) is too large for this bridge: send less (the bridge's /health reports its limit as \`limits.maxStdinBytes\`).`
+      ? `The bridge refused the request as too large (${label})${reason}${issueList(issues, bridgeMessage)}. Its stdin (${stdinBytes} bytes, ${formatSize(stdinBytes)}) is too large for this bridge: send less (the bridge's /health reports its limit as \`limits.maxStdinBytes\`).`
       : `The bridge refused the request (${label})${reason}${issueList(issues, bridgeMessage)}. Fix the request; sending it again unchanged will fail the same way.`,
     { ...base, issues },
   );
@@ -219,11 +225,17 @@ const notConfigured: Build = ({ label, base }) =>
     base,
   );
 
+/** A server failure; one whose text says the command did not run is believed (the bridge knows). */
 const bridgeFailure: Build = ({ label, reason, base }) =>
-  new BridgeError(
-    `The bridge failed (${label})${reason}. The command may or may not have run; it was not retried.`,
-    { ...base, mayHaveRun: true },
-  );
+  base.bridgeMessage?.includes(DID_NOT_RUN)
+    ? new BridgeError(`The bridge failed (${label})${reason}. It was not retried.`, {
+        ...base,
+        mayHaveRun: false,
+      })
+    : new BridgeError(
+        `The bridge failed (${label})${reason}. The command may or may not have run; it was not retried.`,
+        { ...base, mayHaveRun: true },
+      );
 
 /**
  * Which error a failure is, by the bridge's code first, then its status, then the status class

@@ -725,14 +725,13 @@ describe("retries: only what provably did not run", () => {
         return HttpResponse.json(capacityBody, { status: 503 });
       }),
     );
-    const started = Date.now();
+    // A backoff of a minute, longer than this test may take: only the abort can end it.
     const error = await failure(
-      client(f, { retry: { initialDelayMs: 5_000, maxDelayMs: 5_000 } }).run("x", {
+      client(f, { retry: { initialDelayMs: 60_000, maxDelayMs: 60_000 } }).run("x", {
         signal: controller.signal,
       }),
     );
     expect(AbortError.isInstance(error)).toBe(true);
-    expect(Date.now() - started).toBeLessThan(2_000);
     expect(execRequests(f)).toHaveLength(1);
     // Nothing ran, so there is nothing to cancel.
     await new Promise((r) => setTimeout(r, 50));
@@ -781,11 +780,10 @@ describe("deadlines and aborts", () => {
     const c = client(f);
     const pending = c.run("sleep 100", { signal: controller.signal });
     await eventually(() => execRequests(f).length === 1);
-    const started = Date.now();
+    // The request never answers: only the abort can end the call within this test's time.
     controller.abort();
     const error = await failure(pending);
     expect(AbortError.isInstance(error)).toBe(true);
-    expect(Date.now() - started).toBeLessThan(2_000);
     await eventually(() => cancelRequests(f).length === 1);
     const { sandboxId } = await (execRequests(f)[0] as Request).json();
     expect(await cancelRequests(f)[0]?.json()).toEqual({ sandboxId });
@@ -906,7 +904,6 @@ describe("health and cancel", () => {
     const error = await failure(client(f, { graceSeconds: 0 }).health());
     expect(TimeoutError.isInstance(error)).toBe(true);
     expect(Date.now() - started).toBeGreaterThanOrEqual(900);
-    expect(Date.now() - started).toBeLessThan(5_000);
   });
 
   it("cancel returns whether a command was stopped", async () => {

@@ -43,10 +43,8 @@ const quick = { timeoutSeconds: 0.3, graceSeconds: 0.2 };
 describe("a real bridge that misbehaves (loopback)", () => {
   it("stalls before headers: TimeoutError, then cancel for the same id", async () => {
     const { url, seen } = await bridge(() => {});
-    const started = Date.now();
     const error = await failure(createClient({ url, ...quick }).run("x"));
     expect(TimeoutError.isInstance(error)).toBe(true);
-    expect(Date.now() - started).toBeLessThan(5_000);
     await eventually(() => seen.cancel.length === 1);
     expect(seen.cancel).toEqual(seen.exec);
   });
@@ -111,11 +109,9 @@ describe("a real bridge that misbehaves (loopback)", () => {
       res.writeHead(503, { "content-type": "application/json", "retry-after": "5" });
       res.end(JSON.stringify({ error: "full", code: "capacity_exceeded", retryAfterSeconds: 5 }));
     });
-    const started = Date.now();
     const error = await failure(createClient({ url, timeoutSeconds: 1, graceSeconds: 0 }).run("x"));
     // Waiting 5 s would pass the 1 s deadline (a TimeoutError); the client does not start the wait.
     expect(error.name).toBe("CapacityError");
-    expect(Date.now() - started).toBeLessThan(4_000);
     expect(seen.exec).toHaveLength(1);
   });
 

@@ -82,6 +82,24 @@ describe("a backend's own message", () => {
     expect((await failure(dev.health())).message).toContain("wrong bearer token");
   });
 
+  it("one story on whether the command ran: a backend that says it did not run is believed", async () => {
+    const notRun = bridgeFetch(
+      new BackendError("sandbox_error", CLOUDFLARE_TEXTS.containersDisabled),
+    );
+    const client = createClient({ url: URL_BASE, token: BRIDGE_TOKEN, fetch: notRun });
+    const error = await failure(client.run("true"));
+    expect(error.message).toContain("so the command did not run");
+    expect(error.message).not.toMatch(/may (or may not )?have run/);
+    expect(error.mayHaveRun).toBe(false);
+    const unknown = bridgeFetch(
+      new BackendError("sandbox_error", CLOUDFLARE_TEXTS.failed("E_X", "lost")),
+    );
+    const other = createClient({ url: URL_BASE, token: BRIDGE_TOKEN, fetch: unknown });
+    const lost = await failure(other.run("true"));
+    expect(lost.message).toContain("The command may or may not have run; it was not retried.");
+    expect(lost.mayHaveRun).toBe(true);
+  });
+
   it("still has a secret redacted where it is not part of the project's text", async () => {
     const fetch = bridgeFetch(
       new BackendError(

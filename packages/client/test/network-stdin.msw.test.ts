@@ -241,9 +241,21 @@ describe("the bridge refusing network or stdin", () => {
     const error = await failure(client(f).run("wc -c", { stdin: new Uint8Array(2 * 1024 * 1024) }));
     expect(InvalidRequestError.isInstance(error)).toBe(true);
     expect(error).toMatchObject({ status: 413, code: "payload_too_large", bridgeMessage: words });
-    expect(error.message).toMatch(/Its stdin \(2\.0MB\) is too large for this bridge/);
+    expect(error.message).toMatch(
+      /Its stdin \(2097152 bytes, 2\.0MB\) is too large for this bridge/,
+    );
     expect(error.message).toContain("limits.maxStdinBytes");
     expect(error.message).toContain(words);
+  });
+
+  it("1 MiB + 1 byte against a 1 MiB limit: the size is exact, not 1.0MB beside 1.0MB", async () => {
+    const f = bridge(() =>
+      HttpResponse.json(errorBody("payload_too_large", { error: "Request body too large" }), {
+        status: 413,
+      }),
+    );
+    const error = await failure(client(f).run("wc -c", { stdin: new Uint8Array(1024 * 1024 + 1) }));
+    expect(error.message).toContain("Its stdin (1048577 bytes, 1.0MB) is too large");
   });
 
   it("413 for the whole body of a call with stdin still names stdin", async () => {
@@ -253,7 +265,7 @@ describe("the bridge refusing network or stdin", () => {
       }),
     );
     const error = await failure(client(f).run("wc -c", { stdin: "x".repeat(5000) }));
-    expect(error.message).toMatch(/Its stdin \(4\.9KB\) is too large/);
+    expect(error.message).toMatch(/Its stdin \(5000 bytes, 4\.9KB\) is too large/);
   });
 
   it("413 for a call without stdin does not blame stdin", async () => {

@@ -121,13 +121,12 @@ describe("run with onOutput (SSE mode)", () => {
       sse({ type: "stdout", data: "a" }),
       "stall",
     ]);
-    const started = Date.now();
     const error = await failure(
       client(f, { idleTimeoutSeconds: 0.2 }).run("x", { onOutput: () => {} }),
     );
     expect(TimeoutError.isInstance(error)).toBe(true);
+    // The idle watchdog's words: the call's own deadline (120 s) did not end it.
     expect(error.message).toMatch(/stopped receiving events/);
-    expect(Date.now() - started).toBeLessThan(3000);
     await eventually(() => cancels(f).length === 1);
     await eventually(() => bodies[0]?.cancelled() === true);
   });

@@ -125,10 +125,9 @@ describe("through an injected undici dispatcher", () => {
       .get(ORIGIN)
       .intercept({ path: "/cancel", method: "POST" })
       .reply(200, { ok: true, sandboxId: "a", cancelled: true }, json);
-    const started = Date.now();
+    // The reply comes after 5 s and would be a result: a TimeoutError means the deadline ended it.
     const error = await failure(client({ timeoutSeconds: 0.2, graceSeconds: 0.1 }).run("x"));
     expect(TimeoutError.isInstance(error)).toBe(true);
-    expect(Date.now() - started).toBeLessThan(3_000);
   });
 
   it("an HTML page and a wrong shape are ProtocolErrors", async () => {

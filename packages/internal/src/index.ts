@@ -1,7 +1,13 @@
 export { type RaceAbortOptions, raceAbort } from "./abort.js";
 export { brandClass, hasBrand } from "./brand.js";
 export { concatBytes } from "./bytes.js";
-export { issuesOf, type PathIssue, type SchemaIssue, summarizeIssues } from "./issues.js";
+export {
+  issuesInWords,
+  issuesOf,
+  type PathIssue,
+  type SchemaIssue,
+  summarizeIssues,
+} from "./issues.js";
 export {
   MIN_SECRET_LENGTH,
   REDACTED,
@@ -14,6 +20,7 @@ export { TailBuffer } from "./tail-buffer.js";
 export {
   BRIDGE_TEXTS,
   CLOUDFLARE_TEXTS,
+  DID_NOT_RUN,
   DOCKER_TEXTS,
   OWN_TEXTS,
   SANDBOX_TEXTS,

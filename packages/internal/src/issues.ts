@@ -31,3 +31,18 @@ export function summarizeIssues(issues: ReadonlyArray<PathIssue>, max = 5): stri
     .map((issue) => `${issue.path.join(".") || "(root)"}: ${issue.message}`)
     .join("; ");
 }
+
+/**
+ * The first `max` issues as words for an answer's `error` text, for a reader that shows only that
+ * text (the reference tool): each message, after its path unless the message names it already.
+ */
+export function issuesInWords(issues: ReadonlyArray<PathIssue>, max = 3): string {
+  const words = issues.slice(0, max).map((issue) => {
+    const path = issue.path.join(".");
+    return path === "" || issue.message.startsWith(String(issue.path[0]))
+      ? issue.message
+      : `${path}: ${issue.message}`;
+  });
+  const more = issues.length > max ? ` (and ${issues.length - max} more)` : "";
+  return `${words.join("; ").replace(/\.$/, "")}${more}`;
+}

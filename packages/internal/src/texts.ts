@@ -4,8 +4,13 @@
  * written (see redact.ts), so the client has to know them. A text with values in it is a
  * function; its fixed parts are kept, the values in between are not.
  *
- * Adding a text to an answer (a new refusal, a backend's new failure message)? Put it here.
+ * Adding a text to an answer (a new refusal, a backend's new failure message)? Put it here. A
+ * failure before the command started says {@link DID_NOT_RUN}: the client then says the same
+ * (and sets `mayHaveRun: false`) instead of "may have run".
  */
+
+/** The words of every failure text whose command never started; clients look for them. */
+export const DID_NOT_RUN = "so the command did not run";
 
 /** Texts of the bridge core (packages/bridge/src). */
 export const BRIDGE_TEXTS = {
@@ -31,8 +36,9 @@ export const BRIDGE_TEXTS = {
   notUtf8Issue: "body must be UTF-8 encoded JSON",
   notJson: "Request body is not valid JSON.",
   notJsonIssue: "body must be a JSON object",
-  invalid: (what: string) => `${what} is invalid: see issues.`,
-  overLimits: "Exec request exceeds the bridge limits: see issues.",
+  /** With the issues in words (`issuesInWords`): a reader of `error` alone learns what is wrong. */
+  invalid: (what: string, issues: string) => `${what} is invalid: ${issues}.`,
+  overLimits: (issues: string) => `Exec request exceeds the bridge limits: ${issues}.`,
   commandTooLong: (maxBytes: number) => `command is longer than ${maxBytes} bytes`,
   timeoutTooLong: (maxSeconds: number) => `timeoutSeconds must be at most ${maxSeconds}`,
   tooManyEnv: (maxEntries: number) => `env has more than ${maxEntries} entries`,
@@ -55,8 +61,8 @@ export const BRIDGE_TEXTS = {
 /** Texts of the Cloudflare backend (apps/worker). */
 export const CLOUDFLARE_TEXTS = {
   containersDisabled:
-    "Containers are not available to this Worker: it runs with containers off (local `wrangler dev` " +
-    "turns them off because they need Docker). Deploy it with `npm run deploy -w apps/worker`, or " +
+    "Containers are not available to this Worker, so the command did not run: it runs with " +
+    "containers off (local `wrangler dev` turns them off because they need Docker). Deploy it with `npm run deploy -w apps/worker`, or " +
     "run `npx wrangler dev --enable-containers` with Docker running.",
   noContainer:
     "No sandbox container is free right now (the deployment's max_instances are busy or none " +
@@ -91,15 +97,24 @@ export const CLOUDFLARE_TEXTS = {
 /** Texts of the docker backend (packages/bridge/src/docker). */
 export const DOCKER_TEXTS = {
   noImage: (image: string) =>
-    `The container engine has no image ${image}; build or pull it first (docker build -t ${image} . / docker pull ${image}).`,
-  closed: "The docker backend is closed.",
-  endedEarly: "The call ended before the command started.",
+    `The container engine has no image ${image}, so the command did not run; build or pull it first (docker build -t ${image} . / docker pull ${image}).`,
+  closed: "The docker backend is closed, so the command did not run.",
+  endedEarly: "The call ended before the command started, so the command did not run.",
   notStarted: CLOUDFLARE_TEXTS.notStarted,
   /** With the container's exit status and what it printed, when there was any. */
   noShell: (image: string, code: number | undefined, output: string) =>
-    `The container of image ${image} ended before its shell ran (exit ${code ?? "unknown"}${output ? `: ${output}` : ""}); the image needs /bin/sh.`,
+    `The container of image ${image} ended before its shell ran (exit ${code ?? "unknown"}${output ? `: ${output}` : ""}), so the command did not run; the image needs /bin/sh.`,
   missingCwd: CLOUDFLARE_TEXTS.missingCwd,
-  noRelay: (reason: string) => `The container's network relay could not be set up: ${reason}`,
+  noRelay: (reason: string) =>
+    `The container's network relay could not be set up, so the command did not run: ${reason}`,
+  /** With the engine's hard process-count limit: the value to pass. */
+  nprocRefused: (limit: string) =>
+    `The engine may not raise the containers' process-count rlimit to its default (it runs without CAP_SYS_RESOURCE): pass --docker-ulimit nproc=${limit} (the docker backend's ulimits: { nproc: ${limit} }), the engine's own hard limit.`,
+  nprocRefusedUnknown:
+    "The engine may not raise the containers' process-count rlimit to its default (it runs without CAP_SYS_RESOURCE): pass --docker-ulimit nproc=N (the docker backend's ulimits: { nproc: N }) with N no higher than the engine's own hard limit (Max processes in /proc/<engine pid>/limits).",
+  /** With the engine's reason and, where known, the fix: said when the backend starts. */
+  noStart: (reason: string) =>
+    `No container can be started on this engine, so the bridge does not serve and no command runs (${reason}).`,
 } as const;
 
 type Text = string | ((...values: never[]) => string);

@@ -8,7 +8,7 @@ if (rank(process.versions.node) < rank(need)) {
   process.stderr.write(
     `remote-task-mcp needs Node.js >= ${need}; this is Node.js ${process.versions.node}.\n`,
   );
-  process.exitCode = 1;
+  process.exitCode = 125;
 } else {
   await import("../dist/mcp-bin.js");
 }

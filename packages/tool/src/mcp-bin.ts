@@ -27,6 +27,7 @@ main().then(
   (error: unknown) => {
     const message = error instanceof Error ? error.message : String(error);
     process.stderr.write(`remote-task-mcp: ${message}\n`);
-    process.exitCode = 1;
+    // As `remote-task mcp` and the rest of the command line: the bridge or configuration failed.
+    process.exitCode = 125;
   },
 );

@@ -26,6 +26,10 @@ Options:
   --docker-engine <address>
                        with --docker: unix:///path.sock or tcp://host:port (default: $DOCKER_HOST,
                        then the usual sockets)
+  --docker-user <user> with --docker: who commands run as in the container (default 1000:1000)
+  --docker-ulimit <name=value[,name=value...]>
+                       with --docker: more rlimits for the containers, e.g. nproc=32768 where
+                       the engine's default is too high for it
   --url <url>          the bridge's URL (instead of $CLOUDFLARE_SANDBOX_URL)
   --token <token>      the bridge's token (prefer $CLOUDFLARE_SANDBOX_TOKEN: arguments are
                        visible to every process on the machine)
@@ -61,7 +65,39 @@ type Isolation = "auto" | "bwrap" | "none";
 
 interface Embedded {
   isolation: Isolation;
-  docker?: { image: string; runtime?: string | undefined; engine?: string | undefined } | undefined;
+  docker?:
+    | {
+        image: string;
+        runtime?: string | undefined;
+        engine?: string | undefined;
+        user?: string | undefined;
+        ulimits?: Record<string, number> | undefined;
+      }
+    | undefined;
+}
+
+/** `--docker-ulimit name=value[,name=value...]`, given once or more. */
+function ulimitsFromFlags(
+  values: readonly string[] | undefined,
+): Record<string, number> | undefined {
+  if (values === undefined) return undefined;
+  const ulimits: Record<string, number> = {};
+  for (const item of values.flatMap((value) => value.split(","))) {
+    const match = /^([a-z]+)=(\d+)$/.exec(item.trim());
+    if (match === null) {
+      throw new TypeError(
+        `--docker-ulimit expects name=value[,name=value...], e.g. nproc=32768; got "${item}".`,
+      );
+    }
+    ulimits[match[1] as string] = Number(match[2]);
+  }
+  return ulimits;
+}
+
+/** A usage error: one line and where the usage is, never the whole help (exit 2). */
+function usageError(program: string, message: string): number {
+  process.stderr.write(`${program}: ${message}\n(${program} --help shows usage)\n`);
+  return 2;
 }
 
 /** The embedded bridge; `startLocalBridge` owns its backend and closes it with the bridge. */
@@ -94,12 +130,15 @@ export async function runMcpCommand(args: readonly string[], program: string): P
     docker?: string | undefined;
     "docker-runtime"?: string | undefined;
     "docker-engine"?: string | undefined;
+    "docker-user"?: string | undefined;
+    "docker-ulimit"?: string[] | undefined;
     url?: string | undefined;
     token?: string | undefined;
     network?: string | undefined;
     help?: boolean | undefined;
   };
   let network: NetworkPolicy | undefined;
+  let ulimits: Record<string, number> | undefined;
   try {
     flags = parseArgs({
       args: [...args],
@@ -109,6 +148,8 @@ export async function runMcpCommand(args: readonly string[], program: string): P
         docker: { type: "string" },
         "docker-runtime": { type: "string" },
         "docker-engine": { type: "string" },
+        "docker-user": { type: "string" },
+        "docker-ulimit": { type: "string", multiple: true },
         url: { type: "string" },
         token: { type: "string" },
         network: { type: "string" },
@@ -124,12 +165,14 @@ export async function runMcpCommand(args: readonly string[], program: string): P
     if (flags.local && flags.docker !== undefined) {
       throw new TypeError("--local and --docker name two embedded bridges: give one.");
     }
-    if (
-      (flags["docker-runtime"] !== undefined || flags["docker-engine"] !== undefined) &&
-      flags.docker === undefined
-    ) {
-      throw new TypeError("--docker-runtime and --docker-engine apply only with --docker <image>.");
+    const dockerOnly = ["docker-runtime", "docker-engine", "docker-user", "docker-ulimit"] as const;
+    const given = dockerOnly.filter((name) => flags[name] !== undefined);
+    if (given.length > 0 && flags.docker === undefined) {
+      throw new TypeError(
+        `${given.map((name) => `--${name}`).join(" and ")} ${given.length === 1 ? "applies" : "apply"} only with --docker <image>.`,
+      );
     }
+    ulimits = ulimitsFromFlags(flags["docker-ulimit"]);
     const embedded = flags.local || flags.docker !== undefined;
     if (embedded && flags.url !== undefined) {
       throw new TypeError(
@@ -138,27 +181,36 @@ export async function runMcpCommand(args: readonly string[], program: string): P
     }
     if (flags.network !== undefined) network = networkFromFlag(flags.network);
   } catch (error) {
-    process.stderr.write(`${program}: ${(error as Error).message}\n\n${usage(program)}`);
-    return 2;
+    return usageError(program, (error as Error).message);
   }
   if (flags.help) {
     process.stdout.write(usage(program));
     return 0;
   }
-  const bridge =
-    flags.local || flags.docker !== undefined
-      ? await startEmbeddedBridge({
-          isolation: (flags.isolation ?? "auto") as Isolation,
-          docker:
-            flags.docker === undefined
-              ? undefined
-              : {
-                  image: flags.docker,
-                  runtime: flags["docker-runtime"],
-                  engine: flags["docker-engine"],
-                },
-        })
-      : undefined;
+  let bridge: Awaited<ReturnType<typeof startEmbeddedBridge>> | undefined;
+  try {
+    bridge =
+      flags.local || flags.docker !== undefined
+        ? await startEmbeddedBridge({
+            isolation: (flags.isolation ?? "auto") as Isolation,
+            docker:
+              flags.docker === undefined
+                ? undefined
+                : {
+                    image: flags.docker,
+                    runtime: flags["docker-runtime"],
+                    engine: flags["docker-engine"],
+                    user: flags["docker-user"],
+                    ulimits,
+                  },
+          })
+        : undefined;
+  } catch (error) {
+    // A value the embedded bridge refuses (a ulimit no engine knows, an engine address of
+    // another form) is a usage error, as in `remote-task serve`.
+    if (error instanceof TypeError) return usageError(program, error.message);
+    throw error;
+  }
   const target = bridge ?? { url: flags.url, token: flags.token };
   const env = { ...process.env };
   if (target.url !== undefined) env.CLOUDFLARE_SANDBOX_URL = target.url;

@@ -110,16 +110,18 @@ function describeIssues(error: { issues: ReadonlyArray<SchemaIssue> }): string {
 }
 
 /**
- * The bridge's text with its issues in it: "Exec request exceeds the bridge limits: see issues."
- * says which limit only in the issues, which the model would otherwise never read.
+ * The bridge's text with its issues in it, in the model's words (`timeout`): this project's
+ * bridge says them in its text, an older one said "...: see issues." and listed which limit only
+ * in the issues, which the model would otherwise never read.
  */
 function withIssues(text: string, error: RemoteTaskError): string {
   if (!InvalidRequestError.isInstance(error) || error.issues.length === 0) return text;
+  const said = modelWords(text);
   const issues = error.issues.map((issue) => modelWords(issue.message).replace(/\.$/, ""));
-  const stem = text.replace(/:? see issues\.?$/, "");
+  const stem = said.replace(/:? see issues\.?$/, "");
   const list = issues.filter((issue) => !stem.includes(issue)).join("; ");
-  if (list === "") return stem === text ? text : `${stem}.`;
-  return stem === text ? `${text} (${list})` : `${stem}: ${list}.`;
+  if (list === "") return stem === said ? said : `${stem}.`;
+  return stem === said ? `${said} (${list})` : `${stem}: ${list}.`;
 }
 
 /**

@@ -112,7 +112,7 @@ describe("the remote-task-mcp bin", () => {
 
   it("names the package to install when the MCP SDK is missing", async () => {
     const error = await failure(["--import", without("@modelcontextprotocol/sdk"), BIN]);
-    expect(error?.code).toBe(1);
+    expect(error?.code).toBe(125);
     expect(error?.stderr).toBe(
       "remote-task-mcp: the MCP server needs @modelcontextprotocol/sdk, which is not installed. Install it next to @remote-task/tool: npm install @modelcontextprotocol/sdk\n",
     );
@@ -120,7 +120,7 @@ describe("the remote-task-mcp bin", () => {
 
   it("names the package to install when --local has no bridge package", async () => {
     const error = await failure(["--import", without("@remote-task/bridge"), BIN, "--local"]);
-    expect(error?.code).toBe(1);
+    expect(error?.code).toBe(125);
     expect(error?.stderr).toBe(
       "remote-task-mcp: --local (the embedded bridge) needs @remote-task/bridge, which is not installed. Install it next to @remote-task/tool: npm install @remote-task/bridge\n",
     );
@@ -133,14 +133,33 @@ describe("the remote-task-mcp bin", () => {
     );
     const error = await failure([BIN, "--bogus"]);
     expect(error?.code).toBe(2);
-    expect(error?.stderr).toContain("Unknown option '--bogus'");
+    // One line and where the usage is, not the whole help.
+    expect(error?.stderr).toMatch(
+      /^remote-task-mcp: Unknown option '--bogus'.*\n\(remote-task-mcp --help shows usage\)\n$/,
+    );
   });
 
   it("refuses --docker beside --local or --url, and --docker-* flags without --docker", async () => {
     const cases: Array<[string[], string]> = [
       [["--local", "--docker", "img"], "--local and --docker name two embedded bridges"],
       [["--docker", "img", "--url", "http://127.0.0.1:1"], "--url and --docker name two bridges"],
-      [["--docker-runtime", "runsc"], "apply only with --docker <image>"],
+      [["--docker-runtime", "runsc"], "--docker-runtime applies only with --docker <image>"],
+      [
+        ["--docker-user", "1000", "--docker-ulimit", "nproc=5"],
+        "--docker-user and --docker-ulimit apply only with --docker <image>",
+      ],
+      [["--docker", "img", "--docker-ulimit", "nproc"], "--docker-ulimit expects name=value"],
+      [
+        [
+          "--docker",
+          "img",
+          "--docker-engine",
+          "unix:///nonexistent/engine.sock",
+          "--docker-ulimit",
+          "bogus=5",
+        ],
+        "ulimit bogus is not an rlimit the engine knows",
+      ],
     ];
     for (const [args, message] of cases) {
       const error = await failure([BIN, ...args]);
@@ -157,13 +176,13 @@ describe("the remote-task-mcp bin", () => {
       "--docker",
       "img",
     ]);
-    expect(error?.code).toBe(1);
+    expect(error?.code).toBe(125);
     expect(error?.stderr).toContain("--docker (the embedded bridge) needs @remote-task/bridge");
   });
 
   it("refuses an older Node.js with the version it needs", async () => {
     const error = await failure(["--import", OLD_NODE, BIN]);
-    expect(error?.code).toBe(1);
+    expect(error?.code).toBe(125);
     expect(error?.stderr).toBe(
       "remote-task-mcp needs Node.js >= 22.19.0; this is Node.js 20.20.2.\n",
     );

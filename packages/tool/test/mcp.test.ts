@@ -130,7 +130,7 @@ describe("remote-task-mcp without configuration", () => {
       () => undefined,
       (error: { code?: number; stderr?: string }) => error,
     );
-    expect(failure?.code).toBe(1);
+    expect(failure?.code).toBe(125);
     expect(failure?.stderr).toBe(
       "remote-task-mcp: CLOUDFLARE_SANDBOX_URL is not set. Set it (or MIKAN_CLOUDFLARE_SANDBOX_URL) to the bridge's base URL.\n",
     );

@@ -64,7 +64,7 @@ export function resolveEngineAddress(
   const found = defaultSockets(env).find((path) => existsSync(path));
   if (found === undefined) {
     throw new TypeError(
-      `No container engine address: DOCKER_HOST is not set and none of ${defaultSockets(env).join(", ")} exists. Start Docker, or Podman's API (podman system service), or pass the engine's address.`,
+      `No container engine address: DOCKER_HOST is not set and none of ${defaultSockets(env).join(", ")} exists. Start Docker, or Podman's API (podman system service), or give its address: --docker-engine unix:///path.sock on the command line, the docker backend's engine option.`,
     );
   }
   return { endpoint: { socketPath: found }, source: "default socket" };

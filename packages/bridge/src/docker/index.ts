@@ -43,6 +43,7 @@ import {
 import { createEngineClient, type EngineClient, EngineError } from "./engine.js";
 import { FrameReader } from "./frames.js";
 import { type ContainerNetwork, probeContainerNetwork, startContainerNetwork } from "./network.js";
+import { engineProcessLimit, isNprocRefusal } from "./rlimit.js";
 
 export { defaultSockets, parseEngineAddress } from "./address.js";
 export { type DockerLimits, LABELS } from "./container.js";
@@ -187,12 +188,34 @@ function checkPoolSize(size: number | undefined): number {
   return size;
 }
 
+/** The rlimits an engine knows by name (`docker run --ulimit`); `nofile` is `limits.openFiles`. */
+export const ULIMIT_NAMES: readonly string[] = [
+  "as",
+  "core",
+  "cpu",
+  "data",
+  "fsize",
+  "locks",
+  "memlock",
+  "msgqueue",
+  "nice",
+  "nproc",
+  "rss",
+  "rtprio",
+  "rttime",
+  "sigpending",
+  "stack",
+];
+
 function checkUlimits(ulimits: Readonly<Record<string, number>> = {}): Record<string, number> {
   for (const [name, value] of Object.entries(ulimits)) {
-    if (!/^[a-z]+$/.test(name) || !Number.isSafeInteger(value) || value < 0) {
+    if (!ULIMIT_NAMES.includes(name)) {
       throw new TypeError(
-        `ulimits.${name} must be a rlimit name in lower case (e.g. nproc) with a non-negative integer; got ${String(value)}.`,
+        `ulimit ${name} is not an rlimit the engine knows; use one of ${ULIMIT_NAMES.join(", ")} (the open-files limit is limits.openFiles).`,
       );
+    }
+    if (!Number.isSafeInteger(value) || value < 0) {
+      throw new TypeError(`ulimit ${name} must be a non-negative integer; got ${String(value)}.`);
     }
   }
   return { ...ulimits };
@@ -274,6 +297,8 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
       path: "/version",
     });
     version.catch(() => {});
+    const info = engine.json<{ DefaultRuntime?: string }>({ method: "GET", path: "/info" });
+    info.catch(() => {});
     try {
       await engine.json({
         method: "GET",
@@ -289,6 +314,11 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
       /podman/i.test(c.Name ?? ""),
     );
     await swept;
+    await probeStart();
+    if (report.runtime === undefined) {
+      const runtime = (await info.catch(() => undefined))?.body?.DefaultRuntime;
+      if (typeof runtime === "string" && runtime !== "") report.runtime = runtime;
+    }
     refill();
   })();
   // A rejection is reported by `start` and `close`; never as an unhandled rejection.
@@ -313,6 +343,52 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
       await removeContainer(id).catch(() => {});
       throw error;
     }
+  }
+
+  /**
+   * One container made, attached to and started, then removed: every call needs that much, so an
+   * engine that cannot (an rlimit it may not set, a runtime it lacks) is found before the first
+   * call, with its reason and, where known, the fix.
+   */
+  async function probeStart(): Promise<void> {
+    let container: Prepared | undefined;
+    try {
+      container = await prepare();
+      await engine.json({
+        method: "POST",
+        path: `/containers/${container.id}/start`,
+        accept: [304],
+      });
+      // An empty script: the shell ends at once. Removed once it has (Podman refuses to kill a
+      // container that is stopping meanwhile).
+      container.socket.end();
+      const { reader } = container;
+      const drained = (async () => {
+        while ((await reader.next()) !== undefined) {}
+      })();
+      await Promise.race([drained, new Promise((resolve) => setTimeout(resolve, 10_000).unref())]);
+    } catch (error) {
+      throw new DockerUnavailableError(DOCKER_TEXTS.noStart(withFix((error as Error).message)), {
+        cause: error,
+      });
+    } finally {
+      if (container !== undefined) {
+        container.socket.destroy();
+        const { id } = container;
+        // Left behind only if the engine refuses twice: close() sweeps this backend's own.
+        await removeContainer(id).catch(async () => {
+          await new Promise((resolve) => setTimeout(resolve, 500));
+          await removeContainer(id).catch(() => {});
+        });
+      }
+    }
+  }
+
+  /** The engine's reason for a failed start, with how to get past it where that is known. */
+  function withFix(reason: string): string {
+    if (!isNprocRefusal(reason)) return reason;
+    const limit = engineProcessLimit(endpoint);
+    return `${reason}. ${limit === undefined ? DOCKER_TEXTS.nprocRefusedUnknown : DOCKER_TEXTS.nprocRefused(String(limit))}`;
   }
 
   /** Tops the pool up to its size (each container in it serves one call, then is removed). */
@@ -406,7 +482,10 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
     const failed = (error: unknown) =>
       BackendError.isInstance(error)
         ? error
-        : new BackendError("sandbox_error", DOCKER_TEXTS.notStarted((error as Error).message));
+        : new BackendError(
+            "sandbox_error",
+            DOCKER_TEXTS.notStarted(withFix((error as Error).message)),
+          );
 
     const taken = pool.shift();
     refill();

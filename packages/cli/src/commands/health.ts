@@ -1,6 +1,6 @@
 import { type Connection, type ConnectionFlags, connect } from "../connect.js";
 import { EXIT } from "../exit-codes.js";
-import { describeError } from "../report.js";
+import { describeError, exitCodeOfError } from "../report.js";
 
 /** `remote-task health`: prints the bridge's `/health`; resolves to the exit code. */
 export async function healthCommand(flags: ConnectionFlags & { json?: boolean }): Promise<number> {
@@ -9,7 +9,7 @@ export async function healthCommand(flags: ConnectionFlags & { json?: boolean })
     connection = await connect(flags);
   } catch (error) {
     process.stderr.write(`remote-task: ${describeError(error)}\n`);
-    return EXIT.bridge;
+    return exitCodeOfError(error);
   }
   try {
     const health = await connection.client.health();
@@ -24,6 +24,8 @@ export async function healthCommand(flags: ConnectionFlags & { json?: boolean })
       ["isolation", health.isolation ?? "unknown"],
       ["version", health.version ?? "unknown"],
     ];
+    const { image, runtime } = health.sandbox ?? {};
+    if (image !== undefined) rows.push(["image", `${image} (runtime ${runtime ?? "unknown"})`]);
     for (const [key, value] of Object.entries(health.limits ?? {})) rows.push([key, String(value)]);
     if (health.network === undefined) {
       rows.push(["network", "not controlled by this bridge (it takes no --network)"]);

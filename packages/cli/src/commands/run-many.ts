@@ -5,6 +5,7 @@ import {
   AuthenticationError,
   ConfigurationError,
   ConnectionError,
+  ForbiddenError,
   ProtocolError,
   type RemoteTaskError,
   type SettledTask,
@@ -12,15 +13,22 @@ import {
 import { DEFAULT_TIMEOUT_SECONDS, type NetworkPolicy } from "@remote-task/protocol";
 import { type Connection, type ConnectionFlags, connect } from "../connect.js";
 import { EXIT } from "../exit-codes.js";
-import { abortOnInterrupt, isOutputClosed } from "../interrupt.js";
+import {
+  abortOnInterrupt,
+  interruptedExitCode,
+  interruptedWord,
+  isOutputClosed,
+} from "../interrupt.js";
 import { createProgressBar } from "../progress.js";
 import {
+  cancelNote,
   describeError,
   exitCodeOf,
   exitCodeOfError,
   refusedRequest,
   resultJson,
   resultNotes,
+  shownOutput,
 } from "../report.js";
 
 export interface RunManyFlags extends ConnectionFlags {
@@ -37,13 +45,36 @@ function tasks(n: number): string {
 }
 
 /**
- * A failure no later task can escape: the bridge cannot be reached, refuses the token, or is not
- * a bridge. The rest are not sent (they would each fail the same way, after their own retries).
+ * A failure no later task can escape: the bridge cannot be reached, refuses the token, is not a
+ * bridge, or refuses the --network every task asks for. The rest are not sent (they would each
+ * fail the same way, after their own retries).
  */
 function failsEveryTask(error: RemoteTaskError): boolean {
-  return [AuthenticationError, ConfigurationError, ConnectionError, ProtocolError].some((kind) =>
-    kind.isInstance(error),
-  );
+  return [
+    AuthenticationError,
+    ConfigurationError,
+    ConnectionError,
+    ProtocolError,
+    ForbiddenError,
+  ].some((kind) => kind.isInstance(error));
+}
+
+/** Most characters of a command shown in a result's header line (the JSON keeps it whole). */
+const HEADER_COMMAND_CHARS = 120;
+
+/** `--- [n] command`, with a long command cut to its start and its length said. */
+function header(settled: SettledTask): string {
+  const { command } = settled.task;
+  const shown =
+    command.length <= HEADER_COMMAND_CHARS
+      ? command
+      : `${command.slice(0, HEADER_COMMAND_CHARS)}... (${command.length} characters)`;
+  return `--- [${taskNumber(settled)}] ${shown}`;
+}
+
+/** A task aborted by the run's stop (Ctrl-C, or a failure every task would meet): not run. */
+function stoppedTask(settled: SettledTask, stopped: boolean): boolean {
+  return stopped && settled.status === "rejected" && AbortError.isInstance(settled.reason);
 }
 
 /** The commands: from `--file`, else stdin (on a terminal, after saying how to end the input). */
@@ -94,9 +125,14 @@ function settledJson(settled: SettledTask) {
       };
 }
 
-function printHuman(settled: SettledTask, timeoutSeconds: number, stopped: boolean): void {
-  const head = `--- [${taskNumber(settled)}] ${settled.task.command}`;
-  if (settled.status === "rejected" && stopped && AbortError.isInstance(settled.reason)) {
+function printHuman(
+  settled: SettledTask,
+  timeoutSeconds: number,
+  stopped: boolean,
+  askedBytes: number | undefined,
+): void {
+  const head = header(settled);
+  if (stoppedTask(settled, stopped)) {
     process.stdout.write(`${head} (stopped)\n`);
     return;
   }
@@ -108,11 +144,13 @@ function printHuman(settled: SettledTask, timeoutSeconds: number, stopped: boole
   const result = settled.value;
   const how = result.outcome === "exited" ? `exit ${result.exitCode}` : `${result.outcome}`;
   process.stdout.write(`${head} (${how}, ${(result.durationMs / 1000).toFixed(2)}s)\n`);
-  process.stdout.write(result.stdout);
-  if (result.stdout && !result.stdout.endsWith("\n")) process.stdout.write("\n");
-  process.stderr.write(result.stderr);
-  if (result.stderr && !result.stderr.endsWith("\n")) process.stderr.write("\n");
-  for (const note of resultNotes(result, timeoutSeconds)) {
+  const stdout = shownOutput(result, "stdout");
+  const stderr = shownOutput(result, "stderr");
+  process.stdout.write(stdout);
+  if (stdout && !stdout.endsWith("\n")) process.stdout.write("\n");
+  process.stderr.write(stderr);
+  if (stderr && !stderr.endsWith("\n")) process.stderr.write("\n");
+  for (const note of resultNotes(result, timeoutSeconds, undefined, askedBytes)) {
     process.stderr.write(`remote-task: ${note}\n`);
   }
 }
@@ -160,31 +198,44 @@ export async function runManyCommand(flags: RunManyFlags): Promise<number> {
     );
     bar.finish();
     if (isOutputClosed()) return EXIT.outputClosed;
-    const stopped = stoppedBy !== undefined;
+    const stopped = stop.signal.aborted;
     if (flags.json) {
       process.stdout.write(`${JSON.stringify(results.map(settledJson), null, 2)}\n`);
     } else {
       for (const settled of results) {
         // After a stop, only the failure that stopped the run is explained (once, below).
-        if (stopped && settled.status === "rejected" && failsEveryTask(settled.reason)) {
-          process.stdout.write(`--- [${taskNumber(settled)}] ${settled.task.command} (error)\n`);
-        } else printHuman(settled, timeoutSeconds, stopped);
+        if (
+          stoppedBy !== undefined &&
+          settled.status === "rejected" &&
+          failsEveryTask(settled.reason)
+        ) {
+          process.stdout.write(`${header(settled)} (error)\n`);
+        } else printHuman(settled, timeoutSeconds, stopped, flags.maxOutputBytes);
       }
     }
-    const failed = results.filter((settled) => !succeeded(settled)).length;
+    const notRun = results.filter((settled) => stoppedTask(settled, stopped));
+    const failed = results.filter((settled) => !succeeded(settled)).length - notRun.length;
     const seconds = ((Date.now() - started) / 1000).toFixed(1);
     if (stoppedBy !== undefined) {
-      const notRun = results.filter(
-        (s) => s.status === "rejected" && AbortError.isInstance(s.reason),
-      ).length;
       process.stderr.write(
-        `remote-task: ${describeError(stoppedBy)}\nremote-task: stopped early: ${tasks(notRun)} stopped or never sent, since each would fail the same way.\n`,
+        `remote-task: ${describeError(stoppedBy)}\nremote-task: stopped early: ${tasks(notRun.length)} stopped or never sent, since each would fail the same way.\n`,
+      );
+    } else if (interrupt.signal.aborted) {
+      const sandboxId = notRun
+        .map((s) => (s.status === "rejected" ? s.reason.sandboxId : undefined))
+        .find((id) => id !== undefined);
+      const note =
+        sandboxId === undefined
+          ? ""
+          : `; for those that had started, ${await cancelNote(connection.client, sandboxId, timeoutSeconds)}`;
+      process.stderr.write(
+        `remote-task: ${interruptedWord(interrupt.by())}: ${tasks(notRun.length)} stopped or never sent${note}\n`,
       );
     }
     process.stderr.write(
-      `remote-task: ${tasks(results.length)}, ${results.length - failed} succeeded, ${failed} failed in ${seconds}s\n`,
+      `remote-task: ${tasks(results.length)}, ${results.length - failed - notRun.length} succeeded, ${failed} failed${notRun.length > 0 ? `, ${notRun.length} stopped or never sent` : ""} in ${seconds}s\n`,
     );
-    if (interrupt.signal.aborted) return EXIT.interrupted;
+    if (interrupt.signal.aborted) return interruptedExitCode(interrupt.by());
     if (stoppedBy !== undefined) return exitCodeOfError(stoppedBy);
     // Every task refused before it ran (e.g. a --timeout above the bridge's limit): a usage error.
     if (results.every((s) => s.status === "rejected" && refusedRequest(s.reason)))

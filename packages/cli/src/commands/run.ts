@@ -1,10 +1,16 @@
-import type { OutputEvent } from "@remote-task/client";
+import { type OutputEvent, RemoteTaskError } from "@remote-task/client";
 import type { NetworkPolicy } from "@remote-task/protocol";
 import { DEFAULT_TIMEOUT_SECONDS, formatSize } from "@remote-task/protocol";
 import { type Connection, type ConnectionFlags, connect } from "../connect.js";
 import { EXIT } from "../exit-codes.js";
-import { abortOnInterrupt, isOutputClosed } from "../interrupt.js";
 import {
+  abortOnInterrupt,
+  interruptedExitCode,
+  interruptedWord,
+  isOutputClosed,
+} from "../interrupt.js";
+import {
+  cancelNote,
   describeError,
   exitCodeOf,
   exitCodeOfError,
@@ -13,6 +19,7 @@ import {
   resultJson,
   resultNotes,
   type StreamedOutput,
+  shownOutput,
 } from "../report.js";
 import { commandFromWords } from "../shell.js";
 import { readStdinData, StdinTooLargeError } from "../stdin.js";
@@ -69,6 +76,23 @@ function showArrived(tails: Record<OutputEvent["stream"], OutputTail>): void {
 const streamOf = (stream: OutputEvent["stream"]) =>
   stream === "stdout" ? process.stdout : process.stderr;
 
+/**
+ * `--json` on a failure: one object on stdout too, so a script reading stdout always gets JSON
+ * (`error.name` tells the kinds apart, `mayHaveRun` whether the command may have started).
+ */
+function printJsonError(error: unknown): void {
+  const known = RemoteTaskError.isInstance(error);
+  const body = {
+    error: {
+      name: error instanceof Error ? error.name : "Error",
+      message: error instanceof Error ? error.message : String(error),
+      ...(known ? { mayHaveRun: error.mayHaveRun } : {}),
+    },
+    ...(known && error.sandboxId !== undefined ? { sandboxId: error.sandboxId } : {}),
+  };
+  process.stdout.write(`${JSON.stringify(body)}\n`);
+}
+
 /** Runs one task and returns the exit code for the process. */
 export async function runCommand(words: string[], flags: RunFlags): Promise<number> {
   const command = commandFromWords(words);
@@ -98,6 +122,7 @@ export async function runCommand(words: string[], flags: RunFlags): Promise<numb
     stdin = flags.stdin === false ? undefined : await readStdinData();
   } catch (error) {
     if (!StdinTooLargeError.isInstance(error)) throw error;
+    if (flags.json) printJsonError(error);
     process.stderr.write(`remote-task: ${error.message}\n`);
     return EXIT.bridge;
   }
@@ -117,13 +142,18 @@ export async function runCommand(words: string[], flags: RunFlags): Promise<numb
       process.stdout.write(`${JSON.stringify(resultJson(result))}\n`);
     } else {
       if (!flags.stream) {
-        process.stdout.write(result.stdout);
-        process.stderr.write(result.stderr);
+        process.stdout.write(shownOutput(result, "stdout"));
+        process.stderr.write(shownOutput(result, "stderr"));
       }
       // A reader that went away while the output was written hears nothing more (no notes).
       await new Promise<void>((resolve) => process.stdout.write("", () => resolve()));
       if (isOutputClosed()) return EXIT.outputClosed;
-      const notes = resultNotes(result, timeoutSeconds, flags.stream ? streamed : undefined);
+      const notes = resultNotes(
+        result,
+        timeoutSeconds,
+        flags.stream ? streamed : undefined,
+        flags.maxOutputBytes,
+      );
       for (const note of notes) process.stderr.write(`remote-task: ${note}\n`);
     }
     return exitCodeOf(result);
@@ -132,15 +162,23 @@ export async function runCommand(words: string[], flags: RunFlags): Promise<numb
       // A reader that closed stdout ends the command quietly, as `seq … | head` does.
       if (isOutputClosed()) return EXIT.outputClosed;
       if (!flags.stream && !flags.json) showArrived(tails);
-      process.stderr.write("remote-task: interrupted; the remote command was cancelled.\n");
-      return EXIT.interrupted;
+      const sandboxId = RemoteTaskError.isInstance(error) ? error.sandboxId : undefined;
+      const note =
+        connection === undefined
+          ? "nothing was sent."
+          : await cancelNote(connection.client, sandboxId, timeoutSeconds);
+      if (flags.json) printJsonError(error);
+      process.stderr.write(`remote-task: ${interruptedWord(interrupt.by())}; ${note}\n`);
+      return interruptedExitCode(interrupt.by());
     }
     if (stdin !== undefined && refusedStdin(error)) {
+      if (flags.json) printJsonError(error);
       process.stderr.write(
         `remote-task: ${describeError(error)} Or pass --no-stdin to run without it.\n`,
       );
       return EXIT.bridge;
     }
+    if (flags.json) printJsonError(error);
     process.stderr.write(`remote-task: ${describeError(error)}\n`);
     return exitCodeOfError(error);
   } finally {

@@ -6,19 +6,17 @@ import { type DockerFlags, dockerBackendOptions } from "../docker.js";
 import { EXIT } from "../exit-codes.js";
 import { warnIsolationNone } from "../isolation.js";
 import { serveLogger } from "../log.js";
+import { inFlagTerms } from "../report.js";
+import { type LimitFlags, sandboxLimits } from "../sandbox-limits.js";
 import { type ServeToken, serveToken } from "../token.js";
 
-export interface ServeFlags extends DockerFlags {
+export interface ServeFlags extends DockerFlags, LimitFlags {
   local?: boolean;
   port: number;
   host: string;
   token?: string;
   tokenFile?: string;
   isolation: "auto" | "bwrap" | "none";
-  processes?: number;
-  memoryMib?: number;
-  workspaceMib?: number;
-  tmpMib?: number;
   uids?: { first: number; count: number };
   networkDefault?: NetworkPolicy;
   networkCeiling?: NetworkPolicy;
@@ -27,15 +25,13 @@ export interface ServeFlags extends DockerFlags {
 
 const MiB = 1024 * 1024;
 
-/** The per-sandbox limits given on the command line (the backend's defaults for the rest). */
-function sandboxLimits(flags: ServeFlags) {
-  return {
-    ...(flags.processes === undefined ? {} : { processes: flags.processes }),
-    ...(flags.memoryMib === undefined ? {} : { memoryBytes: flags.memoryMib * MiB }),
-    ...(flags.workspaceMib === undefined ? {} : { workspaceBytes: flags.workspaceMib * MiB }),
-    ...(flags.tmpMib === undefined ? {} : { tmpBytes: flags.tmpMib * MiB }),
-  };
-}
+/** The bridge's option names in its messages, and the flags of serve that set them. */
+const SERVE_FLAGS = {
+  "network.default": "--network-default",
+  "network.ceiling": "--network-ceiling",
+  "leave out the network option": "leave out --network-default and --network-ceiling",
+  "egress.allowPrivate": "--allow-private",
+};
 
 const LOOPBACK = new Set(["127.0.0.1", "::1", "localhost"]);
 
@@ -43,7 +39,7 @@ const LOOPBACK = new Set(["127.0.0.1", "::1", "localhost"]);
 export async function serveCommand(flags: ServeFlags): Promise<number> {
   if (!flags.local && flags.docker === undefined) {
     process.stderr.write(
-      "remote-task: only `serve --local` is available here; deploy apps/worker for a Cloudflare bridge.\n",
+      "remote-task: serve needs --local (the local backend) or --docker IMAGE (containers); deploy apps/worker for a Cloudflare bridge.\n",
     );
     return EXIT.usage;
   }
@@ -83,7 +79,7 @@ export async function serveCommand(flags: ServeFlags): Promise<number> {
     });
   } catch (error) {
     // A limit or network setting the backend cannot take (e.g. network with isolation none).
-    process.stderr.write(`remote-task: ${(error as Error).message}\n`);
+    process.stderr.write(`remote-task: ${inFlagTerms((error as Error).message, SERVE_FLAGS)}\n`);
     return error instanceof TypeError ? EXIT.usage : EXIT.bridge;
   }
   const { backend } = bridge;
