@@ -177,6 +177,7 @@ export class ExecCall {
           cwd: spec.cwd,
           env: spec.env,
           network: spec.network,
+          callersAllowlist: spec.callersAllowlist,
           stdin: spec.stdin,
           timeoutMs: spec.timeoutMs,
           signal: this.#controller.signal,

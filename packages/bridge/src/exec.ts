@@ -147,6 +147,10 @@ export async function handleExec(
     cwd: exec.cwd ?? context.defaultCwd,
     env: exec.env ?? {},
     network,
+    callersAllowlist:
+      exec.network !== undefined &&
+      typeof network === "object" &&
+      context.network?.ceiling === "open",
     stdin,
     timeoutMs: Math.round(timeoutSeconds * 1000),
     cap: outputCapFor(limits, exec.maxOutputBytes),

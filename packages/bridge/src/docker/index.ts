@@ -580,6 +580,7 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
         containerId: id,
         pid: body.State?.Pid ?? 0,
         policy,
+        callersAllowlist: spec.callersAllowlist,
         socketPath: join(ownDir(), `egress-${++serial}.sock`),
         allowPrivate,
         protectedEndpoints: () => bridgeEndpoints,

@@ -46,6 +46,8 @@ export interface EgressProxyOptions {
   socketPath: string;
   /** The call's policy: `open` or an allowlist. */
   policy: Exclude<NetworkPolicy, "none">;
+  /** The allowlist is the caller's own (see ExecSpec.callersAllowlist). */
+  callersAllowlist?: boolean | undefined;
   allowPrivate: readonly ParsedHostPattern[];
   /** Where the bridge itself listens, looked up on every connection. */
   protectedEndpoints: () => readonly Endpoint[];
@@ -129,6 +131,7 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
       options.allowPrivate,
       options.protectedEndpoints(),
       interfaceAddresses(),
+      options.callersAllowlist === true,
     );
     const verdict =
       screenDestination(host, port, rules) ?? (await resolveAndChoose(host, port, rules));

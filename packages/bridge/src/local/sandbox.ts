@@ -183,6 +183,7 @@ async function startProxy(
   sandbox.egress = await startEgressProxy({
     socketPath,
     policy: network,
+    callersAllowlist: spec.callersAllowlist === true,
     allowPrivate: host.allowPrivate,
     protectedEndpoints: call.bridgeEndpoints,
   });
