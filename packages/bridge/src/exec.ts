@@ -132,6 +132,7 @@ export async function handleExec(
   context: ExecRoutesContext,
   request: Request,
   waitUntil: ((promise: Promise<unknown>) => void) | undefined,
+  client?: string | undefined,
 ): Promise<Response> {
   const { limits } = context;
   context.calls.assertRoom();
@@ -157,6 +158,7 @@ export async function handleExec(
     streamed,
     disconnect: request.signal,
     waitUntil,
+    client,
   });
   const early = await call.started();
   if (early !== undefined) {

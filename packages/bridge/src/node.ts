@@ -247,15 +247,21 @@ export async function startLocalBridge<
     throw error;
   }
 
-  const listener = getRequestListener((request) => bridge(request), {
-    // Leave the embedding program's global Request/Response alone.
-    overrideGlobalObjects: false,
-    // A request Node accepted that cannot become a Fetch Request (e.g. a bad Host header).
-    errorHandler: () =>
-      errorResponse("invalid_request", BRIDGE_TEXTS.unreadableRequest, {
-        issues: [{ path: [], message: BRIDGE_TEXTS.malformedRequestIssue }],
+  const listener = getRequestListener(
+    (request, env) =>
+      bridge(request, {
+        client: "incoming" in env ? env.incoming.socket.remoteAddress : undefined,
       }),
-  });
+    {
+      // Leave the embedding program's global Request/Response alone.
+      overrideGlobalObjects: false,
+      // A request Node accepted that cannot become a Fetch Request (e.g. a bad Host header).
+      errorHandler: () =>
+        errorResponse("invalid_request", BRIDGE_TEXTS.unreadableRequest, {
+          issues: [{ path: [], message: BRIDGE_TEXTS.malformedRequestIssue }],
+        }),
+    },
+  );
   const server = createLimitedServer(listener, connectionLimits);
   // Answers still being written: close() lets them finish (a cancelled call's answer included).
   const answering = new Set<Promise<void>>();

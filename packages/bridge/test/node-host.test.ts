@@ -45,6 +45,34 @@ function post(bridge: LocalBridge, path: string, body: unknown, init: RequestIni
 }
 
 describe("startLocalBridge", () => {
+  it("counts a connection's source address as its client in the queue", async () => {
+    const backend = createFakeBackend({ script: () => ({ hang: true }) });
+    const bridge = await start({
+      backend,
+      admission: { maxConcurrent: 1, maxQueued: 4, maxQueuedPerClient: 1 },
+    });
+    const controller = new AbortController();
+    const send = () =>
+      post(bridge, "/exec", { sandboxId: freshId(), command: "x" }, { signal: controller.signal });
+    const running = send().catch(() => undefined);
+    await eventually(() => backend.starts.length === 1, "the first call runs");
+    const waiting = send().catch(() => undefined);
+    await eventually(async () => {
+      const health = await fetch(`${bridge.url}/health`, {
+        headers: { authorization: `Bearer ${bridge.token}` },
+      });
+      return healthResponseSchema.parse(await health.json()).admission?.queued === 1;
+    }, "the second call waits");
+    const refused = await send();
+    expect(refused.status).toBe(429);
+    expect(await refused.json()).toMatchObject({
+      code: "capacity_exceeded",
+      error: expect.stringContaining("This client already has 1 calls waiting"),
+    });
+    controller.abort();
+    await Promise.all([running, waiting]);
+  });
+
   it("listens on 127.0.0.1 on a random port with a random 256-bit token", async () => {
     const a = await start({ backend: createFakeBackend() });
     const b = await start({ backend: createFakeBackend() });
