@@ -2,7 +2,7 @@ import { BRIDGE_TEXTS } from "@remote-task/internal";
 import type { Admission } from "@remote-task/protocol";
 import type { SandboxBackend } from "./backend.js";
 import { type CallHost, type CallSpec, destroySandbox, ExecCall } from "./call.js";
-import { type AdmissionSettings, queuedCallBytes } from "./limits.js";
+import { type AdmissionSettings, defaultQueuedPerClient, queuedCallBytes } from "./limits.js";
 import type { BridgeLogger } from "./logger.js";
 import { HttpError } from "./responses.js";
 
@@ -171,7 +171,9 @@ export class CallRegistry implements CallHost {
   #assertWaitable(client: string, timeoutMs: number): void {
     const waiting = this.#waitingByClient.get(client) ?? 0;
     const retryAfterSeconds = this.retryAfterSeconds();
-    if (client !== UNNAMED_CLIENT && waiting >= this.admission.maxQueuedPerClient) {
+    const share =
+      this.admission.maxQueuedPerClient ?? defaultQueuedPerClient(this.admission.maxQueued);
+    if (client !== UNNAMED_CLIENT && waiting >= share) {
       throw new HttpError(
         "capacity_exceeded",
         BRIDGE_TEXTS.clientQueueFull(waiting, retryAfterSeconds),

@@ -67,7 +67,8 @@ export interface AdmissionSettings {
   maxConcurrent: number;
   maxQueued: number;
   maxQueuedBytes: number;
-  maxQueuedPerClient: number;
+  /** Filled by {@link resolveAdmission}; undefined: half of `maxQueued`, at least 1. */
+  maxQueuedPerClient?: number | undefined;
 }
 
 /** Default calls running at once per core of the machine (most wait on their command, not the CPU). */
@@ -117,12 +118,12 @@ export function defaultAdmission(cores: number = machineCores()): AdmissionSetti
     maxConcurrent,
     maxQueued,
     maxQueuedBytes: DEFAULT_MAX_QUEUED_BYTES,
-    maxQueuedPerClient: perClient(maxQueued),
+    maxQueuedPerClient: defaultQueuedPerClient(maxQueued),
   };
 }
 
 /** The default share of the queue one client may hold: half of it, at least one call. */
-function perClient(maxQueued: number): number {
+export function defaultQueuedPerClient(maxQueued: number): number {
   return Math.max(1, Math.ceil(maxQueued / 2));
 }
 
@@ -156,6 +157,6 @@ export function resolveAdmission(options: AdmissionOptions = {}): AdmissionSetti
     maxConcurrent: running,
     maxQueued: waiting,
     maxQueuedBytes: maxQueuedBytes ?? DEFAULT_MAX_QUEUED_BYTES,
-    maxQueuedPerClient: maxQueuedPerClient ?? perClient(waiting),
+    maxQueuedPerClient: maxQueuedPerClient ?? defaultQueuedPerClient(waiting),
   };
 }
