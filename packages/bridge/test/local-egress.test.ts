@@ -1,12 +1,14 @@
+import { spawn } from "node:child_process";
 import { createSocket } from "node:dgram";
 import { existsSync } from "node:fs";
 import { rm } from "node:fs/promises";
-import { request } from "node:http";
+import { createServer as createHttpServer, request } from "node:http";
 import { connect, createServer, type Server, type Socket } from "node:net";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseHostPattern } from "../src/index.js";
 import { type EgressProxy, startEgressProxy } from "../src/local/egress.js";
+import { RELAY_MAX_CONNECTIONS, relayArgs } from "../src/local/relay.js";
 import { makeTmpRoot } from "./helpers.js";
 
 /** A loopback TCP server that counts connections and answers `pong` to anything. */
@@ -252,6 +254,54 @@ describe("what a sandbox can make its proxy hold is bounded", () => {
     await bounded.close();
   });
 
+  it("takes a connection's pipelined requests one at a time, and closes one that sends too many ahead", {
+    timeout: 20_000,
+  }, async () => {
+    // A plain HTTP destination that answers each request after 50 ms, counting connections.
+    let open = 0;
+    let most = 0;
+    let total = 0;
+    const web = createHttpServer((_req, res) => {
+      setTimeout(() => res.end("ok"), 50);
+    });
+    web.on("connection", (socket: Socket) => {
+      total++;
+      most = Math.max(most, ++open);
+      socket.once("close", () => open--);
+    });
+    await new Promise<void>((resolve) => web.listen(0, "127.0.0.1", resolve));
+    const port = (web.address() as { port: number }).port;
+    const bounded = await proxy("open", ["127.0.0.1"]);
+    const pipeline = (count: number) =>
+      new Promise<{ answers: number; closed: boolean }>((resolve) => {
+        const socket = connect(bounded.socketPath, () => {
+          let text = "";
+          for (let i = 0; i < count; i++)
+            text += `GET http://127.0.0.1:${port}/${i} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\n\r\n`;
+          socket.write(text);
+        });
+        let received = "";
+        const answers = () => (received.match(/HTTP\/1\.1 200/g) ?? []).length;
+        socket.on("data", (chunk) => {
+          received += chunk;
+          if (answers() === count) socket.end();
+        });
+        socket.on("error", () => {});
+        socket.on("close", () => resolve({ answers: answers(), closed: answers() < count }));
+      });
+    // A few ahead: all answered, in turn, over one connection to the destination at a time.
+    expect(await pipeline(6)).toEqual({ answers: 6, closed: false });
+    expect(most).toBe(1);
+    // Far more than MAX_PIPELINED ahead: the connection is closed, and the destination never saw
+    // more than one connection at a time nor one per request.
+    const flood = await pipeline(2_000);
+    expect(flood.closed).toBe(true);
+    expect(most).toBe(1);
+    expect(total).toBeLessThan(6 + 20);
+    await bounded.close();
+    web.close();
+  });
+
   it("closes a connection that sends no request head within headersTimeoutMs", {
     timeout: 20_000,
   }, async () => {
@@ -284,6 +334,53 @@ describe("what a sandbox can make its proxy hold is bounded", () => {
     expect(waited).toBeGreaterThanOrEqual(250);
     expect(waited).toBeLessThan(5_000);
     await bounded.close();
+  });
+});
+
+describe("the relay", () => {
+  it("carries at most RELAY_MAX_CONNECTIONS connections at once and closes more as they arrive", {
+    timeout: 30_000,
+  }, async () => {
+    // The proxy's side: a unix socket that keeps every connection open, counting them.
+    const upstreamPath = join(dir, "relay-up.sock");
+    let upstream = 0;
+    const held: Socket[] = [];
+    const proxySide = createServer((socket) => {
+      upstream++;
+      held.push(socket);
+    });
+    await new Promise<void>((resolve) => proxySide.listen(upstreamPath, resolve));
+    // Where the relay listens: a free loopback port instead of the sandbox's 3128.
+    const free = createServer();
+    await new Promise<void>((resolve) => free.listen(0, "127.0.0.1", resolve));
+    const port = (free.address() as { port: number }).port;
+    await new Promise((resolve) => free.close(resolve));
+    const args = relayArgs(upstreamPath);
+    args[2] = String(port);
+    const relay = spawn(process.execPath, args, { stdio: ["ignore", "pipe", "ignore"] });
+    try {
+      await new Promise<void>((resolve) => relay.stdout.once("data", () => resolve()));
+      const clients: Socket[] = [];
+      const closed: Promise<number>[] = [];
+      for (let i = 0; i < RELAY_MAX_CONNECTIONS + 6; i++) {
+        const client = connect(port, "127.0.0.1");
+        client.on("error", () => {});
+        clients.push(client);
+        closed.push(closedWithin(client));
+        await new Promise((resolve) => client.once("connect", resolve));
+      }
+      // The last six are closed by the relay; the first ones stay, each with its upstream.
+      await Promise.all(closed.slice(RELAY_MAX_CONNECTIONS));
+      for (let i = 0; i < 200 && upstream < RELAY_MAX_CONNECTIONS; i++)
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      expect(upstream).toBe(RELAY_MAX_CONNECTIONS);
+      expect(clients.slice(0, RELAY_MAX_CONNECTIONS).every((c) => !c.destroyed)).toBe(true);
+      for (const client of clients) client.destroy();
+    } finally {
+      relay.kill("SIGKILL");
+      for (const socket of held) socket.destroy();
+      proxySide.close();
+    }
   });
 });
 
