@@ -51,6 +51,9 @@ export class CallRegistry implements CallHost {
   /** Calls running and waiting, by client. */
   readonly #runningByClient = new Map<string, number>();
   readonly #waitingByClient = new Map<string, number>();
+  /** Requests whose body is being read (each a call to come), in all and by client. */
+  #reading = 0;
+  readonly #readingByClient = new Map<string, number>();
   /** Running mean of how long the calls that ended held their slot (assumed until one has). */
   #slotMs: number | undefined;
   #closed = false;
@@ -128,11 +131,40 @@ export class CallRegistry implements CallHost {
   /**
    * Throws the refusal `open` would give for want of a place, before the request is even read
    * (counting it as holding nothing yet): an overloaded bridge answers at once, and spends
-   * nothing on requests it cannot take.
+   * nothing on requests it cannot take. Requests whose bodies are being read count as calls
+   * already (a slow upload holds a place like a waiting call, within its client's share too);
+   * the place is held until `release` is called, just before `open`.
    */
-  assertRoom(): void {
+  reserve(client?: string | undefined): { release(): void } {
     if (this.#closed) throw shuttingDown();
-    if (this.#full(0)) throw this.#overloaded();
+    const { maxConcurrent, maxQueued } = this.admission;
+    const calls = this.#running.size + this.#waiting.size + this.#reading;
+    if (this.#full(0) || calls >= maxConcurrent + maxQueued) throw this.#overloaded();
+    const key = client ?? UNNAMED_CLIENT;
+    const held = (this.#waitingByClient.get(key) ?? 0) + (this.#readingByClient.get(key) ?? 0);
+    if (key !== UNNAMED_CLIENT && held >= this.#clientShare()) {
+      const retryAfterSeconds = this.retryAfterSeconds();
+      throw new HttpError(
+        "capacity_exceeded",
+        BRIDGE_TEXTS.clientQueueFull(held, retryAfterSeconds),
+        { retryAfterSeconds, status: 429 },
+      );
+    }
+    this.#reading++;
+    count(this.#readingByClient, key, 1);
+    let released = false;
+    return {
+      release: () => {
+        if (released) return;
+        released = true;
+        this.#reading--;
+        count(this.#readingByClient, key, -1);
+      },
+    };
+  }
+
+  #clientShare(): number {
+    return this.admission.maxQueuedPerClient ?? defaultQueuedPerClient(this.admission.maxQueued);
   }
 
   /**
@@ -171,9 +203,7 @@ export class CallRegistry implements CallHost {
   #assertWaitable(client: string, timeoutMs: number): void {
     const waiting = this.#waitingByClient.get(client) ?? 0;
     const retryAfterSeconds = this.retryAfterSeconds();
-    const share =
-      this.admission.maxQueuedPerClient ?? defaultQueuedPerClient(this.admission.maxQueued);
-    if (client !== UNNAMED_CLIENT && waiting >= share) {
+    if (client !== UNNAMED_CLIENT && waiting >= this.#clientShare()) {
       throw new HttpError(
         "capacity_exceeded",
         BRIDGE_TEXTS.clientQueueFull(waiting, retryAfterSeconds),

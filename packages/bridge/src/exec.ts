@@ -135,10 +135,18 @@ export async function handleExec(
   client?: string | undefined,
 ): Promise<Response> {
   const { limits } = context;
-  context.calls.assertRoom();
-  const exec = await readExecRequest(limits, request);
-  const network = callNetwork(context.network, exec.network);
-  const stdin = stdinBytes(exec.stdin, limits);
+  const place = context.calls.reserve(client);
+  let exec: Awaited<ReturnType<typeof readExecRequest>>;
+  let network: ReturnType<typeof callNetwork>;
+  let stdin: ReturnType<typeof stdinBytes>;
+  try {
+    exec = await readExecRequest(limits, request);
+    network = callNetwork(context.network, exec.network);
+    stdin = stdinBytes(exec.stdin, limits);
+  } finally {
+    // Given back just before the call takes a place of its own (or the request is refused).
+    place.release();
+  }
   const timeoutSeconds =
     exec.timeoutSeconds ?? Math.min(DEFAULT_TIMEOUT_SECONDS, limits.maxTimeoutSeconds);
   const streamed = wantsEventStream(request);
