@@ -14,7 +14,7 @@ function u64(value: number | bigint): number[] {
 }
 
 /** The program's bytes: an ELF header, one loadable segment, the code. */
-export function syscallProgram(nr: number, args: Argument[]): Buffer {
+function syscallProgram(nr: number, args: Argument[]): Buffer {
   // sub rsp, 16; mov qword [rsp], 0; mov qword [rsp+8], 0
   const code: number[] = [0x48, 0x83, 0xec, 0x10, 0x48, 0xc7, 0x04, 0x24, 0, 0, 0, 0];
   code.push(0x48, 0xc7, 0x44, 0x24, 0x08, 0, 0, 0, 0);

@@ -91,7 +91,7 @@ export interface EgressProxy {
  * Requests one connection to the proxy may send ahead (HTTP pipelining) while one is in flight;
  * a connection sending more is closed. Each waits for the one before it to be answered.
  */
-export const MAX_PIPELINED = 8;
+const MAX_PIPELINED = 8;
 
 /** How long a connection to a destination may take to open. */
 const CONNECT_TIMEOUT_MS = 15_000;
@@ -199,7 +199,10 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
     onFail: (message: string, status?: number) => void,
   ): void {
     const full = upstreamsFull();
-    if (full !== undefined) return onFail(full, 503);
+    if (full !== undefined) {
+      onFail(full, 503);
+      return;
+    }
     const upstream = connect({ host: address, port, allowHalfOpen: true });
     track(upstream);
     countUpstream(upstream);
