@@ -35,7 +35,10 @@ async function proxy(
   policy: Parameters<typeof startEgressProxy>[0]["policy"],
   allowPrivate: string[] = [],
   bridgePort?: number,
-  extra: Pick<Parameters<typeof startEgressProxy>[0], "limits" | "resolver"> = {},
+  extra: Pick<
+    Parameters<typeof startEgressProxy>[0],
+    "limits" | "resolver" | "callersAllowlist"
+  > = {},
 ): Promise<EgressProxy & { socketPath: string }> {
   const socketPath = join(dir, `p${++sockets}.sock`);
   const started = await startEgressProxy({
@@ -130,6 +133,15 @@ describe("the egress proxy refuses what is not public before connecting", () => 
     // The same address under another name is not what the pattern names.
     expect((await connectThrough(listed.socketPath, `localhost:${target.port}`)).status).toBe(403);
     await listed.close();
+
+    // The same literal in a caller's own allowlist (under an open ceiling) is no permission.
+    const callers = await proxy({ allow: [`127.0.0.1:${target.port}`] }, [], undefined, {
+      callersAllowlist: true,
+    });
+    const refused = await connectThrough(callers.socketPath, `127.0.0.1:${target.port}`);
+    expect(refused.status).toBe(403);
+    expect(refused.body).toContain("127.0.0.1 is not public (loopback)");
+    await callers.close();
 
     const deployer = await proxy("open", ["localhost"]);
     expect(await connectThrough(deployer.socketPath, `localhost:${target.port}`)).toEqual({
