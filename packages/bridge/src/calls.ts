@@ -142,7 +142,9 @@ export class CallRegistry implements CallHost {
     if (this.#full(0) || calls >= maxConcurrent + maxQueued) throw this.#overloaded();
     const key = client ?? UNNAMED_CLIENT;
     const held = (this.#waitingByClient.get(key) ?? 0) + (this.#readingByClient.get(key) ?? 0);
-    if (key !== UNNAMED_CLIENT && held >= this.#clientShare()) {
+    // Bodies being read may take the free slots rather than wait: those do not count.
+    const free = Math.max(0, maxConcurrent - this.#running.size);
+    if (key !== UNNAMED_CLIENT && held >= this.#clientShare() + free) {
       const retryAfterSeconds = this.retryAfterSeconds();
       throw new HttpError(
         "capacity_exceeded",

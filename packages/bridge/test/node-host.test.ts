@@ -127,6 +127,19 @@ describe("startLocalBridge", () => {
     }, "room once the uploads are gone");
   });
 
+  it("lets one client's calls take the free slots whatever its share of the queue", async () => {
+    const bridge = await start({
+      backend: createFakeBackend({ script: () => ({ exitDelayMs: 100 }) }),
+      admission: { maxConcurrent: 4, maxQueued: 4, maxQueuedPerClient: 1 },
+    });
+    // One body still arriving from this address, a place in the queue's worth: slots are free.
+    const upload = await partialUpload(bridge, 200, "{");
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const answer = await post(bridge, "/exec", { sandboxId: freshId(), command: "x" });
+    expect(answer.status).toBe(200);
+    upload.destroy();
+  });
+
   it("counts a connection's source address as its client in the queue", async () => {
     const backend = createFakeBackend({ script: () => ({ hang: true }) });
     const bridge = await start({
