@@ -16,11 +16,15 @@ import { runSyscall } from "./syscall-program.js";
 const TOKEN = "docker-boundary-token";
 let counter = 0;
 
-/** x86-64 numbers: keyctl 250 (KEYCTL_GET_KEYRING_ID of the user keyring, creating it), io_setup 206, unshare 272. */
+/**
+ * x86-64 numbers: keyctl 250 (KEYCTL_GET_KEYRING_ID of the user keyring, creating it), io_setup
+ * 206, unshare 272, io_uring_setup 425 (Podman's default profile refuses that one too).
+ */
 const PROBES = [
   runSyscall("keyctl", 250, [0, -4, 1], "/tmp/k"),
   runSyscall("aio", 206, [8, "buffer"], "/tmp/a"),
   runSyscall("userns", 272, [0x1000_0000], "/tmp/u"),
+  runSyscall("uring", 425, [1, "buffer"], "/tmp/r"),
   "unshare -U -r id 2>/dev/null; echo unshare=$?",
 ].join("; ");
 
@@ -64,10 +68,10 @@ else
     }
 
     it.runIf(process.arch === "x64")(
-      "refuses the keyrings and AIO (ENOSYS) and new user namespaces (EPERM)",
+      "refuses the keyrings, AIO and io_uring (ENOSYS) and new user namespaces (EPERM)",
       async () => {
         const { stdout } = await exec(PROBES);
-        expect(stdout).toBe("keyctl=38\naio=38\nuserns=1\nunshare=1\n");
+        expect(stdout).toBe("keyctl=38\naio=38\nuserns=1\nuring=38\nunshare=1\n");
       },
     );
 
