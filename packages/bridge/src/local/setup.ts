@@ -138,7 +138,8 @@ export interface LocalHost {
   readonly seccompFilter: string | undefined;
   /**
    * Isolation none with a uid per sandbox: the Perl binary and program each command starts
-   * through, for fresh keyrings (keyring.ts); undefined otherwise or without Perl.
+   * through, for fresh keyrings and, with `privateIpc`, an IPC namespace of its own (keyring.ts);
+   * undefined otherwise or without Perl.
    */
   readonly keyrings: { perl: string; program: string; privateIpc: boolean } | undefined;
   /** Modes of `network` the backend enforces (none without bubblewrap). */
