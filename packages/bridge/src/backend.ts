@@ -24,6 +24,12 @@ export interface ExecSpec {
    */
   network?: NetworkPolicy | undefined;
   /**
+   * True when `network` is an allowlist the caller chose under an `open` ceiling: its IP literals
+   * are then the caller's, and get no exemption from the rules that keep non-public addresses and
+   * the host's own out of reach (only the deployer's literals do).
+   */
+  callersAllowlist?: boolean | undefined;
+  /**
    * Bytes for the command's standard input, then end of input; undefined: empty input. A command
    * that does not read it must not be held up by it.
    */

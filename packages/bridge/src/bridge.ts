@@ -84,6 +84,13 @@ export interface BridgeOptions {
 /** Per-request extras; in Workers pass `{ waitUntil: ctx.waitUntil.bind(ctx) }`. */
 export interface BridgeRequestContext {
   waitUntil?: ((promise: Promise<unknown>) => void) | undefined;
+  /**
+   * Who sent the request, as the host knows it (the Node host: the connection's source address;
+   * a Worker may pass `CF-Connecting-IP`): the queue holds at most `admission.maxQueuedPerClient`
+   * calls of one client and gives free slots round its clients. Undefined: all such requests
+   * count as one client, bounded by the whole queue only.
+   */
+  client?: string | undefined;
 }
 
 /**
@@ -100,7 +107,12 @@ export interface BridgeHandler {
   readonly activeCalls: number;
 }
 
-type HonoEnv = { Bindings: { waitUntil: ((promise: Promise<unknown>) => void) | undefined } };
+type HonoEnv = {
+  Bindings: {
+    waitUntil: ((promise: Promise<unknown>) => void) | undefined;
+    client: string | undefined;
+  };
+};
 
 /** Creates the bridge: auth, validation, limits, output caps and the sandbox lifecycle. */
 export function createBridge(options: BridgeOptions): BridgeHandler {
@@ -163,7 +175,9 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
     };
     return jsonResponse(body);
   });
-  app.post("/exec", tokenRequired, (c) => handleExec(context, c.req.raw, c.env.waitUntil));
+  app.post("/exec", tokenRequired, (c) =>
+    handleExec(context, c.req.raw, c.env.waitUntil, c.env.client),
+  );
   app.post("/cancel", tokenRequired, (c) => handleCancel(context, c.req.raw));
   // Public on purpose: the protocol document describes the bridge and runs nothing.
   app.get(
@@ -177,6 +191,7 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
     try {
       return await app.fetch(request, {
         waitUntil: requestContext?.waitUntil ?? options.waitUntil,
+        client: requestContext?.client,
       });
     } catch (error) {
       // Hono hands only `Error` instances to `onError` and rethrows anything else thrown.

@@ -5,6 +5,7 @@
  * The routes (exec.ts) and the event stream (sse.ts) only wire requests and responses to it.
  */
 import {
+  BRIDGE_TEXTS,
   type RaceAbortOptions,
   raceAbort,
   redact,
@@ -12,7 +13,12 @@ import {
   timerDelay,
 } from "@remote-task/internal";
 import { type ExecResult, type Outcome, TIMEOUT_EXIT_CODE } from "@remote-task/protocol";
-import type { ExecSpec, RunningCommand, SandboxBackend } from "./backend.js";
+import {
+  BackendError,
+  type ExecSpec,
+  type RunningCommand,
+  type SandboxBackend,
+} from "./backend.js";
 import { mapBackendError } from "./backend-errors.js";
 import type { BridgeLogger, EndReason } from "./logger.js";
 import { chunkBytes, ForwardGate, TailBuffer } from "./output.js";
@@ -31,6 +37,8 @@ export interface CallHost {
   readonly token: string | undefined;
   /** Told once the call's sandbox is destroyed (or it ended without one): its id and slot are free again. */
   released(call: ExecCall): void;
+  /** The `Retry-After` of a call refused for want of a slot. */
+  retryAfterSeconds(): number;
 }
 
 /** One call to run, as the route accepted it: what the backend gets, and how to answer. */
@@ -43,6 +51,8 @@ export interface CallSpec extends Omit<ExecSpec, "signal"> {
   disconnect: AbortSignal;
   /** Keeps the teardown alive after the answer (Workers); without it the answer waits for it. */
   waitUntil: ((promise: Promise<unknown>) => void) | undefined;
+  /** Who sent it (see `BridgeRequestContext.client`); undefined when the host does not say. */
+  client?: string | undefined;
 }
 
 /** How a call ended: a result (the command exited, timed out or was cancelled), or a failure. */
@@ -108,6 +118,8 @@ export function logDetail(text: string, secrets: Iterable<string | undefined>): 
 export class ExecCall {
   readonly sandboxId: string;
   readonly streamed: boolean;
+  /** The client's key in the queue ("" when the host named none). */
+  readonly client: string;
   readonly startedAt = Date.now();
   /** Resolves once the sandbox is destroyed and the id released. */
   readonly cleaned: Promise<void>;
@@ -141,6 +153,7 @@ export class ExecCall {
     this.#spec = spec;
     this.sandboxId = spec.sandboxId;
     this.streamed = spec.streamed;
+    this.client = spec.client ?? "";
     this.cleaned = new Promise((resolve) => {
       this.#resolveCleaned = resolve;
     });
@@ -177,6 +190,7 @@ export class ExecCall {
           cwd: spec.cwd,
           env: spec.env,
           network: spec.network,
+          callersAllowlist: spec.callersAllowlist,
           stdin: spec.stdin,
           timeoutMs: spec.timeoutMs,
           signal: this.#controller.signal,
@@ -214,7 +228,10 @@ export class ExecCall {
         this.#startMs = Date.now() - (this.#begunAt ?? this.startedAt);
         return undefined;
       }
-      outcome = { kind: "result", result: this.#endedResult(first.reason) };
+      outcome =
+        this.#begunAt === undefined && (first.reason === "timeout" || first.reason === "shutdown")
+          ? { kind: "failed", error: this.#neverStarted(first.reason) }
+          : { kind: "result", result: this.#endedResult(first.reason) };
     } catch (error) {
       outcome = { kind: "failed", error };
     }
@@ -233,6 +250,24 @@ export class ExecCall {
     const outcome = await this.#consume(running, sink);
     sink?.end();
     return this.#close(outcome);
+  }
+
+  /**
+   * The refusal of a call whose deadline passed, or whose bridge shut down, while it waited for a
+   * slot: nothing ran, so it is no timeout but a `capacity_exceeded` the client may retry.
+   */
+  #neverStarted(reason: "timeout" | "shutdown"): BackendError {
+    const retryAfterSeconds = reason === "shutdown" ? 1 : this.#host.retryAfterSeconds();
+    return new BackendError(
+      "capacity_exceeded",
+      reason === "shutdown"
+        ? BRIDGE_TEXTS.shuttingDown
+        : BRIDGE_TEXTS.queueDeadline(
+            Math.round((Date.now() - this.startedAt) / 100) / 10,
+            retryAfterSeconds,
+          ),
+      { retryAfterSeconds },
+    );
   }
 
   /** The result for a call ended early by `reason`, with the output seen so far. */

@@ -2,7 +2,7 @@ import { BRIDGE_TEXTS } from "@remote-task/internal";
 import type { Admission } from "@remote-task/protocol";
 import type { SandboxBackend } from "./backend.js";
 import { type CallHost, type CallSpec, destroySandbox, ExecCall } from "./call.js";
-import { type AdmissionSettings, queuedCallBytes } from "./limits.js";
+import { type AdmissionSettings, defaultQueuedPerClient, queuedCallBytes } from "./limits.js";
 import type { BridgeLogger } from "./logger.js";
 import { HttpError } from "./responses.js";
 
@@ -18,8 +18,28 @@ function shuttingDown(): HttpError {
 }
 
 /**
+ * The key of calls whose host named no client: one client for the free slots' round, with no
+ * share of the queue of its own (the whole queue is its bound).
+ */
+const UNNAMED_CLIENT = "";
+
+function clientOf(call: { client?: string | undefined }): string {
+  return call.client ?? UNNAMED_CLIENT;
+}
+
+/** Adds `delta` to `key`'s count, dropping a count that reaches zero. */
+function count(counts: Map<string, number>, key: string, delta: number): void {
+  const next = (counts.get(key) ?? 0) + delta;
+  if (next > 0) counts.set(key, next);
+  else counts.delete(key);
+}
+
+/**
  * The calls in flight, by sandbox id: which call may start (admission: a slot, a place in the
- * queue, or a refusal), which one a `/cancel` names, and what `shutdown()` waits for.
+ * queue, or a refusal), which one a `/cancel` names, and what `shutdown()` waits for. A free slot
+ * goes to the oldest waiting call of the client with the fewest calls running, so one client's
+ * backlog delays another's calls by about one slot's time, not by the whole backlog; and one
+ * client may hold at most `maxQueuedPerClient` of the queue.
  */
 export class CallRegistry implements CallHost {
   readonly #calls = new Map<string, ExecCall>();
@@ -28,6 +48,12 @@ export class CallRegistry implements CallHost {
   /** Calls waiting for a slot, oldest first, with the bytes each holds (`queuedCallBytes`). */
   readonly #waiting = new Map<ExecCall, number>();
   #waitingBytes = 0;
+  /** Calls running and waiting, by client. */
+  readonly #runningByClient = new Map<string, number>();
+  readonly #waitingByClient = new Map<string, number>();
+  /** Requests whose body is being read (each a call to come), in all and by client. */
+  #reading = 0;
+  readonly #readingByClient = new Map<string, number>();
   /** Running mean of how long the calls that ended held their slot (assumed until one has). */
   #slotMs: number | undefined;
   #closed = false;
@@ -77,6 +103,22 @@ export class CallRegistry implements CallHost {
     );
   }
 
+  /**
+   * Ms a new call of `client` would wait for a slot, undefined before any call has ended (no
+   * measure yet): the calls that would go ahead of it (its client's own waiting calls, and of
+   * every other client as many as one more than that, as the free slots go round the clients)
+   * reach their slots in rounds of `maxConcurrent`, each as long as calls recently held theirs.
+   */
+  #expectedWaitMs(client: string): number | undefined {
+    if (this.#slotMs === undefined) return undefined;
+    const own = this.#waitingByClient.get(client) ?? 0;
+    let ahead = own;
+    for (const [other, waiting] of this.#waitingByClient) {
+      if (other !== client) ahead += Math.min(waiting, own + 1);
+    }
+    return ((ahead + 1) / this.admission.maxConcurrent) * this.#slotMs;
+  }
+
   /** Whether a call holding `bytes` would find no slot and no room in the queue. */
   #full(bytes: number): boolean {
     const { maxConcurrent, maxQueued, maxQueuedBytes } = this.admission;
@@ -89,19 +131,51 @@ export class CallRegistry implements CallHost {
   /**
    * Throws the refusal `open` would give for want of a place, before the request is even read
    * (counting it as holding nothing yet): an overloaded bridge answers at once, and spends
-   * nothing on requests it cannot take.
+   * nothing on requests it cannot take. Requests whose bodies are being read count as calls
+   * already (a slow upload holds a place like a waiting call, within its client's share too);
+   * the place is held until `release` is called, just before `open`.
    */
-  assertRoom(): void {
+  reserve(client?: string | undefined): { release(): void } {
     if (this.#closed) throw shuttingDown();
-    if (this.#full(0)) throw this.#overloaded();
+    const { maxConcurrent, maxQueued } = this.admission;
+    const calls = this.#running.size + this.#waiting.size + this.#reading;
+    if (this.#full(0) || calls >= maxConcurrent + maxQueued) throw this.#overloaded();
+    const key = client ?? UNNAMED_CLIENT;
+    const held = (this.#waitingByClient.get(key) ?? 0) + (this.#readingByClient.get(key) ?? 0);
+    // Bodies being read may take the free slots rather than wait: those do not count.
+    const free = Math.max(0, maxConcurrent - this.#running.size);
+    if (key !== UNNAMED_CLIENT && held >= this.#clientShare() + free) {
+      const retryAfterSeconds = this.retryAfterSeconds();
+      throw new HttpError(
+        "capacity_exceeded",
+        BRIDGE_TEXTS.clientQueueFull(held, retryAfterSeconds),
+        { retryAfterSeconds, status: 429 },
+      );
+    }
+    this.#reading++;
+    count(this.#readingByClient, key, 1);
+    let released = false;
+    return {
+      release: () => {
+        if (released) return;
+        released = true;
+        this.#reading--;
+        count(this.#readingByClient, key, -1);
+      },
+    };
+  }
+
+  #clientShare(): number {
+    return this.admission.maxQueuedPerClient ?? defaultQueuedPerClient(this.admission.maxQueued);
   }
 
   /**
    * Opens a call for `spec`: it starts at once when a slot is free, else waits in the queue
    * (its deadline already running). Throws the refusal: the bridge is shutting down (503
    * `capacity_exceeded`, retry elsewhere), the id belongs to a call in flight (409), or every
-   * slot is taken and the queue has no room for it, by count or by bytes (429
-   * `capacity_exceeded` with `Retry-After`; nothing ran).
+   * slot is taken and the queue has no room for it (by count, by bytes, or by its client's
+   * share), or it would wait past its deadline (429 `capacity_exceeded` with `Retry-After`;
+   * nothing ran).
    */
   open(spec: CallSpec): ExecCall {
     if (this.#closed) throw shuttingDown();
@@ -112,16 +186,50 @@ export class CallRegistry implements CallHost {
     const slotFree = this.#running.size < this.admission.maxConcurrent;
     const bytes = slotFree ? 0 : queuedCallBytes(spec);
     if (this.#full(bytes)) throw this.#overloaded();
+    const client = clientOf(spec);
+    if (!slotFree) this.#assertWaitable(client, spec.timeoutMs);
     const call = new ExecCall(this, spec);
     this.#calls.set(spec.sandboxId, call);
     if (slotFree) {
-      if (call.begin()) this.#running.set(call, Date.now());
+      this.#begin(call);
     } else {
       call.wait();
       this.#waiting.set(call, bytes);
       this.#waitingBytes += bytes;
+      count(this.#waitingByClient, client, 1);
     }
     return call;
+  }
+
+  /** Throws the refusal of a call of `client` that would exceed its share or miss its deadline. */
+  #assertWaitable(client: string, timeoutMs: number): void {
+    const waiting = this.#waitingByClient.get(client) ?? 0;
+    const retryAfterSeconds = this.retryAfterSeconds();
+    if (client !== UNNAMED_CLIENT && waiting >= this.#clientShare()) {
+      throw new HttpError(
+        "capacity_exceeded",
+        BRIDGE_TEXTS.clientQueueFull(waiting, retryAfterSeconds),
+        { retryAfterSeconds, status: 429 },
+      );
+    }
+    const waitMs = this.#expectedWaitMs(client);
+    if (waitMs !== undefined && waitMs > timeoutMs) {
+      throw new HttpError(
+        "capacity_exceeded",
+        BRIDGE_TEXTS.wouldMissDeadline(
+          Math.ceil(waitMs / 1000),
+          Math.round(timeoutMs / 100) / 10,
+          retryAfterSeconds,
+        ),
+        { retryAfterSeconds, status: 429 },
+      );
+    }
+  }
+
+  #begin(call: ExecCall): void {
+    if (!call.begin()) return;
+    this.#running.set(call, Date.now());
+    count(this.#runningByClient, call.client, 1);
   }
 
   released(call: ExecCall): void {
@@ -129,6 +237,7 @@ export class CallRegistry implements CallHost {
     const since = this.#running.get(call);
     if (since !== undefined) {
       this.#running.delete(call);
+      count(this.#runningByClient, call.client, -1);
       const held = Date.now() - since;
       this.#slotMs =
         this.#slotMs === undefined ? held : this.#slotMs + (held - this.#slotMs) * SLOT_MEAN_WEIGHT;
@@ -143,14 +252,28 @@ export class CallRegistry implements CallHost {
     if (bytes === undefined) return;
     this.#waiting.delete(call);
     this.#waitingBytes -= bytes;
+    count(this.#waitingByClient, call.client, -1);
   }
 
-  /** Starts waiting calls, oldest first, while slots are free; one that already ended is dropped. */
+  /**
+   * Starts waiting calls while slots are free: each time the oldest of the client with the fewest
+   * calls running. One that already ended is dropped.
+   */
   #admitWaiting(): void {
-    for (const call of this.#waiting.keys()) {
-      if (this.#running.size >= this.admission.maxConcurrent) return;
-      this.#leaveQueue(call);
-      if (call.begin()) this.#running.set(call, Date.now());
+    while (this.#running.size < this.admission.maxConcurrent) {
+      let next: ExecCall | undefined;
+      let fewest = Number.POSITIVE_INFINITY;
+      for (const call of this.#waiting.keys()) {
+        const running = this.#runningByClient.get(call.client) ?? 0;
+        if (running < fewest) {
+          next = call;
+          fewest = running;
+          if (running === 0) break;
+        }
+      }
+      if (next === undefined) return;
+      this.#leaveQueue(next);
+      this.#begin(next);
     }
   }
 

@@ -133,12 +133,21 @@ export async function handleExec(
   context: ExecRoutesContext,
   request: Request,
   waitUntil: ((promise: Promise<unknown>) => void) | undefined,
+  client?: string | undefined,
 ): Promise<Response> {
   const { limits } = context;
-  context.calls.assertRoom();
-  const exec = await readExecRequest(limits, request);
-  const network = callNetwork(context.network, exec.network);
-  const stdin = stdinBytes(exec.stdin, limits);
+  const place = context.calls.reserve(client);
+  let exec: Awaited<ReturnType<typeof readExecRequest>>;
+  let network: ReturnType<typeof callNetwork>;
+  let stdin: ReturnType<typeof stdinBytes>;
+  try {
+    exec = await readExecRequest(limits, request);
+    network = callNetwork(context.network, exec.network);
+    stdin = stdinBytes(exec.stdin, limits);
+  } finally {
+    // Given back just before the call takes a place of its own (or the request is refused).
+    place.release();
+  }
   const timeoutSeconds =
     exec.timeoutSeconds ?? Math.min(DEFAULT_TIMEOUT_SECONDS, limits.maxTimeoutSeconds);
   const streamed = wantsEventStream(request);
@@ -148,12 +157,17 @@ export async function handleExec(
     cwd: exec.cwd ?? context.defaultCwd,
     env: exec.env ?? {},
     network,
+    callersAllowlist:
+      exec.network !== undefined &&
+      typeof network === "object" &&
+      context.network?.ceiling === "open",
     stdin,
     timeoutMs: Math.round(timeoutSeconds * 1000),
     cap: outputCapFor(limits, exec.maxOutputBytes),
     streamed,
     disconnect: request.signal,
     waitUntil,
+    client,
   });
   const early = await call.started();
   if (early !== undefined) {

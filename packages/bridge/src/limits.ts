@@ -53,6 +53,13 @@ export interface AdmissionOptions {
    * `/exec` answers 429 `capacity_exceeded` too (default {@link DEFAULT_MAX_QUEUED_BYTES}).
    */
   maxQueuedBytes?: number | undefined;
+  /**
+   * Most calls one client may have waiting (default half of `maxQueued`, at least 1); beyond them
+   * its `/exec` answers 429 `capacity_exceeded`. A client is what the host says sent the request
+   * (`BridgeRequestContext.client`: the Node host gives the connection's source address);
+   * requests whose host names none are bounded by the whole queue only.
+   */
+  maxQueuedPerClient?: number | undefined;
 }
 
 /** The admission a bridge enforces; reported by `/health` with its load (all but the bytes). */
@@ -60,6 +67,8 @@ export interface AdmissionSettings {
   maxConcurrent: number;
   maxQueued: number;
   maxQueuedBytes: number;
+  /** Filled by {@link resolveAdmission}; undefined: half of `maxQueued`, at least 1. */
+  maxQueuedPerClient?: number | undefined;
 }
 
 /** Default calls running at once per core of the machine (most wait on their command, not the CPU). */
@@ -104,11 +113,18 @@ export function queuedCallBytes(call: {
  */
 export function defaultAdmission(cores: number = machineCores()): AdmissionSettings {
   const maxConcurrent = Math.max(1, Math.floor(cores)) * CONCURRENT_CALLS_PER_CORE;
+  const maxQueued = maxConcurrent * QUEUED_CALLS_PER_RUNNING;
   return {
     maxConcurrent,
-    maxQueued: maxConcurrent * QUEUED_CALLS_PER_RUNNING,
+    maxQueued,
     maxQueuedBytes: DEFAULT_MAX_QUEUED_BYTES,
+    maxQueuedPerClient: defaultQueuedPerClient(maxQueued),
   };
+}
+
+/** The default share of the queue one client may hold: half of it, at least one call. */
+export function defaultQueuedPerClient(maxQueued: number): number {
+  return Math.max(1, Math.ceil(maxQueued / 2));
 }
 
 function machineCores(): number {
@@ -130,14 +146,17 @@ function wholeNumber(name: string, value: number | undefined, least: number): vo
  * `maxConcurrent`); throws a `TypeError` naming a bad value.
  */
 export function resolveAdmission(options: AdmissionOptions = {}): AdmissionSettings {
-  const { maxConcurrent, maxQueued, maxQueuedBytes } = options;
+  const { maxConcurrent, maxQueued, maxQueuedBytes, maxQueuedPerClient } = options;
   wholeNumber("maxConcurrent", maxConcurrent, 1);
   wholeNumber("maxQueued", maxQueued, 0);
   wholeNumber("maxQueuedBytes", maxQueuedBytes, 0);
+  wholeNumber("maxQueuedPerClient", maxQueuedPerClient, 1);
   const running = maxConcurrent ?? defaultAdmission().maxConcurrent;
+  const waiting = maxQueued ?? running * QUEUED_CALLS_PER_RUNNING;
   return {
     maxConcurrent: running,
-    maxQueued: maxQueued ?? running * QUEUED_CALLS_PER_RUNNING,
+    maxQueued: waiting,
     maxQueuedBytes: maxQueuedBytes ?? DEFAULT_MAX_QUEUED_BYTES,
+    maxQueuedPerClient: maxQueuedPerClient ?? defaultQueuedPerClient(waiting),
   };
 }

@@ -53,18 +53,47 @@ export function parseHostPattern(pattern: string): ParsedHostPattern {
   };
 }
 
+const v4 = (bytes: number[]) => new ipaddr.IPv4(bytes).toString();
+
+/**
+ * The IPv4 addresses an IPv6 address carries, in every form that embeds one: IPv4-compatible
+ * (`::a.b.c.d`, ::/96 but `::` and `::1`), IPv4-mapped (::ffff:0:0/96), IPv4-translated
+ * (::ffff:0:0:0/96), NAT64 (64:ff9b::/96 and the local-use 64:ff9b:1::/48), 6to4 (2002::/16) and
+ * Teredo (2001::/32: its server's and, inverted, its client's). Empty for any other address.
+ */
+export function embeddedIPv4(address: string): string[] {
+  if (!ipaddr.IPv6.isValid(address)) return [];
+  const b = ipaddr.IPv6.parse(address).toByteArray();
+  const zero = (from: number, to: number) => b.slice(from, to).every((x) => x === 0);
+  const last = b.slice(12, 16);
+  if (zero(0, 12) && !(zero(12, 15) && (b[15] ?? 0) <= 1)) return [v4(last)];
+  if (zero(0, 10) && b[10] === 0xff && b[11] === 0xff) return [v4(last)];
+  if (zero(0, 8) && b[8] === 0xff && b[9] === 0xff && zero(10, 12)) return [v4(last)];
+  const prefix = b
+    .slice(0, 4)
+    .map((x) => x.toString(16).padStart(2, "0"))
+    .join("");
+  if (prefix === "0064ff9b") {
+    if (zero(4, 12)) return [v4(last)];
+    if (b[4] === 0 && b[5] === 1) return [v4([b[6] ?? 0, b[7] ?? 0, b[9] ?? 0, b[10] ?? 0])];
+  }
+  if (b[0] === 0x20 && b[1] === 0x02) return [v4(b.slice(2, 6))];
+  if (prefix === "20010000") return [v4(b.slice(4, 8)), v4(last.map((x) => x ^ 0xff))];
+  return [];
+}
+
 /**
  * Whether an IP address is on the public internet (global unicast). Loopback, private,
- * link-local (169.254.169.254 among them), carrier-grade NAT, unique-local, multicast, reserved
- * and the IPv6 forms that embed an IPv4 address are not.
+ * link-local (169.254.169.254 among them), carrier-grade NAT, unique-local, multicast and
+ * reserved addresses are not; an IPv6 address that embeds IPv4 addresses ({@link embeddedIPv4})
+ * is public only when each of them is.
  */
 export function isPublicAddress(address: string): boolean {
   if (!ipaddr.isValid(address)) return false;
-  let parsed = ipaddr.parse(address);
-  if (parsed.kind() === "ipv6" && (parsed as ipaddr.IPv6).isIPv4MappedAddress()) {
-    parsed = (parsed as ipaddr.IPv6).toIPv4Address();
-  }
-  return parsed.range() === "unicast";
+  const embedded = embeddedIPv4(address);
+  if (embedded.length > 0)
+    return embedded.every((inner) => ipaddr.parse(inner).range() === "unicast");
+  return ipaddr.parse(address).range() === "unicast";
 }
 
 function sameAddress(a: string, b: string): boolean {

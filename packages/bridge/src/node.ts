@@ -74,6 +74,12 @@ export interface ConnectionLimits {
   requestTimeoutMs: number;
   /** Time an idle kept-alive connection stays open after an answer. */
   keepAliveTimeoutMs: number;
+  /**
+   * Least average rate, in bytes per second, at which a request's body must arrive once it has
+   * had `headersTimeoutMs`; a slower upload is closed (an upload that trickles in is never idle,
+   * so neither the idle eviction nor a timeout shorter than `requestTimeoutMs` would end it).
+   */
+  minUploadBytesPerSecond: number;
 }
 
 export type ConnectionLimitOptions = { [K in keyof ConnectionLimits]?: number | undefined };
@@ -97,6 +103,7 @@ export const DEFAULT_CONNECTION_LIMITS: Readonly<ConnectionLimits> = Object.free
   headersTimeoutMs: 10_000,
   requestTimeoutMs: 60_000,
   keepAliveTimeoutMs: 5_000,
+  minUploadBytesPerSecond: 1_024,
 });
 
 function resolveConnectionLimits(options: ConnectionLimitOptions = {}): ConnectionLimits {
@@ -120,10 +127,12 @@ function resolveConnectionLimits(options: ConnectionLimitOptions = {}): Connecti
 /**
  * The HTTP server of the Node host, with its connection limits: Node's header, request and
  * keep-alive timeouts (checked every second) and its cap on connections, plus what Node leaves
- * out: a connection that sends nothing at all is closed after `headersTimeoutMs` too, and as the
- * open connections near the cap, those idle longest (no request in progress) are closed to make
- * room. No inactivity timeout once a request arrives: a JSON call is silent on its connection
- * while its command runs (up to `maxTimeoutSeconds`).
+ * out: a connection that sends nothing at all is closed after `headersTimeoutMs` too; a request
+ * whose body arrives slower than `minUploadBytesPerSecond` (on average, once it has had
+ * `headersTimeoutMs`) is closed; and as the open connections near the cap, those idle longest
+ * (no request in progress) are closed to make room, then those still uploading, slowest first.
+ * No inactivity timeout once a request has arrived: a JSON call is silent on its connection while
+ * its command runs (up to `maxTimeoutSeconds`).
  */
 function createLimitedServer(
   listener: Parameters<typeof createServer>[1],
@@ -144,6 +153,25 @@ function createLimitedServer(
   let open = 0;
   /** Connections with no request in progress, idle longest first. */
   const idle = new Set<Socket>();
+  /** Connections whose request's body is still arriving: its bytes read and when it began. */
+  type Upload = { request: IncomingMessage; from: number; since: number };
+  const uploading = new Map<Socket, Upload>();
+  const uploadRate = (socket: Socket, upload: Upload, now: number) =>
+    ((socket.bytesRead - upload.from) * 1000) / Math.max(1, now - upload.since);
+  /** Drops the uploads whose body has arrived whole. */
+  const stillUploading = () => {
+    for (const [socket, upload] of uploading) if (upload.request.complete) uploading.delete(socket);
+    return uploading;
+  };
+  const slowUploads = setInterval(() => {
+    const now = Date.now();
+    for (const [socket, upload] of stillUploading()) {
+      if (now - upload.since < limits.headersTimeoutMs) continue;
+      if (uploadRate(socket, upload, now) < limits.minUploadBytesPerSecond) socket.destroy();
+    }
+  }, 1_000);
+  slowUploads.unref();
+  server.once("close", () => clearInterval(slowUploads));
   server.on("connection", (socket: Socket) => {
     open++;
     idle.add(socket);
@@ -152,22 +180,30 @@ function createLimitedServer(
     socket.once("close", () => {
       open--;
       idle.delete(socket);
+      uploading.delete(socket);
     });
     if (open < evictAt) return;
     let excess = open - evictTo;
-    for (const other of idle) {
+    const now = Date.now();
+    const slowestUploads = [...stillUploading()]
+      .sort(([a, x], [b, y]) => uploadRate(a, x, now) - uploadRate(b, y, now))
+      .map(([other]) => other);
+    for (const other of [...idle, ...slowestUploads]) {
       if (excess <= 0) break;
-      if (other === socket) continue;
+      if (other === socket || other.destroyed) continue;
       other.destroy();
       excess--;
     }
   });
   server.on("request", (request: IncomingMessage, response: ServerResponse) => {
-    const { socket } = request;
-    idle.delete(socket as Socket);
+    const socket = request.socket as Socket;
+    idle.delete(socket);
     socket.setTimeout(0);
+    if (!request.complete)
+      uploading.set(socket, { request, from: socket.bytesRead, since: Date.now() });
     response.once("close", () => {
-      if (!socket.destroyed) idle.add(socket as Socket);
+      uploading.delete(socket);
+      if (!socket.destroyed) idle.add(socket);
     });
   });
   return server;
@@ -247,15 +283,21 @@ export async function startLocalBridge<
     throw error;
   }
 
-  const listener = getRequestListener((request) => bridge(request), {
-    // Leave the embedding program's global Request/Response alone.
-    overrideGlobalObjects: false,
-    // A request Node accepted that cannot become a Fetch Request (e.g. a bad Host header).
-    errorHandler: () =>
-      errorResponse("invalid_request", BRIDGE_TEXTS.unreadableRequest, {
-        issues: [{ path: [], message: BRIDGE_TEXTS.malformedRequestIssue }],
+  const listener = getRequestListener(
+    (request, env) =>
+      bridge(request, {
+        client: "incoming" in env ? env.incoming.socket.remoteAddress : undefined,
       }),
-  });
+    {
+      // Leave the embedding program's global Request/Response alone.
+      overrideGlobalObjects: false,
+      // A request Node accepted that cannot become a Fetch Request (e.g. a bad Host header).
+      errorHandler: () =>
+        errorResponse("invalid_request", BRIDGE_TEXTS.unreadableRequest, {
+          issues: [{ path: [], message: BRIDGE_TEXTS.malformedRequestIssue }],
+        }),
+    },
+  );
   const server = createLimitedServer(listener, connectionLimits);
   // Answers still being written: close() lets them finish (a cancelled call's answer included).
   const answering = new Set<Promise<void>>();

@@ -10,7 +10,7 @@ import {
 } from "../src/index.js";
 
 import { createFakeBackend } from "../src/testing/index.js";
-import { events, eventually, freshId, request, setupBridge, shutdownBridges } from "./helpers.js";
+import { eventually, freshId, request, setupBridge, shutdownBridges } from "./helpers.js";
 
 afterEach(shutdownBridges);
 
@@ -142,23 +142,83 @@ describe("admission", () => {
     await next;
   });
 
-  it("counts the time in the queue against the call's timeout: a call that waits past it ends as a timeout, unrun", async () => {
+  it("counts the time in the queue against the call's timeout: a call that waits past it is refused as unrun, never a timeout", async () => {
     const { bridge, backend, exec, logger } = full();
     void exec({ command: "a" });
     void exec({ command: "b" });
     await eventually(() => backend.starts.length === 2, "two starts");
-    const answer = await exec({ command: "late", timeoutSeconds: 0.2 }, { stream: true });
-    const all = await events(answer).all();
-    expect(all.map((event) => event.type)).toEqual(["start", "exit"]);
-    expect(all[1]).toMatchObject({
-      type: "exit",
-      result: { outcome: "timeout", code: 124, stdout: "", stderr: "" },
-    });
-    const line = execLines(logger).find((entry) => entry.endedBy === "timeout");
-    expect(line).toMatchObject({ started: false, outcome: "timeout" });
-    expect(line?.queuedMs).toBeGreaterThanOrEqual(190);
+    for (const stream of [true, false]) {
+      const answer = await exec({ command: "late", timeoutSeconds: 0.2 }, { stream });
+      // An HTTP error, streamed or not: a client reads it as refused before anything ran.
+      expect(answer.status).toBe(503);
+      expect(answer.headers.get("content-type")).toMatch(/^application\/json/);
+      const body = errorBodySchema.parse(await answer.json());
+      expect(body.code).toBe("capacity_exceeded");
+      expect(body.error).toMatch(/waited 0\.\d s for a slot and reached its deadline/);
+      expect(body.error).toContain("did not run");
+      expect(answer.headers.get("retry-after")).toBe(String(body.retryAfterSeconds));
+    }
+    const lines = execLines(logger).filter((entry) => entry.endedBy === "timeout");
+    expect(lines).toHaveLength(2);
+    for (const line of lines) {
+      expect(line).toMatchObject({
+        started: false,
+        outcome: "error",
+        errorCode: "capacity_exceeded",
+      });
+      expect(line.queuedMs).toBeGreaterThanOrEqual(190);
+    }
     expect(backend.starts).toHaveLength(2);
     expect((await health(bridge)).admission).toMatchObject({ running: 2, queued: 0 });
+  });
+
+  it("refuses at once a call that would wait for a slot past its deadline", async () => {
+    const { backend, exec } = setupBridge(
+      { admission: { maxConcurrent: 1, maxQueued: 8 } },
+      {
+        script: (spec) => (spec.command === "hang" ? { hang: true } : { exitDelayMs: 300 }),
+      },
+    );
+    // One call of about 300 ms: the bridge now takes calls to hold their slot about that long.
+    expect((await exec({ command: "short" })).status).toBe(200);
+    void exec({ command: "hang" });
+    await eventually(() => backend.starts.length === 2, "the hanging call runs");
+    const queued = exec({ command: "short", timeoutSeconds: 5 });
+    const refused = await exec({ command: "short", timeoutSeconds: 0.1 });
+    await expectOverload(refused);
+    const text = errorBodySchema.parse(
+      await (await exec({ command: "short", timeoutSeconds: 0.1 })).json(),
+    ).error;
+    expect(text).toMatch(/would wait about \d+ s for a slot, longer than its timeout of 0\.1 s/);
+    expect(backend.starts.map((spec) => spec.command)).toEqual(["short", "hang"]);
+    void queued;
+  });
+
+  it("gives a free slot to the client with the fewest calls running, and bounds each client's share of the queue", async () => {
+    const { bridge, backend } = setupBridge(
+      { admission: { maxConcurrent: 2, maxQueued: 8, maxQueuedPerClient: 3 } },
+      { script: () => ({ hang: true }) },
+    );
+    const from = (client: string, command: string) =>
+      bridge(request("/exec", { body: { sandboxId: freshId(), command } }), { client });
+    const answers = [from("a", "a1"), from("a", "a2")];
+    await eventually(() => backend.starts.length === 2, "a's two calls run");
+    answers.push(from("a", "a3"), from("a", "a4"), from("a", "a5"));
+    await eventually(async () => (await health(bridge)).admission?.queued === 3, "a's three wait");
+    // a has its share of the queue: its next call is refused; b still gets a place.
+    const refused = await from("a", "a6");
+    await expectOverload(refused);
+    answers.push(from("b", "b1"));
+    await eventually(async () => (await health(bridge)).admission?.queued === 4, "b waits");
+    // A slot frees: b's call goes first though a's waited longer.
+    await bridge(request("/cancel", { body: { sandboxId: backend.starts[0]?.sandboxId } }));
+    await eventually(() => backend.starts.length === 3, "a slot is given");
+    expect(backend.starts[2]?.command).toBe("b1");
+    await bridge(request("/cancel", { body: { sandboxId: backend.starts[1]?.sandboxId } }));
+    await eventually(() => backend.starts.length === 4, "the next slot is given");
+    expect(backend.starts[3]?.command).toBe("a3");
+    await bridge.shutdown();
+    await Promise.all(answers);
   });
 
   it("cancels a queued call by its id and ends queued calls at shutdown, none of them started", async () => {
@@ -176,7 +236,10 @@ describe("admission", () => {
     expect(await cancel.json()).toMatchObject({ cancelled: true });
     expect(await (await cancelled).json()).toMatchObject({ outcome: "cancelled" });
     await bridge.shutdown();
-    expect(await (await atShutdown).json()).toMatchObject({ outcome: "cancelled" });
+    // Never started: refused as unrun, not answered as a cancelled command.
+    const refused = await atShutdown;
+    expect(refused.status).toBe(503);
+    expect(await refused.json()).toMatchObject({ code: "capacity_exceeded" });
     expect(await (await first).json()).toMatchObject({ outcome: "cancelled" });
     expect(backend.starts.map((spec) => spec.command)).toEqual(["a"]);
     expect(backend.destroys).toEqual([backend.starts[0]?.sandboxId]);
@@ -200,8 +263,18 @@ describe("admission", () => {
     expect(CONCURRENT_CALLS_PER_CORE).toBe(4);
     expect(QUEUED_CALLS_PER_RUNNING).toBe(64);
     const maxQueuedBytes = 64 * 1024 * 1024;
-    expect(defaultAdmission(2)).toEqual({ maxConcurrent: 8, maxQueued: 512, maxQueuedBytes });
-    expect(defaultAdmission(1)).toEqual({ maxConcurrent: 4, maxQueued: 256, maxQueuedBytes });
+    expect(defaultAdmission(2)).toEqual({
+      maxConcurrent: 8,
+      maxQueued: 512,
+      maxQueuedBytes,
+      maxQueuedPerClient: 256,
+    });
+    expect(defaultAdmission(1)).toEqual({
+      maxConcurrent: 4,
+      maxQueued: 256,
+      maxQueuedBytes,
+      maxQueuedPerClient: 128,
+    });
     expect(defaultAdmission()).toEqual(defaultAdmission(navigator.hardwareConcurrency));
   });
 

@@ -306,6 +306,28 @@ describe.skipIf(!keyringTests)(
   },
 );
 
+// x86-64 numbers: mq_open 240, mq_timedsend 242, mq_timedreceive 243, shmget 29. The queue's
+// name goes to the system call without its leading slash (as the C library passes it).
+const WRITE_IPC = `perl -e 'my ($name, $m) = ("rt-ipc-q", "s3cret"); my $q = syscall(240, $name, 0102, 0600, 0); print $q >= 0 && syscall(242, $q, $m, 6, 0, 0) == 0 ? "queued\\n" : "mq: $!\\n"; print syscall(29, 0x52540001, 4096, 01600) >= 0 ? "shm\\n" : "shm: $!\\n"'`;
+const READ_IPC = `perl -e 'my $name = "rt-ipc-q"; my $q = syscall(240, $name, 04002, 0, 0); my $b = "\\0" x 8192; my $n = $q < 0 ? -1 : syscall(243, $q, $b, 8192, 0, 0); print $n > 0 ? "read " . substr($b, 0, $n) . "\\n" : "no queue\\n"; print syscall(29, 0x52540001, 0, 0) >= 0 ? "shm found\\n" : "no shm\\n"'`;
+
+describe.skipIf(!keyringTests)("isolation none: IPC objects", () => {
+  it("a message queue or shared memory one call made is not there for the next call on its uid", async () => {
+    const host = await localBridge({ isolation: "none", uids: { first: 1_899_000_020, count: 1 } });
+    try {
+      expect((await host.run(`${WRITE_IPC}; ${READ_IPC}`)).stdout).toBe(
+        "queued\nshm\nread s3cret\nshm found\n",
+      );
+      await eventually(() => host.backend.liveSandboxes() === 0, "first sandbox destroyed");
+      expect((await host.run(READ_IPC)).stdout).toBe("no queue\nno shm\n");
+      // Not the bridge's either.
+      expect((await host.run("id -u; id -G")).stdout).toBe("1899000020\n1899000020\n");
+    } finally {
+      await host.close();
+    }
+  });
+});
+
 describe.skipIf(!root)("isolation none: what a call leaves in shared places", () => {
   it("is gone before its uid serves the next call (/tmp, /var/tmp, /dev/shm, nested too)", async () => {
     const host = await localBridge({ isolation: "none", uids: { first: 1_899_000_010, count: 1 } });

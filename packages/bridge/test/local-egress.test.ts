@@ -1,12 +1,14 @@
+import { spawn } from "node:child_process";
 import { createSocket } from "node:dgram";
 import { existsSync } from "node:fs";
 import { rm } from "node:fs/promises";
-import { request } from "node:http";
+import { createServer as createHttpServer, request } from "node:http";
 import { connect, createServer, type Server, type Socket } from "node:net";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseHostPattern } from "../src/index.js";
 import { type EgressProxy, startEgressProxy } from "../src/local/egress.js";
+import { RELAY_MAX_CONNECTIONS, relayArgs } from "../src/local/relay.js";
 import { makeTmpRoot } from "./helpers.js";
 
 /** A loopback TCP server that counts connections and answers `pong` to anything. */
@@ -33,7 +35,10 @@ async function proxy(
   policy: Parameters<typeof startEgressProxy>[0]["policy"],
   allowPrivate: string[] = [],
   bridgePort?: number,
-  extra: Pick<Parameters<typeof startEgressProxy>[0], "limits" | "resolver"> = {},
+  extra: Pick<
+    Parameters<typeof startEgressProxy>[0],
+    "limits" | "resolver" | "callersAllowlist"
+  > = {},
 ): Promise<EgressProxy & { socketPath: string }> {
   const socketPath = join(dir, `p${++sockets}.sock`);
   const started = await startEgressProxy({
@@ -128,6 +133,15 @@ describe("the egress proxy refuses what is not public before connecting", () => 
     // The same address under another name is not what the pattern names.
     expect((await connectThrough(listed.socketPath, `localhost:${target.port}`)).status).toBe(403);
     await listed.close();
+
+    // The same literal in a caller's own allowlist (under an open ceiling) is no permission.
+    const callers = await proxy({ allow: [`127.0.0.1:${target.port}`] }, [], undefined, {
+      callersAllowlist: true,
+    });
+    const refused = await connectThrough(callers.socketPath, `127.0.0.1:${target.port}`);
+    expect(refused.status).toBe(403);
+    expect(refused.body).toContain("127.0.0.1 is not public (loopback)");
+    await callers.close();
 
     const deployer = await proxy("open", ["localhost"]);
     expect(await connectThrough(deployer.socketPath, `localhost:${target.port}`)).toEqual({
@@ -253,6 +267,54 @@ describe("what a sandbox can make its proxy hold is bounded", () => {
     await bounded.close();
   });
 
+  it("takes a connection's pipelined requests one at a time, and closes one that sends too many ahead", {
+    timeout: 20_000,
+  }, async () => {
+    // A plain HTTP destination that answers each request after 50 ms, counting connections.
+    let open = 0;
+    let most = 0;
+    let total = 0;
+    const web = createHttpServer((_req, res) => {
+      setTimeout(() => res.end("ok"), 50);
+    });
+    web.on("connection", (socket: Socket) => {
+      total++;
+      most = Math.max(most, ++open);
+      socket.once("close", () => open--);
+    });
+    await new Promise<void>((resolve) => web.listen(0, "127.0.0.1", resolve));
+    const port = (web.address() as { port: number }).port;
+    const bounded = await proxy("open", ["127.0.0.1"]);
+    const pipeline = (count: number) =>
+      new Promise<{ answers: number; closed: boolean }>((resolve) => {
+        const socket = connect(bounded.socketPath, () => {
+          let text = "";
+          for (let i = 0; i < count; i++)
+            text += `GET http://127.0.0.1:${port}/${i} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\n\r\n`;
+          socket.write(text);
+        });
+        let received = "";
+        const answers = () => (received.match(/HTTP\/1\.1 200/g) ?? []).length;
+        socket.on("data", (chunk) => {
+          received += chunk;
+          if (answers() === count) socket.end();
+        });
+        socket.on("error", () => {});
+        socket.on("close", () => resolve({ answers: answers(), closed: answers() < count }));
+      });
+    // A few ahead: all answered, in turn, over one connection to the destination at a time.
+    expect(await pipeline(6)).toEqual({ answers: 6, closed: false });
+    expect(most).toBe(1);
+    // Far more than MAX_PIPELINED ahead: the connection is closed, and the destination never saw
+    // more than one connection at a time nor one per request.
+    const flood = await pipeline(2_000);
+    expect(flood.closed).toBe(true);
+    expect(most).toBe(1);
+    expect(total).toBeLessThan(6 + 20);
+    await bounded.close();
+    web.close();
+  });
+
   it("closes a connection that sends no request head within headersTimeoutMs", {
     timeout: 20_000,
   }, async () => {
@@ -286,6 +348,53 @@ describe("what a sandbox can make its proxy hold is bounded", () => {
     // Closed after idleTimeoutMs, not before; a tunnel kept open would outlast this test.
     expect(waited).toBeGreaterThanOrEqual(250);
     await bounded.close();
+  });
+});
+
+describe("the relay", () => {
+  it("carries at most RELAY_MAX_CONNECTIONS connections at once and closes more as they arrive", {
+    timeout: 30_000,
+  }, async () => {
+    // The proxy's side: a unix socket that keeps every connection open, counting them.
+    const upstreamPath = join(dir, "relay-up.sock");
+    let upstream = 0;
+    const held: Socket[] = [];
+    const proxySide = createServer((socket) => {
+      upstream++;
+      held.push(socket);
+    });
+    await new Promise<void>((resolve) => proxySide.listen(upstreamPath, resolve));
+    // Where the relay listens: a free loopback port instead of the sandbox's 3128.
+    const free = createServer();
+    await new Promise<void>((resolve) => free.listen(0, "127.0.0.1", resolve));
+    const port = (free.address() as { port: number }).port;
+    await new Promise((resolve) => free.close(resolve));
+    const args = relayArgs(upstreamPath);
+    args[2] = String(port);
+    const relay = spawn(process.execPath, args, { stdio: ["ignore", "pipe", "ignore"] });
+    try {
+      await new Promise<void>((resolve) => relay.stdout.once("data", () => resolve()));
+      const clients: Socket[] = [];
+      const closed: Promise<number>[] = [];
+      for (let i = 0; i < RELAY_MAX_CONNECTIONS + 6; i++) {
+        const client = connect(port, "127.0.0.1");
+        client.on("error", () => {});
+        clients.push(client);
+        closed.push(closedWithin(client));
+        await new Promise((resolve) => client.once("connect", resolve));
+      }
+      // The last six are closed by the relay; the first ones stay, each with its upstream.
+      await Promise.all(closed.slice(RELAY_MAX_CONNECTIONS));
+      for (let i = 0; i < 200 && upstream < RELAY_MAX_CONNECTIONS; i++)
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      expect(upstream).toBe(RELAY_MAX_CONNECTIONS);
+      expect(clients.slice(0, RELAY_MAX_CONNECTIONS).every((c) => !c.destroyed)).toBe(true);
+      for (const client of clients) client.destroy();
+    } finally {
+      relay.kill("SIGKILL");
+      for (const socket of held) socket.destroy();
+      proxySide.close();
+    }
   });
 });
 

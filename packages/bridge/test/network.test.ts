@@ -118,6 +118,20 @@ describe("a bridge over a backend that enforces network policies", () => {
     expect(backend.starts).toEqual([]);
   });
 
+  it("tells the backend whose literals an allowlist holds: the caller's under an open ceiling only", async () => {
+    const open = setupBridge({ network: { ceiling: "open" } }, enforcing);
+    const allow = { allow: ["203.0.114.9:22"] };
+    expect((await open.exec({ command: "true", network: allow })).status).toBe(200);
+    expect(open.backend.starts[0]).toMatchObject({ network: allow, callersAllowlist: true });
+    const listed = setupBridge(
+      { network: { ceiling: { allow: ["203.0.114.9:22"] }, default: allow } },
+      enforcing,
+    );
+    expect((await listed.exec({ command: "true", network: allow })).status).toBe(200);
+    expect((await listed.exec({ command: "true" })).status).toBe(200);
+    expect(listed.backend.starts.map((spec) => spec.callersAllowlist)).toEqual([false, false]);
+  });
+
   it("under an open ceiling still refuses a caller's private address (the bridge's own host)", async () => {
     const { backend, exec } = setupBridge({ network: { ceiling: "open" } }, enforcing);
     const response = await exec({ command: "true", network: { allow: ["127.0.0.1:8787"] } });

@@ -1,5 +1,5 @@
 import { readdir, rm } from "node:fs/promises";
-import { connect } from "node:net";
+import { connect, type Socket } from "node:net";
 import { execResultSchema, healthResponseSchema } from "@remote-task/protocol";
 import { referenceExecRequest, referenceExecResponse } from "@remote-task/protocol/fixtures";
 import { afterEach, describe, expect, it } from "vitest";
@@ -44,7 +44,130 @@ function post(bridge: LocalBridge, path: string, body: unknown, init: RequestIni
   });
 }
 
+/** A raw connection that sends `POST /exec` headers for a body of `length` bytes, and `sent` of them. */
+function partialUpload(bridge: LocalBridge, length: number, sent: string): Promise<Socket> {
+  const { port } = new URL(bridge.url);
+  return new Promise((resolve) => {
+    const socket = connect(Number(port), "127.0.0.1", () => {
+      socket.write(
+        `POST /exec HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${bridge.token}\r\nContent-Type: application/json\r\nContent-Length: ${length}\r\n\r\n${sent}`,
+      );
+      resolve(socket);
+    });
+    socket.on("error", () => {});
+  });
+}
+
 describe("startLocalBridge", () => {
+  it("closes an upload slower than minUploadBytesPerSecond once it has had headersTimeoutMs", {
+    timeout: 60_000,
+  }, async () => {
+    const bridge = await start({
+      backend: createFakeBackend(),
+      // Without the rate check nothing would close it before requestTimeoutMs, past this test's timeout.
+      connections: {
+        headersTimeoutMs: 500,
+        requestTimeoutMs: 600_000,
+        minUploadBytesPerSecond: 100,
+      },
+    });
+    const slow = await partialUpload(bridge, 1_000, "{");
+    const trickle = setInterval(() => {
+      if (!slow.destroyed) slow.write(" ");
+    }, 200);
+    await new Promise<void>((resolve) => slow.once("close", () => resolve()));
+    clearInterval(trickle);
+    // A request that arrives at once is served.
+    expect((await post(bridge, "/exec", { sandboxId: freshId(), command: "x" })).status).toBe(200);
+  });
+
+  it("near maxConnections closes uploads still arriving, slowest first, to make room", async () => {
+    const bridge = await start({
+      backend: createFakeBackend(),
+      connections: { maxConnections: 20 },
+    });
+    const uploads: Socket[] = [];
+    for (let i = 0; i < 25; i++) {
+      uploads.push(await partialUpload(bridge, 1_000, "{"));
+      // Its request under way (no longer an idle connection) before the next arrives.
+      await new Promise((resolve) => setTimeout(resolve, 30));
+    }
+    const health = await fetch(`${bridge.url}/health`, {
+      headers: { authorization: `Bearer ${bridge.token}` },
+    });
+    expect(health.status).toBe(200);
+    expect(
+      uploads.filter((upload) => upload.destroyed || upload.readableEnded).length,
+    ).toBeGreaterThan(0);
+    for (const upload of uploads) upload.destroy();
+  });
+
+  it("counts requests whose bodies are still arriving against admission", async () => {
+    const bridge = await start({
+      backend: createFakeBackend(),
+      admission: { maxConcurrent: 1, maxQueued: 1, maxQueuedPerClient: 10 },
+    });
+    const uploads = [await partialUpload(bridge, 200, "{"), await partialUpload(bridge, 200, "{")];
+    // Once the bridge has both requests' headers, their bodies fill the slot and the queue.
+    let refused: unknown;
+    await eventually(async () => {
+      const answer = await post(bridge, "/exec", { sandboxId: freshId(), command: "x" });
+      refused = await answer.json();
+      return answer.status === 429;
+    }, "a refusal while the two bodies are arriving");
+    expect(refused).toMatchObject({ code: "capacity_exceeded" });
+    const health = await fetch(`${bridge.url}/health`, {
+      headers: { authorization: `Bearer ${bridge.token}` },
+    });
+    expect(health.status).toBe(200);
+    for (const upload of uploads) upload.destroy();
+    await eventually(async () => {
+      const again = await post(bridge, "/exec", { sandboxId: freshId(), command: "x" });
+      return again.status === 200;
+    }, "room once the uploads are gone");
+  });
+
+  it("lets one client's calls take the free slots whatever its share of the queue", async () => {
+    const bridge = await start({
+      backend: createFakeBackend({ script: () => ({ exitDelayMs: 100 }) }),
+      admission: { maxConcurrent: 4, maxQueued: 4, maxQueuedPerClient: 1 },
+    });
+    // One body still arriving from this address, a place in the queue's worth: slots are free.
+    const upload = await partialUpload(bridge, 200, "{");
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const answer = await post(bridge, "/exec", { sandboxId: freshId(), command: "x" });
+    expect(answer.status).toBe(200);
+    upload.destroy();
+  });
+
+  it("counts a connection's source address as its client in the queue", async () => {
+    const backend = createFakeBackend({ script: () => ({ hang: true }) });
+    const bridge = await start({
+      backend,
+      admission: { maxConcurrent: 1, maxQueued: 4, maxQueuedPerClient: 1 },
+    });
+    const controller = new AbortController();
+    const send = () =>
+      post(bridge, "/exec", { sandboxId: freshId(), command: "x" }, { signal: controller.signal });
+    const running = send().catch(() => undefined);
+    await eventually(() => backend.starts.length === 1, "the first call runs");
+    const waiting = send().catch(() => undefined);
+    await eventually(async () => {
+      const health = await fetch(`${bridge.url}/health`, {
+        headers: { authorization: `Bearer ${bridge.token}` },
+      });
+      return healthResponseSchema.parse(await health.json()).admission?.queued === 1;
+    }, "the second call waits");
+    const refused = await send();
+    expect(refused.status).toBe(429);
+    expect(await refused.json()).toMatchObject({
+      code: "capacity_exceeded",
+      error: expect.stringContaining("This client already has 1 calls waiting"),
+    });
+    controller.abort();
+    await Promise.all([running, waiting]);
+  });
+
   it("listens on 127.0.0.1 on a random port with a random 256-bit token", async () => {
     const a = await start({ backend: createFakeBackend() });
     const b = await start({ backend: createFakeBackend() });

@@ -41,7 +41,10 @@ export function dockerOptions(command: Command): Command {
       "--docker-engine <address>",
       "the engine: unix:///path.sock or tcp://host:port (default: $DOCKER_HOST, then the usual sockets)",
     )
-    .option("--docker-user <user>", "who commands run as in the container (default 1000:1000)")
+    .option(
+      "--docker-user <user>",
+      "who commands run as in the container (default: a uid of its own per container, no host account)",
+    )
     .option(
       "--docker-ulimit <name=value>",
       "more rlimits for the containers, e.g. nproc=32768 where the engine's default is too high",

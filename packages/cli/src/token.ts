@@ -1,9 +1,11 @@
 /**
  * Where `serve` gets its token without it showing in any process's argv (`/proc/<pid>/cmdline` is
  * world-readable): `--token-file <path>`, else `$CLOUDFLARE_SANDBOX_TOKEN` (or its `MIKAN_` form,
- * the variables clients read), else a random one. `--token` still works, with a warning.
+ * the variables clients read), else a random one. `--token` still works, with a warning. A token
+ * file that group or others may read or write is refused, as ssh refuses such a key: under
+ * isolation none a command may read this process's argv, then the file.
  */
-import { readFile } from "node:fs/promises";
+import { open } from "node:fs/promises";
 
 const TOKEN_VARIABLES = ["CLOUDFLARE_SANDBOX_TOKEN", "MIKAN_CLOUDFLARE_SANDBOX_TOKEN"];
 
@@ -52,10 +54,23 @@ export async function serveToken(
   }
   if (flags.tokenFile !== undefined) {
     let text: string;
+    let mode: number;
     try {
-      text = await readFile(flags.tokenFile, "utf8");
+      // The mode of the file read, not of whatever the path names a moment later.
+      const file = await open(flags.tokenFile, "r");
+      try {
+        mode = (await file.stat()).mode & 0o777;
+        text = await file.readFile("utf8");
+      } finally {
+        await file.close();
+      }
     } catch (error) {
       throw new Error(`cannot read --token-file ${flags.tokenFile}: ${(error as Error).message}`);
+    }
+    if (process.platform !== "win32" && (mode & 0o077) !== 0) {
+      throw new Error(
+        `--token-file ${flags.tokenFile} has mode ${mode.toString(8).padStart(4, "0")}: its group or other users may read it, and so may every sandbox given their uid. Make it readable by its owner only: chmod 600 ${flags.tokenFile}`,
+      );
     }
     const value = text.trim();
     if (value === "") throw new Error(`--token-file ${flags.tokenFile} is empty.`);

@@ -1,6 +1,10 @@
+import { chmod, mkdtemp, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { type LocalBridge, startLocalBridge } from "@remote-task/bridge/node";
 import { createFakeBackend } from "@remote-task/bridge/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { serveToken } from "../src/token.js";
 import { cleanEnv, runCli } from "./helpers.js";
 
 let bridge: LocalBridge;
@@ -20,5 +24,22 @@ describe("a refused token", () => {
       env: cleanEnv({ MIKAN_CLOUDFLARE_SANDBOX_TOKEN: "wrong" }),
     });
     expect(variable.stderr).toContain("given by MIKAN_CLOUDFLARE_SANDBOX_TOKEN");
+  });
+});
+
+describe("serve's --token-file", () => {
+  it("is refused when group or others may read it, naming the mode and the chmod fix", async () => {
+    const file = join(await mkdtemp(join(tmpdir(), "rt-token-mode-")), "token");
+    await writeFile(file, "file-token\n", { mode: 0o600 });
+    expect(await serveToken({ tokenFile: file }, {})).toEqual({
+      value: "file-token",
+      from: `--token-file ${file}`,
+    });
+    for (const mode of [0o640, 0o604, 0o620]) {
+      await chmod(file, mode);
+      await expect(serveToken({ tokenFile: file }, {})).rejects.toThrow(
+        `has mode 0${mode.toString(8)}: its group or other users may read it, and so may every sandbox given their uid. Make it readable by its owner only: chmod 600 ${file}`,
+      );
+    }
   });
 });

@@ -21,6 +21,12 @@ export const BRIDGE_TEXTS = {
   shuttingDown: "The bridge is shutting down; try another bridge or retry shortly.",
   overloaded: (running: number, waiting: number, waitingBytes: number, retrySeconds: number) =>
     `The bridge is at its limit of ${running} running and ${waiting} waiting calls (or ${waitingBytes} bytes of waiting requests), so the command did not run. Retry in ${retrySeconds} s (Retry-After), or send fewer calls at once.`,
+  queueDeadline: (waitedSeconds: number, retrySeconds: number) =>
+    `The call waited ${waitedSeconds} s for a slot and reached its deadline before one was free, so the command did not run. Retry in ${retrySeconds} s (Retry-After), with a longer timeout, or send fewer calls at once.`,
+  wouldMissDeadline: (waitSeconds: number, timeoutSeconds: number, retrySeconds: number) =>
+    `The call would wait about ${waitSeconds} s for a slot, longer than its timeout of ${timeoutSeconds} s, so the command did not run. Retry in ${retrySeconds} s (Retry-After), with a longer timeout, or send fewer calls at once.`,
+  clientQueueFull: (waiting: number, retrySeconds: number) =>
+    `This client already has ${waiting} calls waiting for a slot, the most one client may, so the command did not run. Retry in ${retrySeconds} s (Retry-After), or send fewer calls at once.`,
   sandboxFailed:
     "The sandbox failed while running the command; the bridge log has details. Try again.",
   notFound: (path: string, routes: string) => `No route ${path}; routes are ${routes}.`,

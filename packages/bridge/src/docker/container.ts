@@ -71,7 +71,13 @@ export function callScript(spec: ExecSpec, cwd: string, nonce: string): string {
 
 export interface ContainerSettings {
   image: string;
-  user: string;
+  /** The user of the next container made (`uid:gid` or a name of the image). */
+  user: () => string;
+  /**
+   * The `seccomp=` security option's value: the profile's JSON (Docker), or the path of a file on
+   * the engine's machine holding it (Podman 4 reads a path only).
+   */
+  seccomp: string;
   runtime?: string | undefined;
   readOnlyRootfs: boolean;
   limits: DockerLimits;
@@ -104,7 +110,7 @@ export function createBody(settings: ContainerSettings): Record<string, unknown>
     Entrypoint: ["/bin/sh"],
     Cmd: ["-s"],
     Env: Object.entries(env).map(([name, value]) => `${name}=${value}`),
-    User: settings.user,
+    User: settings.user(),
     Hostname: "sandbox",
     Labels: settings.labels,
     AttachStdin: true,
@@ -131,7 +137,7 @@ export function createBody(settings: ContainerSettings): Record<string, unknown>
       },
       ReadonlyRootfs: settings.readOnlyRootfs,
       CapDrop: ["ALL"],
-      SecurityOpt: ["no-new-privileges"],
+      SecurityOpt: ["no-new-privileges", `seccomp=${settings.seccomp}`],
       Privileged: false,
       AutoRemove: false,
       LogConfig: { Type: "none" },

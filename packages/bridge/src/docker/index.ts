@@ -8,7 +8,7 @@
  */
 
 import { randomBytes } from "node:crypto";
-import { chmodSync, mkdirSync, readdirSync, rmSync } from "node:fs";
+import { chmodSync, mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { Agent } from "node:http";
 import type { Socket } from "node:net";
 import { hostname, tmpdir } from "node:os";
@@ -44,6 +44,8 @@ import { createEngineClient, type EngineClient, EngineError } from "./engine.js"
 import { FrameReader } from "./frames.js";
 import { type ContainerNetwork, probeContainerNetwork, startContainerNetwork } from "./network.js";
 import { engineProcessLimit, isNprocRefusal } from "./rlimit.js";
+import { containerSeccompProfile } from "./seccomp.js";
+import { containerUsers } from "./users.js";
 
 export { defaultSockets, parseEngineAddress } from "./address.js";
 export { type DockerLimits, LABELS } from "./container.js";
@@ -60,7 +62,10 @@ export interface DockerBackendOptions {
   engine?: string | undefined;
   /** The engine's OCI runtime for the containers, e.g. `runsc` (default: the engine's own). */
   runtime?: string | undefined;
-  /** Who the command runs as, `uid:gid` or a user of the image (default `1000:1000`). */
+  /**
+   * Who the command runs as, `uid:gid` or a user of the image (default: a uid of its own per
+   * container, 60001..64999, that no host account has; see docker/users.ts).
+   */
   user?: string | undefined;
   /** Per-container limits (default {@link DEFAULT_DOCKER_LIMITS}). */
   limits?: Partial<DockerLimits> | undefined;
@@ -237,10 +242,11 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
   );
   const instance = newInstanceName();
   const host = hostname();
-  const user = options.user ?? "1000:1000";
+  const user = options.user;
   const settings: ContainerSettings = {
     image: options.image,
-    user,
+    user: user === undefined ? containerUsers() : () => user,
+    seccomp: JSON.stringify(containerSeccompProfile()),
     runtime: options.runtime,
     readOnlyRootfs: options.readOnlyRootfs ?? true,
     limits,
@@ -277,6 +283,17 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
    * the instance so that the next backend removes a crashed one's (its relays died with it).
    */
   let socketDir: string | undefined;
+  /** This backend's directory (made on first use): proxy sockets, Podman's seccomp profile. */
+  function ownDir(): string {
+    if (socketDir === undefined) {
+      const dir = join(tmpdir(), `${SOCKET_DIR_PREFIX}${instance}`);
+      // Fails if it exists: nobody else chose this directory. The relay's uid may pass through.
+      mkdirSync(dir, { mode: 0o700 });
+      chmodSync(dir, 0o711);
+      socketDir = dir;
+    }
+    return socketDir;
+  }
   let serial = 0;
 
   const calls = new Map<string, Call>();
@@ -313,6 +330,12 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
     settings.podman = ((await version).body.Components ?? []).some((c) =>
       /podman/i.test(c.Name ?? ""),
     );
+    if (settings.podman) {
+      // Podman reads a profile from a path only (of its machine: the engine on this one).
+      const path = join(ownDir(), "seccomp.json");
+      writeFileSync(path, settings.seccomp, { mode: 0o644 });
+      settings.seccomp = path;
+    }
     await swept;
     await probeStart();
     if (report.runtime === undefined) {
@@ -627,13 +650,6 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
     if ("reason" in probe)
       throw new BackendError("sandbox_error", DOCKER_TEXTS.noRelay(probe.reason));
     try {
-      if (socketDir === undefined) {
-        const dir = join(tmpdir(), `${SOCKET_DIR_PREFIX}${instance}`);
-        // Fails if it exists: nobody else chose this directory. The relay's uid may pass through.
-        mkdirSync(dir, { mode: 0o700 });
-        chmodSync(dir, 0o711);
-        socketDir = dir;
-      }
       const { body } = await engine.json<{ State?: { Pid?: number } }>({
         method: "GET",
         path: `/containers/${id}/json`,
@@ -643,7 +659,8 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
         containerId: id,
         pid: body.State?.Pid ?? 0,
         policy,
-        socketPath: join(socketDir, `egress-${++serial}.sock`),
+        callersAllowlist: spec.callersAllowlist,
+        socketPath: join(ownDir(), `egress-${++serial}.sock`),
         allowPrivate,
         protectedEndpoints: () => bridgeEndpoints,
       });

@@ -121,6 +121,8 @@ export interface ContainerNetworkOptions {
   containerId: string;
   pid: number;
   policy: Exclude<NetworkPolicy, "none">;
+  /** The allowlist is the caller's own (see ExecSpec.callersAllowlist). */
+  callersAllowlist?: boolean | undefined;
   /** The proxy's socket (its directory must let the relay's uid through). */
   socketPath: string;
   allowPrivate: readonly ParsedHostPattern[];
@@ -149,6 +151,7 @@ export async function startContainerNetwork(
   const proxy: EgressProxy = await startEgressProxy({
     socketPath,
     policy: options.policy,
+    callersAllowlist: options.callersAllowlist,
     allowPrivate: options.allowPrivate,
     protectedEndpoints: options.protectedEndpoints,
   });

@@ -3,15 +3,19 @@
  * them to sockets and name resolution): may a connection to `host:port` go out, and to which of
  * the addresses the name resolved to. Addresses that are not public (loopback, private,
  * link-local such as 169.254.169.254, carrier-grade NAT, unique-local...) are refused unless the
- * deployer allowed them: an IP-literal pattern of the call's allowlist (by the bridge's rule only
- * a deployer's ceiling can hold one) or a pattern of `allowPrivate`. The same holds for every
- * address of the bridge's own host (each interface's, public ones too, any port): its services
- * are not the internet. The bridge's own listening port is never reachable.
+ * deployer allowed them: an IP-literal pattern of an allowlist the deployer chose (its default,
+ * or a call's allowlist within an allowlist ceiling, which names only the ceiling's literals; not
+ * a caller's own allowlist under an `open` ceiling) or a pattern of `allowPrivate`. The same holds
+ * for every address of the bridge's own host (each interface's, public ones too, any port): its
+ * services are not the internet. An IPv6 address that embeds IPv4 addresses (IPv4-compatible,
+ * mapped, NAT64, 6to4, Teredo) is judged by them as well. The bridge's own listening port is never
+ * reachable.
  */
 import type { NetworkPolicy } from "@remote-task/protocol";
 import ipaddr from "ipaddr.js";
 import {
   describeNetworkPolicy,
+  embeddedIPv4,
   hostMatches,
   isPublicAddress,
   type ParsedHostPattern,
@@ -30,6 +34,11 @@ export interface EgressRules {
   policy: Exclude<NetworkPolicy, "none">;
   /** The allowlist's patterns, parsed (empty under `open`). */
   allowlist: readonly ParsedHostPattern[];
+  /**
+   * Whether the allowlist is the caller's own (chosen under an `open` ceiling): its IP literals
+   * then have no exemption from the public-address and own-address rules.
+   */
+  callersAllowlist: boolean;
   /** Patterns the deployer allowed at non-public addresses. */
   allowPrivate: readonly ParsedHostPattern[];
   /** Where the bridge itself listens. */
@@ -48,9 +57,10 @@ export function egressRules(
   allowPrivate: readonly ParsedHostPattern[],
   bridgeEndpoints: readonly Endpoint[],
   hostAddresses: readonly string[],
+  callersAllowlist = false,
 ): EgressRules {
   const allowlist = policy === "open" ? [] : policy.allow.map(parseHostPattern);
-  return { policy, allowlist, allowPrivate, bridgeEndpoints, hostAddresses };
+  return { policy, allowlist, callersAllowlist, allowPrivate, bridgeEndpoints, hostAddresses };
 }
 
 /** ipaddr.js's range names, as a message says them. */
@@ -66,6 +76,8 @@ const RANGE_WORDS: Record<string, string> = {
 };
 
 function rangeOf(address: string): string {
+  const inner = embeddedIPv4(address).find((form) => ipaddr.parse(form).range() !== "unicast");
+  if (inner !== undefined) return rangeOf(inner);
   const range = ipaddr.process(address).range();
   return RANGE_WORDS[range] ?? range;
 }
@@ -86,12 +98,18 @@ function refuse(host: string, port: number, rules: EgressRules, reason: string):
   };
 }
 
-/** True for this machine's own addresses. */
+/** The address itself and the IPv4 addresses it embeds, canonical. */
+function forms(address: string): string[] {
+  return [canonical(address), ...embeddedIPv4(address)];
+}
+
+/** True for this machine's own addresses (or an address embedding one). */
 function isOwnAddress(address: string, rules: EgressRules): boolean {
-  const parsed = ipaddr.process(address);
-  if (parsed.range() === "loopback" || parsed.range() === "unspecified") return true;
-  const text = parsed.toString();
-  return rules.hostAddresses.some((own) => ipaddr.isValid(own) && canonical(own) === text);
+  return forms(address).some((form) => {
+    const range = ipaddr.parse(form).range();
+    if (range === "loopback" || range === "unspecified") return true;
+    return rules.hostAddresses.some((own) => ipaddr.isValid(own) && canonical(own) === form);
+  });
 }
 
 function isBridge(address: string, port: number, rules: EgressRules): boolean {
@@ -99,7 +117,7 @@ function isBridge(address: string, port: number, rules: EgressRules): boolean {
     (endpoint) =>
       endpoint.port === port &&
       (isOwnAddress(address, rules) ||
-        (ipaddr.isValid(endpoint.host) && canonical(endpoint.host) === canonical(address))),
+        (ipaddr.isValid(endpoint.host) && forms(address).includes(canonical(endpoint.host)))),
   );
 }
 
@@ -157,7 +175,8 @@ export function chooseAddress(
   rules: EgressRules,
 ): EgressVerdict {
   const explicitlyAllowed = (address: string) =>
-    rules.allowlist.some((pattern) => pattern.literal && hostMatches(pattern, address, port)) ||
+    (!rules.callersAllowlist &&
+      rules.allowlist.some((pattern) => pattern.literal && hostMatches(pattern, address, port))) ||
     rules.allowPrivate.some(
       (pattern) => hostMatches(pattern, host, port) || hostMatches(pattern, address, port),
     );

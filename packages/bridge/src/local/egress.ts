@@ -46,6 +46,8 @@ export interface EgressProxyOptions {
   socketPath: string;
   /** The call's policy: `open` or an allowlist. */
   policy: Exclude<NetworkPolicy, "none">;
+  /** The allowlist is the caller's own (see ExecSpec.callersAllowlist). */
+  callersAllowlist?: boolean | undefined;
   allowPrivate: readonly ParsedHostPattern[];
   /** Where the bridge itself listens, looked up on every connection. */
   protectedEndpoints: () => readonly Endpoint[];
@@ -59,8 +61,11 @@ export interface EgressProxyOptions {
 export interface EgressLimits {
   /**
    * Connections to the proxy at once (tunnels, requests, connections still sending headers);
-   * more are closed as they arrive. Each holds at most one connection to a destination and
-   * about 64 KiB of buffered data each way (streams are piped with backpressure).
+   * more are closed as they arrive. Each holds at most one connection to a destination (a
+   * connection's pipelined requests go one at a time, and at most {@link MAX_PIPELINED} wait
+   * behind the one in flight, or it is closed) and about 64 KiB of buffered data each way
+   * (streams are piped with backpressure). Connections to destinations are capped at the same
+   * number (a 503 beyond it), so the proxy holds at most twice this many sockets, plus its own.
    */
   maxConnections: number;
   /** A connection that has not sent its request head within this many ms is closed. */
@@ -81,6 +86,12 @@ export interface EgressProxy {
   /** Closes the socket and every connection through it. */
   close(): Promise<void>;
 }
+
+/**
+ * Requests one connection to the proxy may send ahead (HTTP pipelining) while one is in flight;
+ * a connection sending more is closed. Each waits for the one before it to be answered.
+ */
+const MAX_PIPELINED = 8;
 
 /** How long a connection to a destination may take to open. */
 const CONNECT_TIMEOUT_MS = 15_000;
@@ -129,6 +140,7 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
       options.allowPrivate,
       options.protectedEndpoints(),
       interfaceAddresses(),
+      options.callersAllowlist === true,
     );
     const verdict =
       screenDestination(host, port, rules) ?? (await resolveAndChoose(host, port, rules));
@@ -167,15 +179,33 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
     res.end(`${reason}\n`);
   }
 
+  /** Connections to destinations open now (at most `limits.maxConnections`). */
+  let upstreams = 0;
+  /** Counts `upstream` until it closes. */
+  const countUpstream = (upstream: Socket) => {
+    upstreams++;
+    upstream.once("close", () => upstreams--);
+  };
+  const upstreamsFull = () =>
+    upstreams >= limits.maxConnections
+      ? `remote-task egress proxy: this sandbox already has ${limits.maxConnections} connections open through the proxy; close some first.`
+      : undefined;
+
   /** Opens a TCP connection to the address that was checked (a tunnel's far end). */
   function open(
     address: string,
     port: number,
     onOpen: (upstream: Socket) => void,
-    onFail: (message: string) => void,
+    onFail: (message: string, status?: number) => void,
   ): void {
+    const full = upstreamsFull();
+    if (full !== undefined) {
+      onFail(full, 503);
+      return;
+    }
     const upstream = connect({ host: address, port, allowHalfOpen: true });
     track(upstream);
+    countUpstream(upstream);
     upstream.setTimeout(CONNECT_TIMEOUT_MS, () =>
       upstream.destroy(new Error(`no connection within ${CONNECT_TIMEOUT_MS / 1000} s`)),
     );
@@ -221,7 +251,7 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
         client.pipe(upstream);
         upstream.pipe(client);
       },
-      (message) => answerRaw(client, 502, message),
+      (message, status) => answerRaw(client, status ?? 502, message),
     );
   }
 
@@ -248,6 +278,8 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
     const port = Number(url.port || 80);
     const decision = await decide(host, port);
     if (!decision.ok) return answer(res, decision.status, decision.reason);
+    const full = upstreamsFull();
+    if (full !== undefined) return answer(res, 503, full);
     const upstream = httpRequest({
       host: decision.address,
       port,
@@ -258,7 +290,10 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
       agent: false,
       timeout: CONNECT_TIMEOUT_MS,
     });
-    upstream.once("socket", track);
+    upstream.once("socket", (socket: Socket) => {
+      track(socket);
+      countUpstream(socket);
+    });
     upstream.once("timeout", () => upstream.destroy(new Error("timed out")));
     upstream.once("error", (error: NodeJS.ErrnoException) =>
       answer(
@@ -291,8 +326,23 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
   server.on("connect", (req: IncomingMessage, client: Duplex, head: Buffer) => {
     void onConnect(req, client, head);
   });
+  /** Per connection: the end of its last request, and how many of its requests have not started. */
+  const inFlight = new WeakMap<Socket, { done: Promise<void>; waiting: number }>();
   server.on("request", (req: IncomingMessage, res: ServerResponse) => {
-    void onRequest(req, res);
+    const socket = req.socket;
+    const line = inFlight.get(socket) ?? { done: Promise.resolve(), waiting: 0 };
+    if (line.waiting >= MAX_PIPELINED) {
+      socket.destroy();
+      return;
+    }
+    line.waiting++;
+    const answered = new Promise<void>((resolve) => res.once("close", resolve));
+    line.done = line.done.then(() => {
+      line.waiting--;
+      if (!res.destroyed) void onRequest(req, res);
+      return answered;
+    });
+    inFlight.set(socket, line);
   });
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);

@@ -40,10 +40,10 @@ export async function limitNotes(
  */
 export function isolationNoneGaps(uidPerSandbox: boolean): string[] {
   return [
-    "no namespaces: commands see the host's whole file system (whatever their uid may read), its process list and its network, the host's own services included; no network policy is enforced",
+    "no namespace but IPC: commands see the host's whole file system (whatever their uid may read), its process list and its network, the host's own services included; no network policy is enforced",
     ...(uidPerSandbox
       ? [
-          "what a call leaves in /tmp, /var/tmp, /dev/shm and /dev/mqueue is removed after it, and kernel keyrings are reset for each call (when Perl is installed); System V IPC objects and files in other world-writable directories are not removed",
+          "what a call leaves in /tmp, /var/tmp, /dev/shm and /dev/mqueue is removed after it, and each call gets IPC objects of its own and fresh kernel keyrings (when Perl is installed); files in other world-writable directories (such as /run/lock) are not removed",
         ]
       : [
           "every command runs as the bridge's own uid: it can read the bridge's files and the environment of its processes, signal the bridge, and read or change what other calls leave anywhere",

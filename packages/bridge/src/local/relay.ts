@@ -6,11 +6,16 @@
  * {@link SANDBOX_NODE}), so nothing needs installing. It says `ready` on its stdout once it
  * listens, then points stdout and stderr at /dev/null: the sandbox's shell reads that word
  * through a command substitution, which ends when the relay's stdout closes, before it runs the
- * command.
+ * command. It carries at most as many connections at once as the proxy takes from one sandbox
+ * ({@link RELAY_MAX_CONNECTIONS}) and closes more as they arrive: the docker backend's relay runs
+ * on the host, in the bridge's cgroup and with its descriptor limit.
  */
+import { DEFAULT_EGRESS_LIMITS } from "./egress.js";
 
 /** The port the relay listens on inside the sandbox (the proxy address its commands are given). */
 const RELAY_PORT = 3128;
+/** Connections the relay carries at once. */
+export const RELAY_MAX_CONNECTIONS = DEFAULT_EGRESS_LIMITS.maxConnections;
 /** Where the proxy's socket and the Node binary appear inside the sandbox. */
 export const SANDBOX_PROXY_SOCKET = "/run/remote-task/proxy.sock";
 export const SANDBOX_NODE = "/run/remote-task/node";
@@ -27,6 +32,7 @@ const server = net.createServer({ allowHalfOpen: true }, (client) => {
   client.pipe(upstream);
   upstream.pipe(client);
 });
+server.maxConnections = ${RELAY_MAX_CONNECTIONS};
 server.on("error", (error) => { fs.writeSync(1, error.message); process.exit(1); });
 server.listen(Number(port), "127.0.0.1", () => {
   fs.writeSync(1, "ready");

@@ -64,16 +64,21 @@ function plainShell(
   host: LocalHost,
   argv: string[],
   env: Record<string, string>,
-): Pick<SpawnRequest, "file" | "args" | "env" | "extraPipes" | "inputs"> {
+  uid: number | undefined,
+): Pick<SpawnRequest, "file" | "args" | "env" | "extraPipes" | "inputs" | "uid"> {
+  const asUid = uid === undefined ? {} : { uid };
   if (host.keyrings === undefined)
-    return { file: argv[0] as string, args: argv.slice(1), env, extraPipes: 1 };
+    return { file: argv[0] as string, args: argv.slice(1), env, extraPipes: 1, ...asUid };
   const entries = Object.entries(env).map(([name, value]) => `${name}=${value}\0`);
+  // With a private IPC namespace the program starts as root and takes the uid itself, after.
+  const privateIpc = host.keyrings.privateIpc && uid !== undefined;
   return {
     file: host.keyrings.perl,
-    args: ["-e", host.keyrings.program, "--", ...argv],
+    args: ["-e", host.keyrings.program, "--", ...(privateIpc ? [String(uid)] : []), ...argv],
     env: {},
     extraPipes: ENV_FD - 2,
     inputs: [{ fd: ENV_FD, data: entries.join("") }],
+    ...(privateIpc ? {} : asUid),
   };
 }
 
@@ -153,13 +158,14 @@ function spawnRequest(
               }),
             ],
             env,
+            slot.uid,
           ),
           cwd: dirs?.workspace ?? host.stateDir,
           stdin: spec.stdin !== undefined,
           gate: { fd: GATE_FD, data: "\n" },
           cgroups: slot.cgroup?.dirs ?? [],
         };
-  if (slot.uid !== undefined) request.uid = slot.uid;
+  if (host.isolation === "bwrap" && slot.uid !== undefined) request.uid = slot.uid;
   return request;
 }
 
@@ -177,6 +183,7 @@ async function startProxy(
   sandbox.egress = await startEgressProxy({
     socketPath,
     policy: network,
+    callersAllowlist: spec.callersAllowlist === true,
     allowPrivate: host.allowPrivate,
     protectedEndpoints: call.bridgeEndpoints,
   });

@@ -23,7 +23,7 @@ import {
 import { type CgroupSet, createCgroupSet, sweepCgroups } from "./cgroups.js";
 import { inheritedDescriptors, openDevNull, sandboxStdio } from "./descriptors.js";
 import type { EgressOptions } from "./egress.js";
-import { findPerl, freshKeyringsProgram } from "./keyring.js";
+import { canUnshareIpc, findPerl, freshKeyringsProgram } from "./keyring.js";
 import { removeLeftovers } from "./leftovers.js";
 import {
   checkUidRange,
@@ -138,9 +138,10 @@ export interface LocalHost {
   readonly seccompFilter: string | undefined;
   /**
    * Isolation none with a uid per sandbox: the Perl binary and program each command starts
-   * through, for fresh keyrings (keyring.ts); undefined otherwise or without Perl.
+   * through, for fresh keyrings and, with `privateIpc`, an IPC namespace of its own (keyring.ts);
+   * undefined otherwise or without Perl.
    */
-  readonly keyrings: { perl: string; program: string } | undefined;
+  readonly keyrings: { perl: string; program: string; privateIpc: boolean } | undefined;
   /** Modes of `network` the backend enforces (none without bubblewrap). */
   readonly networkModes: NetworkMode[] | undefined;
   readonly cgroups: CgroupSet | undefined;
@@ -375,9 +376,18 @@ export function setUpLocalHost(options: LocalBackendOptions = {}): LocalHost {
   let keyrings: LocalHost["keyrings"];
   if (isolation === "none" && uids !== undefined) {
     const perl = findPerl();
-    const program = freshKeyringsProgram();
-    if (perl !== undefined && program !== undefined) keyrings = { perl, program };
-    else {
+    const privateIpc = perl !== undefined && canUnshareIpc(perl);
+    const program = freshKeyringsProgram(process.arch, privateIpc);
+    if (perl !== undefined && program !== undefined) {
+      keyrings = { perl, program, privateIpc };
+      if (!privateIpc)
+        logger({
+          event: "warning",
+          level: "warn",
+          detail:
+            "System V and POSIX IPC objects (message queues, shared memory, semaphores) are shared between the calls given the same uid: this process may not make an IPC namespace (CAP_SYS_ADMIN).",
+        });
+    } else {
       logger({
         event: "warning",
         level: "warn",
