@@ -4,7 +4,7 @@
  * path, and the sweep of what a killed bridge left.
  */
 
-import { type ChildProcess, execFileSync, spawn, spawnSync } from "node:child_process";
+import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { Agent } from "node:http";
 import { tmpdir } from "node:os";
@@ -22,6 +22,7 @@ import {
 } from "../src/docker/index.js";
 import { silentLogger } from "../src/logger.js";
 import { noEngineReason, requireEngine, skipDocker } from "./docker-engine.js";
+import { psLines } from "./helpers.js";
 
 const TOKEN = "docker-test-token";
 let counter = 0;
@@ -66,9 +67,7 @@ async function noContainers(label: string): Promise<void> {
 
 /** `ps` lines (pid, ppid, args) of the processes whose parent is `pid`. */
 function childrenOf(pid: number): string[] {
-  return execFileSync("ps", ["-eo", "pid=,ppid=,args="], { encoding: "utf8" })
-    .split("\n")
-    .filter((line) => Number(line.trim().split(/\s+/)[1]) === pid);
+  return psLines("pid=,ppid=,args=").filter((line) => Number(line.trim().split(/\s+/)[1]) === pid);
 }
 
 /** Whether process `pid` exists and is not a zombie. */

@@ -5,7 +5,6 @@
  * the host; the busybox `wget` of the test image honours `http_proxy`.
  */
 
-import { execFileSync } from "node:child_process";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { networkInterfaces } from "node:os";
@@ -15,6 +14,7 @@ import { createDockerBackend, type DockerBackend } from "../src/docker/index.js"
 import { silentLogger } from "../src/logger.js";
 import type { NetworkOptions } from "../src/network.js";
 import { noEngineReason, requireEngine, skipDocker } from "./docker-engine.js";
+import { psLines } from "./helpers.js";
 
 const TOKEN = "docker-network-token";
 let counter = 0;
@@ -33,16 +33,12 @@ async function namedServer(name: string) {
 
 /** The relays this process started that are still running (their argv names the socket dir). */
 function relays(): string[] {
-  return execFileSync("ps", ["-eo", "pid=,ppid=,stat=,args="], { encoding: "utf8" })
-    .split("\n")
-    .filter((line) => {
-      const [, ppid, stat] = line.trim().split(/\s+/);
-      return (
-        Number(ppid) === process.pid &&
-        !stat?.startsWith("Z") &&
-        line.includes("remote-task-docker-")
-      );
-    });
+  return psLines("pid=,ppid=,stat=,args=").filter((line) => {
+    const [, ppid, stat] = line.trim().split(/\s+/);
+    return (
+      Number(ppid) === process.pid && !stat?.startsWith("Z") && line.includes("remote-task-docker-")
+    );
+  });
 }
 
 /** A non-loopback IPv4 address of this machine, where the servers also listen. */

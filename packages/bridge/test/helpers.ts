@@ -120,11 +120,17 @@ export function memoryLogger(): BridgeLogger & { entries: BridgeLogEntry[] } {
   return logger;
 }
 
+/**
+ * `ps -eo <columns>` lines of every process. Room for a machine with thousands of processes with
+ * long command lines (other checkouts' containers): `execFileSync`'s default 1 MiB is not.
+ */
+export function psLines(columns: string): string[] {
+  return execFileSync("ps", ["-eo", columns], { encoding: "utf8", maxBuffer: 1 << 28 }).split("\n");
+}
+
 /** Command lines of running processes that contain `marker`. */
 export function processesWith(marker: string): string[] {
-  const out = execFileSync("ps", ["-eo", "pid=,stat=,args="], { encoding: "utf8" });
-  return out
-    .split("\n")
+  return psLines("pid=,stat=,args=")
     .filter((line) => line.includes(marker) && !/\sZ/.test(line.slice(0, 16)))
     .filter((line) => !line.includes("ps -eo"));
 }
@@ -134,9 +140,7 @@ export function processesWith(marker: string): string[] {
  * this test started, never another test's or checkout's processes on the same machine.
  */
 export function descendantsWith(marker: string): string[] {
-  const out = execFileSync("ps", ["-eo", "pid=,ppid=,stat=,args="], { encoding: "utf8" });
-  const rows = out
-    .split("\n")
+  const rows = psLines("pid=,ppid=,stat=,args=")
     .map((line) => /^\s*(\d+)\s+(\d+)\s+(\S+)\s(.*)$/.exec(line))
     .filter((match): match is RegExpExecArray => match !== null)
     .map(([, pid, ppid, stat, args]) => ({ pid: Number(pid), ppid: Number(ppid), stat, args }));

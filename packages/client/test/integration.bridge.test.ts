@@ -31,7 +31,7 @@ afterAll(async () => {
 });
 
 function processesMatching(text: string): string[] {
-  const out = execFileSync("ps", ["-eo", "args"], { encoding: "utf8" });
+  const out = execFileSync("ps", ["-eo", "args"], { encoding: "utf8", maxBuffer: 1 << 28 });
   return out.split("\n").filter((line) => line.includes(text) && !line.includes("ps -eo"));
 }
 
