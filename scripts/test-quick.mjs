@@ -20,7 +20,7 @@ const RUNS = [
   {
     dir: "packages/tool",
     // These load the built bins and entry points.
-    slow: ["test/mcp-bin.test.ts", "test/entry-points.test.ts"],
+    slow: ["test/mcp-bin.test.ts", "test/mcp.test.ts", "test/entry-points.test.ts"],
   },
   {
     dir: "packages/bridge",
