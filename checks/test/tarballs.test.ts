@@ -71,6 +71,13 @@ const packed = {} as Record<PackageDir, Packed>;
 let bare: string;
 /** Every package and the optional peers. */
 let full: string;
+/**
+ * Protocol, client and tool with the Workers types and no Node.js types: a browser or Worker
+ * project, and no optional peer (the OpenAI adapter's types must not need `openai`).
+ */
+let web: string;
+/** The command line alone, as `npm install remote-task` gets it: no optional peer. */
+let cli: string;
 
 function project(name: string, specs: string[]): string {
   const dir = join(work, name);
@@ -113,6 +120,13 @@ beforeAll(() => {
     pinned(".", "vitest"),
     pinned(".", "@types/node"),
   ]);
+  web = project("web", [
+    tarball("protocol"),
+    tarball("client"),
+    tarball("tool"),
+    pinned("apps/worker", "@cloudflare/workers-types"),
+  ]);
+  cli = project("cli", PACKAGES.map(tarball));
 }, 300_000);
 
 afterAll(() => {
@@ -138,15 +152,8 @@ const olderNode = ["/usr/bin/node", "/usr/local/bin/node", "/bin/node"].find((pa
   return major > 0 && (major < 22 || (major === 22 && minor < 19));
 });
 
-/**
- * Subpaths that are ESM only on purpose: the bridge's test helpers (vitest cannot be required),
- * and the tool's adapters of the ESM-only `ai` and pi-agent-core.
- */
-const ESM_ONLY = new Set([
-  "@remote-task/bridge/testing",
-  "@remote-task/tool/ai",
-  "@remote-task/tool/pi",
-]);
+/** Subpaths that are ESM only on purpose: the bridge's test helpers (vitest cannot be required). */
+const ESM_ONLY = new Set(["@remote-task/bridge/testing"]);
 
 /** The subpaths whose exports entry has a `require` condition. */
 function requirable(dir: PackageDir): string[] {
@@ -157,13 +164,14 @@ function requirable(dir: PackageDir): string[] {
   });
 }
 
-/** Writes `files` and a tsconfig into a fresh folder of the full project and runs tsc there. */
+/** Writes `files` and a tsconfig into a fresh folder of a project (the full one) and runs tsc there. */
 function tsc(
   name: string,
   compilerOptions: Record<string, unknown>,
   files: Record<string, string>,
+  inProject = full,
 ) {
-  const dir = join(full, name);
+  const dir = join(inProject, name);
   mkdirSync(dir, { recursive: true });
   for (const [file, text] of Object.entries(files)) writeFileSync(join(dir, file), text);
   writeFileSync(
@@ -262,6 +270,8 @@ describe("each tarball", () => {
     const readme = execFileSync("tar", ["-xzOf", tarball, "package/README.md"], {
       encoding: "utf8",
     });
+    expect(readme).not.toMatch(/not on npm/i);
+    expect(readme).toContain(`npm install ${dir === "cli" ? "-g " : ""}${packed[dir].name}`);
     const targets = [...readme.matchAll(/\]\(([^)\s]+)\)/g)].map((m) => m[1] as string);
     const broken = targets.filter(
       (target) =>
@@ -272,13 +282,23 @@ describe("each tarball", () => {
     expect(broken).toEqual([]);
   });
 
+  it.each(PACKAGES)("%s ships no source maps", (dir) => {
+    expect(packed[dir].files.filter((f) => f.endsWith(".map"))).toEqual([]);
+  });
+
+  it("the command line's bundle holds its version, not its whole package.json", () => {
+    const bin = execFileSync("tar", ["-xzOf", packed.cli.tarball, "package/dist/bin.js"], {
+      encoding: "utf8",
+    });
+    expect(bin).toContain(`"${packed.cli.manifest.version}"`);
+    for (const field of ["devDependencies", "peerDependenciesMeta", "publishConfig"]) {
+      expect(bin).not.toContain(field);
+    }
+  });
+
   it("ships no file that can never load", () => {
     expect(packed.bridge.files.filter((f) => f.startsWith("dist/testing.c"))).toEqual([]);
     expect(packed.tool.files.filter((f) => f.startsWith("dist/mcp-bin.c"))).toEqual([]);
-    for (const adapter of ["ai", "pi"]) {
-      expect(packed.tool.files.filter((f) => f.startsWith(`dist/${adapter}.c`))).toEqual([]);
-      expect(packed.tool.files.filter((f) => f.startsWith(`dist/${adapter}.d.c`))).toEqual([]);
-    }
   });
 
   it("leaves the repository's packages as they were", () => {
@@ -380,7 +400,8 @@ describe("installed from the tarballs", () => {
     () => {
       const specs = PACKAGES.flatMap(requirable);
       expect(specs).toContain("@remote-task/tool/mcp");
-      expect(specs).not.toContain("@remote-task/tool/ai");
+      expect(specs).toContain("@remote-task/tool/ai");
+      expect(specs).toContain("@remote-task/tool/pi");
       const source = specs.map((s, i) => `import m${i} = require("${s}");\nvoid m${i};`).join("\n");
       // skipLibCheck: the frameworks' own declarations are theirs; an import our .d.cts cannot make
       // from CommonJS (TS1479) is reported all the same.
@@ -388,6 +409,63 @@ describe("installed from the tarballs", () => {
         "types-node16-cjs",
         { module: "node16", moduleResolution: "node16", skipLibCheck: true, types: ["node"] },
         { "index.cts": source },
+      );
+      expect(`${run.stdout}${run.stderr}`).toBe("");
+      expect(run.status).toBe(0);
+    },
+    TSC_TIMEOUT,
+  );
+
+  it("a CommonJS app requires the ai and pi adapters and gets working tools", () => {
+    const script = `
+      const { createRemoteTaskAiTool } = require("@remote-task/tool/ai");
+      const { createRemoteTaskAgentTool } = require("@remote-task/tool/pi");
+      const { jsonSchema } = require("ai");
+      const aiTool = createRemoteTaskAiTool({ env: {} });
+      const piTool = createRemoteTaskAgentTool({ env: {} });
+      console.log(JSON.stringify([
+        typeof jsonSchema,
+        typeof aiTool.execute,
+        aiTool.toModelOutput({ output: { text: "hi", isError: false } }),
+        piTool.name,
+      ]));`;
+    const run = node(["-e", script], full);
+    expect(run.stderr).toBe("");
+    expect(JSON.parse(run.stdout)).toEqual([
+      "function",
+      "function",
+      { type: "text", value: "hi" },
+      "remote_task",
+    ]);
+  });
+
+  it.each([
+    ["a browser (DOM lib)", { lib: ["es2022", "dom"], types: [] }],
+    [
+      "a Worker (@cloudflare/workers-types)",
+      { lib: ["es2022"], types: ["@cloudflare/workers-types"] },
+    ],
+  ])(
+    "the client's and the OpenAI adapter's declarations compile in %s, lib checks on, without Node.js types or openai",
+    (name, libs) => {
+      expect(existsSync(join(web, "node_modules/@types/node"))).toBe(false);
+      expect(existsSync(join(web, "node_modules/openai"))).toBe(false);
+      const source = [
+        'import { createClient, type TaskResult } from "@remote-task/client";',
+        'import { createRemoteTaskOpenAITool } from "@remote-task/tool/openai";',
+        'const client = createClient({ url: "https://bridge.example", fetch });',
+        'export const run = (): Promise<TaskResult> => client.run("echo hi");',
+        "const openai = createRemoteTaskOpenAITool({ client });",
+        "export const definition: { type: string; name: string } = openai.responsesTool;",
+        "export const answer = openai.handleToolCall({",
+        '  type: "function_call", call_id: "c1", name: "remote_task", arguments: "{}",',
+        "});",
+      ].join("\n");
+      const run = tsc(
+        `types-${name.split(" ")[1]}`,
+        { module: "esnext", moduleResolution: "bundler", skipLibCheck: false, ...libs },
+        { "index.ts": source },
+        web,
       );
       expect(`${run.stdout}${run.stderr}`).toBe("");
       expect(run.status).toBe(0);
@@ -424,6 +502,44 @@ describe("installed from the tarballs", () => {
       expect(needed).toEqual([]);
     },
   );
+
+  it("the bridge's core bundles for platform neutral and runs (ipaddr.js inlined)", async () => {
+    const { outputFiles } = await build({
+      stdin: {
+        contents:
+          'import { isPublicAddress, createBridge } from "@remote-task/bridge";\n' +
+          'console.log(JSON.stringify([typeof createBridge, isPublicAddress("8.8.8.8"), isPublicAddress("10.1.2.3"), isPublicAddress("::ffff:127.0.0.1")]));',
+        resolveDir: full,
+        loader: "js",
+      },
+      bundle: true,
+      write: false,
+      format: "esm",
+      platform: "neutral",
+      logLevel: "silent",
+    });
+    const file = join(full, "neutral-bridge.mjs");
+    writeFileSync(file, outputFiles[0]?.text ?? "");
+    const run = node([file], full);
+    expect(run.stderr).toBe("");
+    expect(JSON.parse(run.stdout)).toEqual(["function", true, false, false]);
+    expect(packed.bridge.manifest.dependencies).not.toHaveProperty("ipaddr.js");
+    expect(packed.bridge.files).toContain("THIRD_PARTY_LICENSES.md");
+  });
+
+  it("the command line installs without the MCP SDK and its HTTP stack, and runs", () => {
+    for (const name of ["@modelcontextprotocol/sdk", "express", "openai", "ai"]) {
+      expect(existsSync(join(cli, "node_modules", name)), name).toBe(false);
+    }
+    const bin = join(cli, "node_modules/remote-task/bin/remote-task.js");
+    const run = node([bin, "run", "--local", "--", "echo", "without the MCP SDK"], cli);
+    expect(run.stdout).toBe("without the MCP SDK\n");
+    const mcp = node([bin, "mcp", "--local"], cli);
+    expect(mcp.stderr).toContain(
+      "remote-task mcp needs @modelcontextprotocol/sdk, which is not installed (no other command needs it). Install it where remote-task is installed: npm install -g @modelcontextprotocol/sdk",
+    );
+    expect(mcp.status).not.toBe(0);
+  });
 
   it("the command line runs a task on its embedded bridge", () => {
     const bin = join(full, "node_modules/remote-task/bin/remote-task.js");

@@ -1,11 +1,12 @@
 import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
-import packageJson from "../package.json" with { type: "json" };
+import { version } from "../package.json";
 import { healthCommand } from "./commands/health.js";
 import { runCommand } from "./commands/run.js";
 import { runManyCommand } from "./commands/run-many.js";
 import { serveCommand } from "./commands/serve.js";
 import { dockerOptions } from "./docker.js";
 import { EXIT } from "./exit-codes.js";
+import { loadMcpCommand } from "./mcp-loader.js";
 import { hostList, networkPolicy } from "./network.js";
 import { describeError } from "./report.js";
 
@@ -101,7 +102,7 @@ function refuseIsolationWithoutLocal(command: Command): void {
 function createProgram(onExit: (code: number) => void): Command {
   const program = new Command("remote-task")
     .description("Run shell commands in fresh, throwaway sandboxes through a remote-task bridge.")
-    .version(packageJson.version, "-v, --version")
+    .version(version, "-v, --version")
     .exitOverride()
     .enablePositionalOptions()
     .showHelpAfterError("(add --help for usage and examples)");
@@ -298,8 +299,8 @@ Examples:
     .allowExcessArguments()
     .argument("[flags...]", "the flags of remote-task-mcp (see remote-task mcp --help)")
     .action(async (args: string[]) => {
-      const { runMcpCommand } = await import("@remote-task/tool/mcp");
       try {
+        const { runMcpCommand } = await loadMcpCommand();
         onExit(await runMcpCommand(args, "remote-task mcp"));
       } catch (error) {
         process.stderr.write(`remote-task: ${describeError(error)}\n`);
