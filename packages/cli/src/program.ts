@@ -245,6 +245,11 @@ Examples:
       "private or loopback hosts calls with network may reach (e.g. 10.0.0.7:3141); never this bridge",
       hostList,
     )
+    .option(
+      "--cors-origin <origin>",
+      "let browser pages of this web origin call the bridge (CORS; repeat for more, e.g. https://app.example.com); other origins are refused",
+      (origin: string, previous: string[] = []) => [...previous, origin],
+    )
     .addHelpText(
       "after",
       `

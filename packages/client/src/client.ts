@@ -41,11 +41,13 @@ import {
   AbortError,
   CapacityError,
   ConfigurationError,
+  ConnectionError,
   ForbiddenError,
   InvalidRequestError,
   ProtocolError,
   RemoteTaskError,
 } from "./errors.js";
+import { crossOriginPage } from "./page-origin.js";
 import { referenceTimeout, toTaskResult } from "./result.js";
 import { backoffDelay, capacityDelay, outOfPatience, withRetries } from "./retry.js";
 import { runMany } from "./run-many.js";
@@ -479,7 +481,8 @@ class Client implements RemoteTaskClient {
    * either, the bridge's `/health` is asked once whether it takes them; if not, nothing is sent.
    */
   async #assertBridgeTakes(request: ExecRequest, bridge: Bridge): Promise<void> {
-    if (request.network === undefined && request.stdin === undefined) return;
+    const page = crossOriginPage(bridge.target.baseUrl);
+    if (request.network === undefined && request.stdin === undefined && page === undefined) return;
     let support = this.#support.get(bridge);
     if (support === undefined) {
       support = this.#health(bridge, undefined, this.#config.retry).catch((error: unknown) => {
@@ -488,7 +491,19 @@ class Client implements RemoteTaskClient {
       });
       this.#support.set(bridge, support);
     }
-    const health = await support;
+    let health: HealthResponse;
+    try {
+      health = await support;
+    } catch (error) {
+      // See page-origin.ts: a browser's failed fetch of /health before the command is sent.
+      if (page !== undefined && ConnectionError.isInstance(error)) {
+        throw new ConnectionError(
+          `The browser could not fetch the bridge's /health from this page (origin ${page}): the bridge does not allow this origin (CORS; its deployer lists the origins whose pages may call it, e.g. \`remote-task serve --cors-origin ${page}\`), or it cannot be reached. The command was not sent.`,
+          { cause: error, retryable: false, mayHaveRun: false },
+        );
+      }
+      throw error;
+    }
     const protocol = health.protocol ?? 1;
     if (request.network !== undefined && health.network === undefined) {
       throw new ForbiddenError(
@@ -712,10 +727,7 @@ class Client implements RemoteTaskClient {
       this.#takenBy.set(sandboxId, bridge);
       scope.answered = false;
       try {
-        const request = exchange.body as ExecRequest;
-        if (request.network !== undefined || request.stdin !== undefined) {
-          await this.#assertBridgeTakes(request, bridge);
-        }
+        await this.#assertBridgeTakes(exchange.body as ExecRequest, bridge);
         if (number > 1) scope.restartDeadline();
         return await this.#attempt(scope, exchange, bridge);
       } catch (error) {
