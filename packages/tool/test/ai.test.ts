@@ -163,7 +163,7 @@ describe("AI SDK adapter: toModelOutput", () => {
   it("takes AI SDK 7's options object ({ toolCallId, input, output })", async () => {
     const shown = await tool.toModelOutput?.({
       toolCallId: "call-1",
-      input: { command: "false" },
+      input: { command: "false", timeout: 120 },
       output: failed,
     });
     expect(shown).toEqual({ type: "error-text", value: "exit code 1" });
