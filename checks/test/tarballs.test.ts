@@ -78,15 +78,33 @@ let full: string;
 let web: string;
 /** The command line alone, as `npm install remote-task` gets it: no optional peer. */
 let cli: string;
+/**
+ * Frameworks whose adapters import nothing of them, so they are not devDependencies of the
+ * repository (the Claude Agent SDK's install carries a Claude Code binary of about 400 MB, left
+ * out here with --omit=optional; Mastra's core is 150 packages; deepagents brings LangGraph): the
+ * versions the adapters are checked with, each installed with the tarballs into a project of its
+ * own.
+ */
+const FRAMEWORKS = {
+  claude: "@anthropic-ai/claude-agent-sdk@0.3.333",
+  mastra: "@mastra/core@1.71.0",
+  deepagents: "deepagents@1.14.1",
+  /** The AI SDK's previous major, as Mastra calls tools (toModelOutput gets the output itself). */
+  ai5: "ai@5.0.277",
+};
+let claude: string;
+let mastra: string;
+let deepagents: string;
+let ai5: string;
 
-function project(name: string, specs: string[]): string {
+function project(name: string, specs: string[], flags: string[] = []): string {
   const dir = join(work, name);
   mkdirSync(dir);
   writeFileSync(
     join(dir, "package.json"),
     JSON.stringify({ name: `consumer-${name}`, version: "1.0.0", private: true }),
   );
-  npm(["install", "--prefer-offline", "--no-audit", "--no-fund", ...specs], dir);
+  npm(["install", "--prefer-offline", "--no-audit", "--no-fund", ...flags, ...specs], dir);
   return dir;
 }
 
@@ -116,6 +134,7 @@ beforeAll(() => {
     pinned("packages/tool", "ai"),
     pinned("packages/tool", "@modelcontextprotocol/sdk"),
     pinned("packages/tool", "@openai/agents"),
+    pinned("packages/tool", "@langchain/core"),
     pinned("packages/bridge", "eventsource-parser"),
     pinned(".", "vitest"),
     pinned(".", "@types/node"),
@@ -127,7 +146,20 @@ beforeAll(() => {
     pinned("apps/worker", "@cloudflare/workers-types"),
   ]);
   cli = project("cli", PACKAGES.map(tarball));
-}, 300_000);
+  const runtime = ["protocol", "client", "bridge", "tool"].map((dir) => tarball(dir as PackageDir));
+  claude = project(
+    "claude",
+    [...runtime, FRAMEWORKS.claude, pinned("packages/tool", "@modelcontextprotocol/sdk")],
+    ["--omit=optional"],
+  );
+  mastra = project("mastra", [...runtime, FRAMEWORKS.mastra]);
+  deepagents = project("deepagents", [
+    ...runtime,
+    FRAMEWORKS.deepagents,
+    pinned("packages/tool", "@langchain/core"),
+  ]);
+  ai5 = project("ai5", [...runtime, FRAMEWORKS.ai5]);
+}, 600_000);
 
 afterAll(() => {
   if (work) rmSync(work, { recursive: true, force: true });
@@ -539,6 +571,140 @@ describe("installed from the tarballs", () => {
       "remote-task mcp needs @modelcontextprotocol/sdk, which is not installed (no other command needs it). Install it where remote-task is installed: npm install -g @modelcontextprotocol/sdk",
     );
     expect(mcp.status).not.toBe(0);
+  });
+
+  it("the Claude Agent SDK's createSdkMcpServer serves the claude adapter's tool, which runs", () => {
+    const script = `
+      import { createSdkMcpServer } from "@anthropic-ai/claude-agent-sdk";
+      import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+      import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
+      import { silentLogger } from "@remote-task/bridge";
+      import { startLocalBridge } from "@remote-task/bridge/node";
+      import { createClient } from "@remote-task/client";
+      import { createRemoteTaskClaudeTool } from "@remote-task/tool/claude";
+      const bridge = await startLocalBridge({ logger: silentLogger });
+      const client = createClient({ url: bridge.url, token: bridge.token });
+      const server = createSdkMcpServer({
+        name: "remote-task",
+        tools: [createRemoteTaskClaudeTool({ client })],
+      });
+      const [serverSide, clientSide] = InMemoryTransport.createLinkedPair();
+      await server.instance.connect(serverSide);
+      const mcp = new Client({ name: "check", version: "1.0.0" });
+      await mcp.connect(clientSide);
+      const { tools } = await mcp.listTools();
+      const ran = await mcp.callTool({ name: "remote_task", arguments: { command: "echo from claude; exit 3" } });
+      console.log(JSON.stringify({
+        type: server.type,
+        tools: tools.map((t) => [t.name, Object.keys(t.inputSchema.properties ?? {})]),
+        ran,
+      }));
+      await mcp.close();
+      await client.close();
+      await bridge.close();`;
+    const run = node(["--input-type=module", "-e", script], claude);
+    expect(run.stderr).toBe("");
+    const out = JSON.parse(run.stdout);
+    expect(out.type).toBe("sdk");
+    expect(out.tools).toEqual([["remote_task", ["command", "timeout"]]]);
+    expect(out.ran.isError).toBe(true);
+    expect(out.ran.content[0].text).toMatch(/^from claude\n[\s\S]*3/);
+  });
+
+  it("Mastra's execute_command tool runs through the mastra adapter's WorkspaceSandbox", () => {
+    const script = `
+      import { createWorkspaceTools, Workspace } from "@mastra/core/workspace";
+      import { silentLogger } from "@remote-task/bridge";
+      import { startLocalBridge } from "@remote-task/bridge/node";
+      import { createClient } from "@remote-task/client";
+      import { createRemoteTaskSandbox } from "@remote-task/tool/mastra";
+      const bridge = await startLocalBridge({ logger: silentLogger });
+      const client = createClient({ url: bridge.url, token: bridge.token });
+      const workspace = new Workspace({ sandbox: createRemoteTaskSandbox({ client }) });
+      const tools = await createWorkspaceTools(workspace);
+      const tool = Object.values(tools).find((t) => String(t.id).endsWith("execute_command"));
+      const text = await tool.execute(
+        { command: "echo from mastra; echo oops >&2; exit 3", timeout: 30 },
+        { workspace },
+      );
+      console.log(JSON.stringify({ id: tool.id, text }));
+      await client.close();
+      await bridge.close();`;
+    const run = node(["--input-type=module", "-e", script], mastra);
+    expect(run.stderr).toBe("");
+    const { id, text } = JSON.parse(run.stdout);
+    expect(id).toMatch(/execute_command$/);
+    expect(text).toContain("from mastra");
+    expect(text).toContain("oops");
+    expect(text).toContain("Exit code: 3");
+  });
+
+  it("deepagents' execute tool runs through the langchain adapter's sandbox backend", () => {
+    const script = `
+      import { createFilesystemMiddleware, isSandboxBackend } from "deepagents";
+      import { silentLogger } from "@remote-task/bridge";
+      import { startLocalBridge } from "@remote-task/bridge/node";
+      import { createClient } from "@remote-task/client";
+      import { createRemoteTaskBackend, createRemoteTaskLangChainTool } from "@remote-task/tool/langchain";
+      const bridge = await startLocalBridge({ logger: silentLogger });
+      const client = createClient({ url: bridge.url, token: bridge.token });
+      const backend = createRemoteTaskBackend({ client });
+      const middleware = createFilesystemMiddleware({ backend });
+      const execute = middleware.tools.find((t) => t.name === "execute");
+      const executed = await execute.invoke({ command: "echo from deepagents; exit 3" }, { configurable: {} });
+      const message = await createRemoteTaskLangChainTool({ client }).invoke({
+        type: "tool_call", id: "call-1", name: "remote_task", args: { command: "echo from langchain" },
+      });
+      console.log(JSON.stringify({
+        sandbox: isSandboxBackend(backend),
+        tools: middleware.tools.map((t) => t.name),
+        executed,
+        message: [message.tool_call_id, message.content],
+      }));
+      await client.close();
+      await bridge.close();`;
+    const run = node(["--input-type=module", "-e", script], deepagents);
+    expect(run.stderr).toBe("");
+    const out = JSON.parse(run.stdout);
+    expect(out.sandbox).toBe(true);
+    expect(out.tools).toContain("execute");
+    expect(out.executed).toContain("from deepagents");
+    expect(out.executed).toContain("exit code 3");
+    expect(out.message).toEqual(["call-1", "from langchain\n"]);
+  });
+
+  it("the ai adapter works with AI SDK 5 (an optional peer's earlier major)", () => {
+    const script = `
+      import { generateText, stepCountIs } from "ai";
+      import { MockLanguageModelV2 } from "ai/test";
+      import { silentLogger } from "@remote-task/bridge";
+      import { startLocalBridge } from "@remote-task/bridge/node";
+      import { createClient } from "@remote-task/client";
+      import { createRemoteTaskAiTool } from "@remote-task/tool/ai";
+      const bridge = await startLocalBridge({ logger: silentLogger });
+      const client = createClient({ url: bridge.url, token: bridge.token });
+      const usage = { inputTokens: 1, outputTokens: 1, totalTokens: 2 };
+      const call = { type: "tool-call", toolCallId: "call-1", toolName: "remote_task",
+        input: JSON.stringify({ command: "echo from ai5; exit 2" }) };
+      const model = new MockLanguageModelV2({
+        doGenerate: async (options) => options.prompt.some((m) => m.role === "tool")
+          ? { content: [{ type: "text", text: "done" }], finishReason: "stop", usage, warnings: [] }
+          : { content: [call], finishReason: "tool-calls", usage, warnings: [] },
+      });
+      const result = await generateText({
+        model, prompt: "run", stopWhen: stepCountIs(2),
+        tools: { remote_task: createRemoteTaskAiTool({ client }) },
+      });
+      const answer = model.doGenerateCalls[1].prompt.find((m) => m.role === "tool");
+      console.log(JSON.stringify({ text: result.text, seen: answer.content[0].output }));
+      await client.close();
+      await bridge.close();`;
+    const run = node(["--input-type=module", "-e", script], ai5);
+    expect(run.stderr).toBe("");
+    expect(JSON.parse(run.stdout)).toEqual({
+      text: "done",
+      seen: { type: "error-text", value: "from ai5\n\n\nCommand exited with code 2" },
+    });
   });
 
   it("the command line runs a task on its embedded bridge", () => {

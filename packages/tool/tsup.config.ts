@@ -7,6 +7,7 @@ const peers = [
   "@mariozechner/pi-agent-core",
   "openai",
   "@openai/agents",
+  "@langchain/core",
 ];
 
 const common: Options = {
@@ -32,6 +33,7 @@ const esm: Options = {
     "src/openai-agents.ts",
     "src/claude.ts",
     "src/mastra.ts",
+    "src/langchain.ts",
   ],
   format: ["esm"],
   dts: true,
@@ -69,6 +71,7 @@ const cjs: Options = {
     "src/openai-agents.ts",
     "src/claude.ts",
     "src/mastra.ts",
+    "src/langchain.ts",
   ],
   format: ["cjs"],
   dts: true,
