@@ -89,13 +89,18 @@ const FRAMEWORKS = {
   claude: "@anthropic-ai/claude-agent-sdk@0.3.333",
   mastra: "@mastra/core@1.71.0",
   deepagents: "deepagents@1.14.1",
-  /** The AI SDK's previous major, as Mastra calls tools (toModelOutput gets the output itself). */
+  /** The AI SDK's previous majors (5 passes toModelOutput the output itself, as Mastra does). */
   ai5: "ai@5.0.277",
+  ai6: "ai@6.0.326",
+  /** The oldest of the optional peers' ranges (`^1.23.0`, `>=0.19.0 <1`). */
+  oldestPeers: ["@modelcontextprotocol/sdk@1.23.0", "@openai/agents@0.19.0"],
 };
 let claude: string;
 let mastra: string;
 let deepagents: string;
 let ai5: string;
+let ai6: string;
+let oldestPeers: string;
 
 function project(name: string, specs: string[], flags: string[] = []): string {
   const dir = join(work, name);
@@ -159,6 +164,8 @@ beforeAll(() => {
     pinned("packages/tool", "@langchain/core"),
   ]);
   ai5 = project("ai5", [...runtime, FRAMEWORKS.ai5]);
+  ai6 = project("ai6", [...runtime, FRAMEWORKS.ai6]);
+  oldestPeers = project("oldest-peers", [...runtime, ...FRAMEWORKS.oldestPeers]);
 }, 600_000);
 
 afterAll(() => {
@@ -673,23 +680,43 @@ describe("installed from the tarballs", () => {
     expect(out.message).toEqual(["call-1", "from langchain\n"]);
   });
 
-  it("the ai adapter works with AI SDK 5 (an optional peer's earlier major)", () => {
-    const script = `
+  /** A mock model of AI SDK `major` (its provider spec's shapes) that calls remote_task once. */
+  const mockModel = {
+    5: {
+      mock: "MockLanguageModelV2",
+      usage: "{ inputTokens: 1, outputTokens: 1, totalTokens: 2 }",
+      stop: '"stop"',
+      toolCalls: '"tool-calls"',
+    },
+    6: {
+      mock: "MockLanguageModelV3",
+      usage:
+        "{ inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 }, outputTokens: { total: 1, text: 1, reasoning: 0 } }",
+      stop: '{ unified: "stop", raw: "stop" }',
+      toolCalls: '{ unified: "tool-calls", raw: "tool_calls" }',
+    },
+  } as const;
+
+  it.each([5, 6] as const)(
+    "the ai adapter works with AI SDK %i (an optional peer's earlier major)",
+    (major) => {
+      const { mock, usage, stop, toolCalls } = mockModel[major];
+      const script = `
       import { generateText, stepCountIs } from "ai";
-      import { MockLanguageModelV2 } from "ai/test";
+      import { ${mock} } from "ai/test";
       import { silentLogger } from "@remote-task/bridge";
       import { startLocalBridge } from "@remote-task/bridge/node";
       import { createClient } from "@remote-task/client";
       import { createRemoteTaskAiTool } from "@remote-task/tool/ai";
       const bridge = await startLocalBridge({ logger: silentLogger });
       const client = createClient({ url: bridge.url, token: bridge.token });
-      const usage = { inputTokens: 1, outputTokens: 1, totalTokens: 2 };
+      const usage = ${usage};
       const call = { type: "tool-call", toolCallId: "call-1", toolName: "remote_task",
-        input: JSON.stringify({ command: "echo from ai5; exit 2" }) };
-      const model = new MockLanguageModelV2({
+        input: JSON.stringify({ command: "echo from ai${major}; exit 2" }) };
+      const model = new ${mock}({
         doGenerate: async (options) => options.prompt.some((m) => m.role === "tool")
-          ? { content: [{ type: "text", text: "done" }], finishReason: "stop", usage, warnings: [] }
-          : { content: [call], finishReason: "tool-calls", usage, warnings: [] },
+          ? { content: [{ type: "text", text: "done" }], finishReason: ${stop}, usage, warnings: [] }
+          : { content: [call], finishReason: ${toolCalls}, usage, warnings: [] },
       });
       const result = await generateText({
         model, prompt: "run", stopWhen: stepCountIs(2),
@@ -699,11 +726,52 @@ describe("installed from the tarballs", () => {
       console.log(JSON.stringify({ text: result.text, seen: answer.content[0].output }));
       await client.close();
       await bridge.close();`;
-    const run = node(["--input-type=module", "-e", script], ai5);
+      const run = node(["--input-type=module", "-e", script], major === 5 ? ai5 : ai6);
+      expect(run.stderr).toBe("");
+      expect(JSON.parse(run.stdout)).toEqual({
+        text: "done",
+        seen: { type: "error-text", value: `from ai${major}\n\n\nCommand exited with code 2` },
+      });
+    },
+  );
+
+  it("the MCP and OpenAI Agents adapters work with the oldest peers their ranges take", () => {
+    const script = `
+      import { RunContext } from "@openai/agents";
+      import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+      import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
+      import { silentLogger } from "@remote-task/bridge";
+      import { startLocalBridge } from "@remote-task/bridge/node";
+      import { createClient } from "@remote-task/client";
+      import { createRemoteTaskMcpServer } from "@remote-task/tool/mcp";
+      import { createRemoteTaskAgentsTool } from "@remote-task/tool/openai-agents";
+      const bridge = await startLocalBridge({ logger: silentLogger });
+      const client = createClient({ url: bridge.url, token: bridge.token });
+      const server = createRemoteTaskMcpServer({ client });
+      const [serverSide, clientSide] = InMemoryTransport.createLinkedPair();
+      await server.connect(serverSide);
+      const mcp = new Client({ name: "check", version: "1.0.0" });
+      await mcp.connect(clientSide);
+      const { tools } = await mcp.listTools();
+      const called = await mcp.callTool({ name: "remote_task", arguments: { command: "echo from mcp" } });
+      const invoked = await createRemoteTaskAgentsTool({ client }).invoke(
+        new RunContext(),
+        JSON.stringify({ command: "echo from agents", timeout: null }),
+      );
+      console.log(JSON.stringify({
+        schema: tools.map((t) => [t.name, Object.keys(t.inputSchema.properties ?? {})]),
+        called: called.content[0].text,
+        invoked,
+      }));
+      await mcp.close();
+      await client.close();
+      await bridge.close();`;
+    const run = node(["--input-type=module", "-e", script], oldestPeers);
     expect(run.stderr).toBe("");
     expect(JSON.parse(run.stdout)).toEqual({
-      text: "done",
-      seen: { type: "error-text", value: "from ai5\n\n\nCommand exited with code 2" },
+      schema: [["remote_task", ["command", "timeout"]]],
+      called: "from mcp\n",
+      invoked: "from agents\n",
     });
   });
 
