@@ -1,5 +1,5 @@
 /**
- * `remote_task` for the Vercel AI SDK (`ai` ^7).
+ * `remote_task` for the Vercel AI SDK (`ai` 5, 6 and 7).
  *
  * Errors follow the AI SDK's split between a tool that worked and a tool that failed:
  * - the command ran (any exit code, or a timeout): `execute` returns the result and

@@ -1,5 +1,5 @@
 /**
- * `remote_task` as a Model Context Protocol server (official `@modelcontextprotocol/sdk` ^1.32).
+ * `remote_task` as a Model Context Protocol server (official `@modelcontextprotocol/sdk` ^1.23).
  * MCP cancellation (`notifications/cancelled`) aborts the call, which stops the remote command;
  * every failure is a tool result with `isError: true`, never a protocol error.
  */
