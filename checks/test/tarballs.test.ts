@@ -87,8 +87,10 @@ let cli: string;
  */
 const FRAMEWORKS = {
   claude: "@anthropic-ai/claude-agent-sdk@0.3.333",
-  mastra: "@mastra/core@1.71.0",
-  deepagents: "deepagents@1.14.1",
+  /** Mastra, and AI SDK 5 for its mock model (Mastra calls models of that spec). */
+  mastra: ["@mastra/core@1.71.0", "ai@5.0.277"],
+  /** deepagents, and langchain (one of its peers) for its createAgent. */
+  deepagents: ["deepagents@1.14.1", "langchain@1.5.14"],
   /** The AI SDK's previous majors (5 passes toModelOutput the output itself, as Mastra does). */
   ai5: "ai@5.0.277",
   ai6: "ai@6.0.326",
@@ -157,10 +159,10 @@ beforeAll(() => {
     [...runtime, FRAMEWORKS.claude, pinned("packages/tool", "@modelcontextprotocol/sdk")],
     ["--omit=optional"],
   );
-  mastra = project("mastra", [...runtime, FRAMEWORKS.mastra]);
+  mastra = project("mastra", [...runtime, ...FRAMEWORKS.mastra]);
   deepagents = project("deepagents", [
     ...runtime,
-    FRAMEWORKS.deepagents,
+    ...FRAMEWORKS.deepagents,
     pinned("packages/tool", "@langchain/core"),
   ]);
   ai5 = project("ai5", [...runtime, FRAMEWORKS.ai5]);
@@ -618,66 +620,106 @@ describe("installed from the tarballs", () => {
     expect(out.ran.content[0].text).toMatch(/^from claude\n[\s\S]*3/);
   });
 
-  it("Mastra's execute_command tool runs through the mastra adapter's WorkspaceSandbox", () => {
+  it("Mastra agents with a fake model run commands through the mastra sandbox and the ai tool", () => {
     const script = `
-      import { createWorkspaceTools, Workspace } from "@mastra/core/workspace";
+      import { Agent } from "@mastra/core/agent";
+      import { Workspace } from "@mastra/core/workspace";
+      import { MockLanguageModelV2 } from "ai/test";
       import { silentLogger } from "@remote-task/bridge";
       import { startLocalBridge } from "@remote-task/bridge/node";
       import { createClient } from "@remote-task/client";
+      import { createRemoteTaskAiTool } from "@remote-task/tool/ai";
       import { createRemoteTaskSandbox } from "@remote-task/tool/mastra";
       const bridge = await startLocalBridge({ logger: silentLogger });
       const client = createClient({ url: bridge.url, token: bridge.token });
-      const workspace = new Workspace({ sandbox: createRemoteTaskSandbox({ client }) });
-      const tools = await createWorkspaceTools(workspace);
-      const tool = Object.values(tools).find((t) => String(t.id).endsWith("execute_command"));
-      const text = await tool.execute(
-        { command: "echo from mastra; echo oops >&2; exit 3", timeout: 30 },
-        { workspace },
-      );
-      console.log(JSON.stringify({ id: tool.id, text }));
+      const usage = { inputTokens: 1, outputTokens: 1, totalTokens: 2 };
+      // A model that calls toolName with command once, then answers; and what it was sent back.
+      function modelCalling(toolName, command) {
+        const prompts = [];
+        const model = new MockLanguageModelV2({
+          doGenerate: async (options) => {
+            prompts.push(options.prompt);
+            const input = JSON.stringify({ command });
+            return prompts.length === 1
+              ? { content: [{ type: "tool-call", toolCallId: "call-1", toolName, input }],
+                  finishReason: "tool-calls", usage, warnings: [] }
+              : { content: [{ type: "text", text: "done" }], finishReason: "stop", usage, warnings: [] };
+          },
+        });
+        const seen = () => prompts[1]?.find((m) => m.role === "tool")?.content?.[0]?.output;
+        return { model, seen };
+      }
+      const viaSandbox = modelCalling("mastra_workspace_execute_command", "echo from a mastra agent; exit 3");
+      const sandboxAgent = new Agent({
+        id: "sandbox", name: "sandbox", instructions: "Run commands.", model: viaSandbox.model,
+        workspace: new Workspace({ sandbox: createRemoteTaskSandbox({ client }) }),
+      });
+      const first = await sandboxAgent.generate("run it", { maxSteps: 2 });
+      const viaTool = modelCalling("remote_task", "echo via the ai tool; exit 4");
+      const toolAgent = new Agent({
+        id: "tool", name: "tool", instructions: "Run commands.", model: viaTool.model,
+        tools: { remote_task: createRemoteTaskAiTool({ client }) },
+      });
+      const second = await toolAgent.generate("run it", { maxSteps: 2 });
+      console.log(JSON.stringify({
+        sandbox: [first.text, viaSandbox.seen()],
+        tool: [second.text, viaTool.seen()],
+      }));
       await client.close();
       await bridge.close();`;
     const run = node(["--input-type=module", "-e", script], mastra);
     expect(run.stderr).toBe("");
-    const { id, text } = JSON.parse(run.stdout);
-    expect(id).toMatch(/execute_command$/);
-    expect(text).toContain("from mastra");
-    expect(text).toContain("oops");
-    expect(text).toContain("Exit code: 3");
+    expect(JSON.parse(run.stdout)).toEqual({
+      sandbox: ["done", { type: "text", value: "from a mastra agent\n\nExit code: 3" }],
+      // Mastra calls toModelOutput with the output itself (the AI SDK 5 shape).
+      tool: [
+        "done",
+        { type: "error-text", value: "via the ai tool\n\n\nCommand exited with code 4" },
+      ],
+    });
   });
 
-  it("deepagents' execute tool runs through the langchain adapter's sandbox backend", () => {
+  it("a deep agent and a LangChain agent with a fake model run commands through the langchain adapter", () => {
     const script = `
-      import { createFilesystemMiddleware, isSandboxBackend } from "deepagents";
+      import { AIMessage } from "@langchain/core/messages";
+      import { fakeModel } from "@langchain/core/testing";
+      import { createDeepAgent, isSandboxBackend } from "deepagents";
+      import { createAgent } from "langchain";
       import { silentLogger } from "@remote-task/bridge";
       import { startLocalBridge } from "@remote-task/bridge/node";
       import { createClient } from "@remote-task/client";
       import { createRemoteTaskBackend, createRemoteTaskLangChainTool } from "@remote-task/tool/langchain";
       const bridge = await startLocalBridge({ logger: silentLogger });
       const client = createClient({ url: bridge.url, token: bridge.token });
+      const toolMessage = (result) => {
+        const message = result.messages.find((m) => m.type === "tool");
+        return [message?.tool_call_id, message?.content, result.messages.at(-1).content];
+      };
       const backend = createRemoteTaskBackend({ client });
-      const middleware = createFilesystemMiddleware({ backend });
-      const execute = middleware.tools.find((t) => t.name === "execute");
-      const executed = await execute.invoke({ command: "echo from deepagents; exit 3" }, { configurable: {} });
-      const message = await createRemoteTaskLangChainTool({ client }).invoke({
-        type: "tool_call", id: "call-1", name: "remote_task", args: { command: "echo from langchain" },
-      });
+      const deepModel = fakeModel()
+        .respondWithTools([{ name: "execute", args: { command: "echo from a deep agent; exit 3" }, id: "call-1" }])
+        .respond(new AIMessage("done"));
+      const deep = await createDeepAgent({ model: deepModel, backend })
+        .invoke({ messages: [{ role: "user", content: "run it" }] });
+      const plainModel = fakeModel()
+        .respondWithTools([{ name: "remote_task", args: { command: "echo from langchain" }, id: "call-2" }])
+        .respond(new AIMessage("done"));
+      const plain = await createAgent({ model: plainModel, tools: [createRemoteTaskLangChainTool({ client })] })
+        .invoke({ messages: [{ role: "user", content: "run it" }] });
       console.log(JSON.stringify({
         sandbox: isSandboxBackend(backend),
-        tools: middleware.tools.map((t) => t.name),
-        executed,
-        message: [message.tool_call_id, message.content],
+        deep: toolMessage(deep),
+        plain: toolMessage(plain),
       }));
       await client.close();
       await bridge.close();`;
     const run = node(["--input-type=module", "-e", script], deepagents);
     expect(run.stderr).toBe("");
-    const out = JSON.parse(run.stdout);
-    expect(out.sandbox).toBe(true);
-    expect(out.tools).toContain("execute");
-    expect(out.executed).toContain("from deepagents");
-    expect(out.executed).toContain("exit code 3");
-    expect(out.message).toEqual(["call-1", "from langchain\n"]);
+    expect(JSON.parse(run.stdout)).toEqual({
+      sandbox: true,
+      deep: ["call-1", "from a deep agent\n\n[Command failed with exit code 3]", "done"],
+      plain: ["call-2", "from langchain\n", "done"],
+    });
   });
 
   /** A mock model of AI SDK `major` (its provider spec's shapes) that calls remote_task once. */
