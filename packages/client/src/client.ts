@@ -479,6 +479,8 @@ class Client implements RemoteTaskClient {
    * A bridge that does not know `network` or `stdin` may ignore them (the reference bridge does)
    * and run the command without the policy, or with empty input. Before the first call with
    * either, the bridge's `/health` is asked once whether it takes them; if not, nothing is sent.
+   * From a browser page on another origin, `/health` is asked before the first call of any kind
+   * (see page-origin.ts): when the browser cannot fetch it, the command is not sent.
    */
   async #assertBridgeTakes(request: ExecRequest, bridge: Bridge): Promise<void> {
     const page = crossOriginPage(bridge.target.baseUrl);
