@@ -3,7 +3,10 @@
  * Durable Object uses `ctx.container` locally (Miniflare `containerEngine.localDocker`). Each app
  * container is a local bubblewrap process tree (container.ts) running a container server; each
  * `-proxy` sidecar is emulated in-process: workerd reaches the app container's ports through it
- * with HTTP CONNECT (`X-Dst-Addr`), and calls `GET /ca` and `PUT /egress` on it.
+ * with HTTP CONNECT (`X-Dst-Addr`), and calls `GET /ca` and `PUT /egress` on it. A container
+ * runs the create request's entrypoint and command when it names them (a Durable Object's
+ * `ctx.container.start({ entrypoint })`), else the image's server; `ctx.container.exec` runs
+ * commands in it through Docker's exec endpoints (exec.ts), recorded in `ContainerRecord.execs`.
  *
  * Every create, start, kill, stop and delete is recorded with the Durable Object the container
  * served and the HTTP requests it received, and faults can be injected per container: a slow
@@ -18,12 +21,16 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo, Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { PassThrough, type Readable } from "node:stream";
 import { Container, type ContainerImage } from "./container.ts";
+import { type ExecConfig, type ExecRecord, ExecSession } from "./exec.ts";
 
 /** Faults for the next containers created (read when each is created). */
 export interface Faults {
   /** Delay between `start` and the container's processes starting (a cold start). */
   coldStartMs?: number;
+  /** The container's processes start once this settles (a cold start the test ends). */
+  startGate?: Promise<void>;
   /**
    * Every `every`-th container the engine creates (counting all of them) starts after `ms`
    * instead of `coldStartMs`: a cold start with a long tail.
@@ -91,6 +98,8 @@ export interface ContainerRecord {
    * order: `internet.enabled` is the start's `enableInternet`, which the real sidecar enforces.
    */
   egress: EgressConfig[];
+  /** The commands run in it with Docker's exec (`ctx.container.exec`, and workerd's `kill()`). */
+  execs: ExecRecord[];
 }
 
 /** What workerd's container client sends as a sidecar's egress settings (`PUT /egress`). */
@@ -105,7 +114,12 @@ interface AppContainer {
   faults: Faults;
   sidecar: string;
   status: "created" | "running" | "exited";
+  /** The create request's entrypoint and command, when it named them. */
+  command: readonly string[] | undefined;
   process?: Container;
+  /** Resolves once its process runs, or once it never will (`process` unset then). */
+  launched: Promise<void>;
+  markLaunched: () => void;
   /** Resolves when the container has exited (or was never started and was removed). */
   exited: Promise<void>;
   markExited: () => void;
@@ -147,6 +161,20 @@ function deferred(): { promise: Promise<void>; resolve: () => void } {
   return { promise, resolve };
 }
 
+/** The next `length` bytes of `stream` (fewer if it ends first). */
+async function readExactly(stream: Readable, length: number): Promise<Buffer> {
+  if (length === 0) return Buffer.alloc(0);
+  for (;;) {
+    const chunk = stream.read(length) as Buffer | null;
+    if (chunk !== null) return chunk;
+    if (stream.readableEnded) return Buffer.alloc(0);
+    await new Promise((resolve) => {
+      stream.once("readable", resolve);
+      stream.once("end", resolve);
+    });
+  }
+}
+
 function send(response: ServerResponse, status: number, body?: unknown): void {
   if (body === undefined) {
     response.writeHead(status, { "content-length": "0" });
@@ -182,6 +210,9 @@ export class FakeDockerEngine {
   readonly #containers = new Map<string, AppContainer>();
   readonly #sidecars = new Map<string, Sidecar>();
   readonly #egress = new Map<string, EgressConfig[]>();
+  readonly #execs = new Map<string, ExecSession>();
+  /** Hijacked exec streams: no longer the HTTP server's, closed by `close()` itself. */
+  readonly #hijacked = new Set<Socket>();
   /** Every app container ever created, in order (also refused ones). */
   readonly records: ContainerRecord[] = [];
   /** Requests the engine or a container server did not know; a test fails if any. */
@@ -201,6 +232,12 @@ export class FakeDockerEngine {
       this.#route(request, response).catch((error: unknown) => {
         this.problems.push(`engine error on ${request.method} ${request.url}: ${String(error)}`);
         if (!response.headersSent) send(response, 500, { message: String(error) });
+      });
+    });
+    this.#server.on("upgrade", (request: IncomingMessage, socket: Socket, head: Buffer) => {
+      this.#upgrade(request, socket, head).catch((error: unknown) => {
+        this.problems.push(`engine error on ${request.method} ${request.url}: ${String(error)}`);
+        socket.destroy();
       });
     });
   }
@@ -227,6 +264,7 @@ export class FakeDockerEngine {
   async close(): Promise<void> {
     await Promise.all([...this.#containers.values()].map((c) => this.#remove(c)));
     for (const sidecar of this.#sidecars.values()) await this.#closeSidecar(sidecar);
+    for (const socket of this.#hijacked) socket.destroy();
     this.#server.closeAllConnections();
     await new Promise<void>((resolve) => this.#server.close(() => resolve()));
     await rm(this.#dir, { recursive: true, force: true });
@@ -262,6 +300,21 @@ export class FakeDockerEngine {
     if (method === "POST" && path === "/containers/create") {
       return this.#create(url.searchParams.get("name") ?? "", body, response);
     }
+    const exec = /^\/exec\/([0-9a-f]+)\/(json|start)$/.exec(path);
+    const session = exec === null ? undefined : this.#execs.get(exec[1] ?? "");
+    if (exec !== null && session === undefined) {
+      return send(response, 404, { message: `No such exec instance: ${exec[1]}` });
+    }
+    if (session !== undefined && method === "GET" && exec?.[2] === "json") {
+      return send(response, 200, session.inspect());
+    }
+    if (session !== undefined && method === "POST" && exec?.[2] === "start") {
+      const { Detach } = JSON.parse(body || "{}") as { Detach?: boolean };
+      if (Detach === true && !session.started) {
+        void session.start(undefined);
+        return send(response, 200);
+      }
+    }
     const match = /^\/containers\/([^/]+)(\/[a-z]+)?$/.exec(path);
     if (match !== null) {
       const name = decodeURIComponent(match[1] ?? "");
@@ -270,7 +323,7 @@ export class FakeDockerEngine {
       if (sidecar !== undefined) return this.#sidecarRoute(sidecar, method, action, response);
       const container = this.#containers.get(name);
       if (container !== undefined && !container.record.deleted) {
-        return this.#containerRoute(container, method, action, url, response);
+        return this.#containerRoute(container, method, action, url, response, body);
       }
       if (method === "DELETE" || action === "/json" || action === "/wait") {
         return send(response, 404, { message: `No such container: ${name}` });
@@ -293,6 +346,7 @@ export class FakeDockerEngine {
       deleted: false,
       log: "",
       egress: [],
+      execs: [],
     };
   }
 
@@ -313,6 +367,8 @@ export class FakeDockerEngine {
     const config = JSON.parse(body) as {
       Image?: string;
       Env?: string[];
+      Entrypoint?: string[] | string | null;
+      Cmd?: string[] | string | null;
       HostConfig?: { NetworkMode?: string };
     };
     const decoded = decodeURIComponent(name);
@@ -348,6 +404,10 @@ export class FakeDockerEngine {
     this.#note(record, "create");
     const exited = deferred();
     const removed = deferred();
+    const launched = deferred();
+    const words = (value: string[] | string | null | undefined) =>
+      value === null || value === undefined ? [] : typeof value === "string" ? [value] : value;
+    const entrypoint = words(config.Entrypoint);
     const sidecar = decodeURIComponent(
       (config.HostConfig?.NetworkMode ?? "").replace(/^container:/, ""),
     );
@@ -356,6 +416,9 @@ export class FakeDockerEngine {
       faults,
       sidecar,
       status: "created",
+      command: entrypoint.length > 0 ? [...entrypoint, ...words(config.Cmd)] : undefined,
+      launched: launched.promise,
+      markLaunched: launched.resolve,
       exited: exited.promise,
       markExited: exited.resolve,
       removed: removed.promise,
@@ -370,6 +433,7 @@ export class FakeDockerEngine {
     action: string,
     url: URL,
     response: ServerResponse,
+    body: string,
   ): Promise<void> {
     const { record } = container;
     if (method === "GET" && action === "/json") {
@@ -416,8 +480,60 @@ export class FakeDockerEngine {
       await this.#remove(container);
       return send(response, 204);
     }
+    if (method === "POST" && action === "/exec") return this.#createExec(container, body, response);
     this.problems.push(`unknown container request: ${method} ${action} on ${record.name}`);
     send(response, 500, { message: "harness engine: unknown container request" });
+  }
+
+  /** `POST /containers/{id}/exec`: a session to start (exec.ts); Docker refuses a stopped one. */
+  #createExec(container: AppContainer, body: string, response: ServerResponse): void {
+    if (container.status !== "running") {
+      send(response, 409, { message: `container ${container.record.name} is not running` });
+      return;
+    }
+    const session = new ExecSession(
+      container.record.id,
+      JSON.parse(body) as ExecConfig,
+      async () => {
+        await container.launched;
+        return container.status === "running" ? container.process : undefined;
+      },
+    );
+    this.#execs.set(session.record.id, session);
+    container.record.execs.push(session.record);
+    send(response, 201, { Id: session.record.id });
+  }
+
+  /** A hijacked request: only an attached `POST /exec/{id}/start` is one. */
+  async #upgrade(request: IncomingMessage, client: Socket, head: Buffer): Promise<void> {
+    const path = new URL(request.url ?? "/", "http://engine").pathname.replace(/^\/v\d+\.\d+/, "");
+    const id = /^\/exec\/([0-9a-f]+)\/start$/.exec(path)?.[1];
+    const session = id === undefined ? undefined : this.#execs.get(id);
+    if (request.method !== "POST" || session === undefined || session.started) {
+      this.problems.push(`unknown hijacked request: ${request.method} ${request.url}`);
+      client.end("HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\n\r\n");
+      return;
+    }
+    this.#hijacked.add(client);
+    client.once("close", () => this.#hijacked.delete(client));
+    client.on("error", () => {});
+    // Everything the client sends from here, kept (with its end) until the command reads it.
+    const input = new PassThrough();
+    input.write(head);
+    client.pipe(input);
+    const length = Number(request.headers["content-length"] ?? 0);
+    const body = await readExactly(input, length);
+    const { Detach } = JSON.parse(body.toString("utf8") || "{}") as { Detach?: boolean };
+    if (Detach === true) {
+      client.end("HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
+      await session.start(undefined);
+      return;
+    }
+    client.write(
+      "HTTP/1.1 101 UPGRADED\r\nContent-Type: application/vnd.docker.raw-stream\r\n" +
+        "Connection: Upgrade\r\nUpgrade: tcp\r\n\r\n",
+    );
+    await session.start(client, input);
   }
 
   #start(container: AppContainer): void {
@@ -427,13 +543,18 @@ export class FakeDockerEngine {
       record.exitCode = 137;
       container.status = "exited";
       container.markExited();
+      container.markLaunched();
       return;
     }
     container.status = "running";
     const launch = async () => {
-      if (container.record.deleted || container.status !== "running") return;
+      if (container.record.deleted || container.status !== "running") {
+        container.markLaunched();
+        return;
+      }
       const process = await Container.start({
         image: this.#options.image,
+        command: container.command,
         env: record.env,
         hostname: hostnameOf(record),
         ...(faults.neverListens ? { neverListens: true } : {}),
@@ -445,11 +566,13 @@ export class FakeDockerEngine {
       if (container.removing !== undefined) {
         // Removed while its process was being launched: the process must not outlive it.
         await process.remove();
+        container.markLaunched();
         return;
       }
       container.process = process;
       record.workspace = process.workspace;
       this.#note(record, "running", String(process.pid));
+      container.markLaunched();
       const { code } = await process.exited;
       record.log = process.log;
       record.exitCode = code;
@@ -464,8 +587,10 @@ export class FakeDockerEngine {
         record.exitCode = 127;
         container.status = "exited";
         container.markExited();
+        container.markLaunched();
       });
-    if (cold > 0) setTimeout(run, cold);
+    if (faults.startGate !== undefined) void faults.startGate.then(run);
+    else if (cold > 0) setTimeout(run, cold);
     else void run();
   }
 
@@ -481,6 +606,7 @@ export class FakeDockerEngine {
         record.exitCode ??= 137;
         container.status = "exited";
         container.markExited();
+        container.markLaunched();
       }
       await container.exited;
       // Deleted once no process of it is left.
