@@ -70,6 +70,8 @@ export class TaskContainer extends DurableObject<WorkerEnv> {
   #running: { stop: () => void } | undefined;
   /** A start in flight (a destroy waits for it, then destroys what it started). */
   #starting: Promise<void> | undefined;
+  /** The container was seen running during this start (so a stop afterwards is an end). */
+  #everRunning = false;
 
   constructor(ctx: DurableObjectState, env: WorkerEnv) {
     super(ctx, env);
@@ -137,9 +139,14 @@ export class TaskContainer extends DurableObject<WorkerEnv> {
     await this.#ready(container, request.budgetMs);
   }
 
-  /** Waits until the container runs a command (a trivial exec), within `budgetMs`. */
+  /**
+   * Waits until the container runs a command (a trivial exec), within `budgetMs`. Right after
+   * `start()` the platform refuses execs until the container is up; they are retried, unless no
+   * instance can be placed or the container has ended.
+   */
   async #ready(container: Container, budgetMs: number): Promise<void> {
     const until = Date.now() + budgetMs;
+    let ended: unknown;
     for (;;) {
       if (this.#phase === "destroyed") return;
       try {
@@ -151,9 +158,11 @@ export class TaskContainer extends DurableObject<WorkerEnv> {
         throw new Error("the container's /bin/sh did not run");
       } catch (error) {
         if (isCapacityMessage(error) || Date.now() + PROBE_INTERVAL_MS >= until) throw error;
-        if (!container.running) throw error;
+        ended = error;
       }
       await new Promise((resolve) => setTimeout(resolve, PROBE_INTERVAL_MS));
+      if (!container.running && ended !== undefined && this.#everRunning) throw ended;
+      if (container.running) this.#everRunning = true;
     }
   }
 
@@ -199,9 +208,14 @@ export class TaskContainer extends DurableObject<WorkerEnv> {
         stdout: "pipe",
         stderr: "pipe",
         signal: stop.signal,
-        ...(request.stdin === undefined ? {} : { stdin: bytesStream(request.stdin) }),
+        ...(request.stdin === undefined ? {} : { stdin: "pipe" as const }),
       },
     );
+    if (request.stdin !== undefined && process.stdin !== null) {
+      // Written beside the output, and its failure ignored: a command that exits without
+      // reading its stdin (or all of it) is not held up, nor is its output lost.
+      void writeAll(process.stdin, request.stdin);
+    }
     return this.#frames(process, stop);
   }
 
@@ -310,13 +324,15 @@ function usedError(phase: Phase): BackendError {
   return new BackendError("sandbox_error", CLOUDFLARE_TEXTS.sandboxUsed(phase));
 }
 
-function bytesStream(bytes: Uint8Array): ReadableStream<Uint8Array> {
-  return new ReadableStream<Uint8Array>({
-    start(controller) {
-      if (bytes.byteLength > 0) controller.enqueue(bytes);
-      controller.close();
-    },
-  });
+/** Writes `bytes` to `stdin`, then closes it; a command that stopped reading ends it early. */
+async function writeAll(stdin: WritableStream, bytes: Uint8Array): Promise<void> {
+  const writer = stdin.getWriter();
+  try {
+    if (bytes.byteLength > 0) await writer.write(bytes);
+    await writer.close();
+  } catch {
+    writer.abort().catch(() => {});
+  }
 }
 
 function messageOf(error: unknown): string {

@@ -15,7 +15,8 @@
  *   shell exits, what it left running in that session is killed, so a background child holding
  *   stdout open (`(sleep 40 &)`) cannot hold the call open. A process that starts a session of its
  *   own escapes this and keeps the call open until it exits or the deadline destroys the container.
- * - **Standard input**: the call's stdin (exec's stdin stream) when it has one, else empty.
+ * - **Standard input**: the call's stdin (exec's stdin stream) when it has one, else empty. What
+ *   the command does not read is read after it exits, so its writer is never cut off.
  */
 
 /** What every task gets unless the caller's `env` sets it (the local backend's values). */
@@ -41,6 +42,9 @@ const SCRIPT = [
   "exec 3<&-",
   'wait "$pid"; code=$?',
   '[ -n "$runner" ] && kill -KILL "-$pid" 2>/dev/null',
+  // What the command left of its stdin is read to its end, so that the platform's writer of it
+  // finishes cleanly (an exec whose stdin is cut off mid-write is reported as a lost connection).
+  '[ "$input" = 1 ] && cat >/dev/null 2>&1',
   'exit "$code"',
 ].join("\n");
 

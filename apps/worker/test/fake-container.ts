@@ -215,15 +215,12 @@ class FakeContainer implements Container {
       });
       return this.#process({ exitCode: 0 }, new AbortController());
     }
-    const stdin =
-      options?.stdin instanceof ReadableStream ? await bytesOf(options.stdin) : undefined;
-    this.scenario = scenarioOf(task.command, task.cwd, stdin);
+    this.scenario = scenarioOf(task.command, task.cwd, undefined);
     await this.update((state) => {
       state.execs.push({
         command: task.command,
         cwd: task.cwd,
         envNames: Object.keys(options?.env ?? {}),
-        ...(stdin === undefined ? {} : { stdin: [...stdin] }),
       });
     });
     if (this.scenario.startError === "capacity") throw new Error(INJECTED_FAILURES.capacity);
@@ -231,10 +228,21 @@ class FakeContainer implements Container {
     const stop = new AbortController();
     this.command = stop;
     options?.signal?.addEventListener("abort", () => stop.abort());
-    return this.#process(this.scenario, stop);
+    if (options?.stdin !== "pipe") return this.#process(this.scenario, stop);
+    // The command's stdin: read to its end (the fake's `cat` needs all of it), then it runs.
+    const input = new TransformStream<Uint8Array, Uint8Array>();
+    const scenario = bytesOf(input.readable).then(async (stdin) => {
+      await this.update((state) => {
+        const exec = state.execs.at(-1);
+        if (exec !== undefined) exec.stdin = [...stdin];
+      });
+      this.scenario = scenarioOf(task.command, task.cwd, stdin);
+      return this.scenario;
+    });
+    return { ...this.#process(scenario, stop), stdin: input.writable };
   }
 
-  #process(scenario: FakeScenario, stop: AbortController): ExecProcess {
+  #process(pending: FakeScenario | Promise<FakeScenario>, stop: AbortController): ExecProcess {
     let sent = 0;
     const record = () =>
       this.update((state) => {
@@ -249,7 +257,7 @@ class FakeContainer implements Container {
     });
     exitCode.catch(() => {});
     stop.signal.addEventListener("abort", () => lost(new Error(INJECTED_FAILURES.connectionLost)));
-    const chunks = this.#chunks(scenario, stop.signal);
+    let scenario: FakeScenario = {};
     const streams = {
       stdout: new TransformStream<Uint8Array>(),
       stderr: new TransformStream<Uint8Array>(),
@@ -258,7 +266,8 @@ class FakeContainer implements Container {
     const err = streams.stderr.writable.getWriter();
     void (async () => {
       try {
-        for await (const chunk of chunks) {
+        scenario = await pending;
+        for await (const chunk of this.#chunks(scenario, stop.signal)) {
           if (chunk === "throw") {
             await record();
             await out.abort(new Error(INJECTED_FAILURES.connectionLost));
