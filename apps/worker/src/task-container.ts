@@ -70,8 +70,6 @@ export class TaskContainer extends DurableObject<WorkerEnv> {
   #running: { stop: () => void } | undefined;
   /** A start in flight (a destroy waits for it, then destroys what it started). */
   #starting: Promise<void> | undefined;
-  /** The container was seen running during this start (so a stop afterwards is an end). */
-  #everRunning = false;
 
   constructor(ctx: DurableObjectState, env: WorkerEnv) {
     super(ctx, env);
@@ -142,11 +140,21 @@ export class TaskContainer extends DurableObject<WorkerEnv> {
   /**
    * Waits until the container runs a command (a trivial exec), within `budgetMs`. Right after
    * `start()` the platform refuses execs until the container is up; they are retried, unless no
-   * instance can be placed or the container has ended.
+   * instance can be placed or the container has ended (its `monitor()` settled: a start that
+   * failed, or an image whose PID 1 exits).
    */
   async #ready(container: Container, budgetMs: number): Promise<void> {
     const until = Date.now() + budgetMs;
-    let ended: unknown;
+    let ended: Promise<unknown> = new Promise(() => {});
+    try {
+      ended = container.monitor().then(
+        () => new Error("the container exited before it ran a command"),
+        (error: unknown) => error,
+      );
+    } catch {
+      // Not running yet as far as the platform knows: the execs below tell.
+    }
+    const over = ended.then((error) => ({ error }));
     for (;;) {
       if (this.#phase === "destroyed") return;
       try {
@@ -158,11 +166,12 @@ export class TaskContainer extends DurableObject<WorkerEnv> {
         throw new Error("the container's /bin/sh did not run");
       } catch (error) {
         if (isCapacityMessage(error) || Date.now() + PROBE_INTERVAL_MS >= until) throw error;
-        ended = error;
       }
-      await new Promise((resolve) => setTimeout(resolve, PROBE_INTERVAL_MS));
-      if (!container.running && ended !== undefined && this.#everRunning) throw ended;
-      if (container.running) this.#everRunning = true;
+      const pause = new Promise<undefined>((resolve) =>
+        setTimeout(() => resolve(undefined), PROBE_INTERVAL_MS),
+      );
+      const stopped = await Promise.race([pause, over]);
+      if (stopped !== undefined) throw stopped.error;
     }
   }
 

@@ -128,6 +128,9 @@ class FakeContainer implements Container {
 
   start(options?: ContainerStartupOptions): void {
     this.state.container = "running";
+    this.#whenStopped = new Promise((resolve) => {
+      this.#stopped = resolve;
+    });
     void this.update((state) => {
       state.starts.push({
         ...(options?.enableInternet === undefined
@@ -139,7 +142,16 @@ class FakeContainer implements Container {
     });
   }
 
-  async monitor(): Promise<void> {}
+  #stopped: () => void = () => {};
+  #whenStopped: Promise<void> = new Promise(() => {});
+
+  /** Settles when the container stops (a kill or a destroy), as the platform's does. */
+  monitor(): Promise<void> {
+    if (this.state.container !== "running") {
+      return Promise.reject(new Error("fake container: not running"));
+    }
+    return this.#whenStopped;
+  }
 
   releaseDestroy(): void {
     this.#releaseDestroy();
@@ -157,6 +169,7 @@ class FakeContainer implements Container {
         state.container = "stopped";
       }
     });
+    if (!this.scenario.destroyFails) this.#stopped();
     if (this.scenario.destroyFails) throw new Error(INJECTED_FAILURES.destroy);
   }
 
@@ -166,6 +179,7 @@ class FakeContainer implements Container {
     await this.update((state) => {
       state.container = "stopped";
     });
+    this.#stopped();
   }
 
   signal(): void {}
