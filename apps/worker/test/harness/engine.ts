@@ -5,7 +5,7 @@
  * `-proxy` sidecar is emulated in-process: workerd reaches the app container's ports through it
  * with HTTP CONNECT (`X-Dst-Addr`), and calls `GET /ca` and `PUT /egress` on it. A container
  * runs the create request's entrypoint and command when it names them (a Durable Object's
- * `ctx.container.start({ entrypoint })`), else the image's server; `ctx.container.exec` runs
+ * `ctx.container.start({ entrypoint })` arrives as `Cmd`), else the image's server; `ctx.container.exec` runs
  * commands in it through Docker's exec endpoints (exec.ts), recorded in `ContainerRecord.execs`.
  *
  * Every create, start, kill, stop and delete is recorded with the Durable Object the container
@@ -407,7 +407,8 @@ export class FakeDockerEngine {
     const launched = deferred();
     const words = (value: string[] | string | null | undefined) =>
       value === null || value === undefined ? [] : typeof value === "string" ? [value] : value;
-    const entrypoint = words(config.Entrypoint);
+    // workerd sends `start({ entrypoint })` as `Cmd`; the harness's images have no entrypoint.
+    const command = [...words(config.Entrypoint), ...words(config.Cmd)];
     const sidecar = decodeURIComponent(
       (config.HostConfig?.NetworkMode ?? "").replace(/^container:/, ""),
     );
@@ -416,7 +417,7 @@ export class FakeDockerEngine {
       faults,
       sidecar,
       status: "created",
-      command: entrypoint.length > 0 ? [...entrypoint, ...words(config.Cmd)] : undefined,
+      command: command.length > 0 ? command : undefined,
       launched: launched.promise,
       markLaunched: launched.resolve,
       exited: exited.promise,

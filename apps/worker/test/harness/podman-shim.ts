@@ -14,8 +14,13 @@
  *   limits (runc cannot raise them without CAP_SYS_RESOURCE, which this machine lacks).
  *
  * Every container the shim creates carries the label `remote-task.shim=<id>` of this shim, so a
- * test removes only its own (`close()` force-removes those left). Hijacked streams (an exec's
- * `POST /exec/{id}/start` with `Upgrade: tcp`) are piped to Podman byte for byte.
+ * test removes only its own (`close()` force-removes those left), and is named in Podman with the
+ * shim's id appended (`<name>-<id>`; the shim translates names both ways): workerd names a
+ * container after its Durable Object's id, the same in every run of a test, so two test runs on
+ * one Podman service would otherwise share containers, and a run would find the containers a
+ * crashed one left. Those (labelled `remote-task.shim.pid` with a process no longer alive) are
+ * removed when a shim starts. Hijacked streams (an exec's `POST /exec/{id}/start` with
+ * `Upgrade: tcp`) are piped to Podman byte for byte.
  *
  * The test image (localhost/remote-task-test:latest: static busybox and bash) has no init that
  * stays up, so a Durable Object starts it with this PID 1 (`TEST_IMAGE_ENTRYPOINT`), which stays
@@ -49,6 +54,8 @@ export const TEST_IMAGE_ENTRYPOINT: readonly string[] = [
 
 /** The label on every container a shim creates; its value is the shim's `id`. */
 export const SHIM_LABEL = "remote-task.shim";
+/** The label with the pid of the process running the shim (for removing a dead one's). */
+export const PID_LABEL = "remote-task.shim.pid";
 
 const SIDECAR_INGRESS_PORT = 39001;
 const FAKE_CA =
@@ -93,6 +100,8 @@ export interface EgressConfig {
 export interface ShimContainer {
   /** The name workerd chose: `workerd-<worker>-<class>-<Durable Object id>`. */
   name: string;
+  /** Its name in Podman: `<name>-<shim id>`. */
+  podmanName: string;
   /** Podman's id. */
   id: string;
   /** The Durable Object id (hex) in its name. */
@@ -215,9 +224,39 @@ export async function startPodmanShim(options: PodmanShimOptions = {}): Promise<
     upstream = engine.socketPath;
     engineDir = engine.dir;
   }
+  await removeDeadShimsContainers(upstream);
   const shim = new Shim(upstream, engineLimits(engineDir), options.log);
   await shim.listen();
   return shim;
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
+/** Removes the containers of shims whose process is gone (a test run that crashed). */
+async function removeDeadShimsContainers(upstream: string): Promise<void> {
+  const filters = encodeURIComponent(JSON.stringify({ label: [PID_LABEL] }));
+  const listed = await upstreamCall(
+    upstream,
+    "GET",
+    `/containers/json?all=true&filters=${filters}`,
+  );
+  if (listed.status !== 200) return;
+  const containers = JSON.parse(listed.body) as Array<{
+    Id: string;
+    Labels?: Record<string, string>;
+  }>;
+  await Promise.all(
+    containers
+      .filter((c) => !alive(Number(c.Labels?.[PID_LABEL])))
+      .map((c) => upstreamCall(upstream, "DELETE", `/containers/${c.Id}?force=true`)),
+  );
 }
 
 class Shim implements PodmanShim {
@@ -306,6 +345,20 @@ class Shim implements PodmanShim {
     });
   }
 
+  /**
+   * `path` (with its query) with a container name workerd chose turned into its name in Podman
+   * (see the overview); ids and the collection's own paths stay.
+   */
+  #podmanPath(path: string): string {
+    return path.replace(
+      /^((?:\/v[\d.]+)?\/containers\/)([^/?]+)/,
+      (whole, prefix: string, name: string) =>
+        /^(create|json|prune)$/.test(name) || /^[0-9a-f]{64}$/.test(name)
+          ? whole
+          : `${prefix}${name}-${this.id}`,
+    );
+  }
+
   /** Forwards a request to Podman and streams its answer back (`/wait` may take long). */
   #forward(request: IncomingMessage, body: Buffer, response: ServerResponse): Promise<void> {
     return new Promise((resolve, reject) => {
@@ -313,7 +366,12 @@ class Shim implements PodmanShim {
       delete headers["transfer-encoding"];
       headers["content-length"] = String(body.length);
       const req = httpRequest(
-        { socketPath: this.#upstream, method: request.method, path: request.url, headers },
+        {
+          socketPath: this.#upstream,
+          method: request.method,
+          path: this.#podmanPath(request.url ?? "/"),
+          headers,
+        },
         (res) => {
           this.#log(`${request.method} ${request.url} -> ${res.statusCode}`);
           response.writeHead(res.statusCode ?? 502, res.headers);
@@ -361,13 +419,14 @@ class Shim implements PodmanShim {
     const rewritten = {
       ...config,
       ...(network === "none" ? { NetworkDisabled: true } : {}),
-      Labels: { ...config.Labels, [SHIM_LABEL]: this.id },
+      Labels: { ...config.Labels, [SHIM_LABEL]: this.id, [PID_LABEL]: String(process.pid) },
       HostConfig: { ...host, NetworkMode: network, Ulimits: ulimits },
     };
+    const podmanName = `${name}-${this.id}`;
     const answer = await upstreamCall(
       this.#upstream,
       "POST",
-      `${url.pathname}${url.search}`,
+      `${url.pathname}?name=${encodeURIComponent(podmanName)}`,
       rewritten,
     );
     this.#log(`POST /containers/create?name=${name} network=${network} -> ${answer.status}`);
@@ -375,6 +434,7 @@ class Shim implements PodmanShim {
       const { Id } = JSON.parse(answer.body) as { Id: string };
       this.containers.push({
         name,
+        podmanName,
         id: Id,
         durableObjectId: /([0-9a-f]{64})$/.exec(name)?.[1],
         network,
@@ -460,7 +520,7 @@ class Shim implements PodmanShim {
   #hijack(request: IncomingMessage, client: Socket, head: Buffer): void {
     this.#log(`${request.method} ${request.url} (hijacked)`);
     const upstream = createConnection(this.#upstream);
-    const lines = [`${request.method} ${request.url} HTTP/1.1`];
+    const lines = [`${request.method} ${this.#podmanPath(request.url ?? "/")} HTTP/1.1`];
     for (let i = 0; i < request.rawHeaders.length; i += 2) {
       lines.push(`${request.rawHeaders[i]}: ${request.rawHeaders[i + 1]}`);
     }
