@@ -90,14 +90,14 @@ export function ensurePodman(): PodmanEngine {
 }
 
 /** What workerd sends as a sidecar's egress settings (`PUT /egress`). */
-export interface EgressConfig {
+interface EgressConfig {
   port?: number;
   dns?: { allowHostnames?: string[] };
   internet?: { enabled?: boolean };
 }
 
 /** One app container the shim created (sidecars are not Podman containers). */
-export interface ShimContainer {
+interface ShimContainer {
   /** The name workerd chose: `workerd-<worker>-<class>-<Durable Object id>`. */
   name: string;
   /** Its name in Podman: `<name>-<shim id>`. */
