@@ -6,7 +6,9 @@
  * with HTTP CONNECT (`X-Dst-Addr`), and calls `GET /ca` and `PUT /egress` on it. A container
  * runs the create request's entrypoint and command when it names them (a Durable Object's
  * `ctx.container.start({ entrypoint })` arrives as `Cmd`), else the image's server; `ctx.container.exec` runs
- * commands in it through Docker's exec endpoints (exec.ts), recorded in `ContainerRecord.execs`.
+ * commands in it through Docker's exec endpoints (exec.ts), recorded in `ContainerRecord.execs`;
+ * the files workerd copies in (`PUT /containers/{id}/archive`, the interception's CA) are recorded
+ * in `files`, not written.
  *
  * Every create, start, kill, stop and delete is recorded with the Durable Object the container
  * served and the HTTP requests it received, and faults can be injected per container: a slow
@@ -100,6 +102,11 @@ export interface ContainerRecord {
   egress: EgressConfig[];
   /** The commands run in it with Docker's exec (`ctx.container.exec`, and workerd's `kill()`). */
   execs: ExecRecord[];
+  /**
+   * Files workerd copied into it (`PUT /containers/{id}/archive`: the interception's CA
+   * certificate), recorded but not written (its /etc is the host's, read-only).
+   */
+  files: Array<{ path: string; bytes: number }>;
 }
 
 /** What workerd's container client sends as a sidecar's egress settings (`PUT /egress`). */
@@ -187,6 +194,30 @@ function send(response: ServerResponse, status: number, body?: unknown): void {
     "content-length": Buffer.byteLength(text),
   });
   response.end(text);
+}
+
+async function readRawBody(request: IncomingMessage): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of request) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks);
+}
+
+/** The files of a tar archive (their paths under the archive's root) and their sizes. */
+function tarEntries(tar: Buffer): Array<{ name: string; bytes: number }> {
+  const entries: Array<{ name: string; bytes: number }> = [];
+  for (let at = 0; at + 512 <= tar.length; ) {
+    const header = tar.subarray(at, at + 512);
+    const name = header.subarray(0, 100).toString("utf8").replace(/\0.*$/s, "");
+    if (name === "") break;
+    const prefix = header.subarray(345, 500).toString("utf8").replace(/\0.*$/s, "");
+    const bytes = Number.parseInt(header.subarray(124, 136).toString("latin1").trim() || "0", 8);
+    // Type "0" or NUL: a regular file.
+    if (header[156] === 0x30 || header[156] === 0) {
+      entries.push({ name: prefix === "" ? name : `${prefix}/${name}`, bytes });
+    }
+    at += 512 + Math.ceil(bytes / 512) * 512;
+  }
+  return entries;
 }
 
 async function readBody(request: IncomingMessage): Promise<string> {
@@ -278,7 +309,8 @@ export class FakeDockerEngine {
     const url = new URL(request.url ?? "/", "http://engine");
     const path = url.pathname.replace(/^\/v\d+\.\d+/, "");
     const method = request.method ?? "GET";
-    const body = await readBody(request);
+    const raw = await readRawBody(request);
+    const body = raw.toString("utf8");
     if (method === "GET" && path === "/_ping") return send(response, 200, "OK");
     if (method === "GET" && path === "/info") {
       return send(response, 200, {
@@ -323,7 +355,7 @@ export class FakeDockerEngine {
       if (sidecar !== undefined) return this.#sidecarRoute(sidecar, method, action, response);
       const container = this.#containers.get(name);
       if (container !== undefined && !container.record.deleted) {
-        return this.#containerRoute(container, method, action, url, response, body);
+        return this.#containerRoute(container, method, action, url, response, body, raw);
       }
       if (method === "DELETE" || action === "/json" || action === "/wait") {
         return send(response, 404, { message: `No such container: ${name}` });
@@ -347,6 +379,7 @@ export class FakeDockerEngine {
       log: "",
       egress: [],
       execs: [],
+      files: [],
     };
   }
 
@@ -435,6 +468,7 @@ export class FakeDockerEngine {
     url: URL,
     response: ServerResponse,
     body: string,
+    raw: Buffer,
   ): Promise<void> {
     const { record } = container;
     if (method === "GET" && action === "/json") {
@@ -482,6 +516,15 @@ export class FakeDockerEngine {
       return send(response, 204);
     }
     if (method === "POST" && action === "/exec") return this.#createExec(container, body, response);
+    if (method === "PUT" && action === "/archive") {
+      // Kept, not written: the container's system directories are the host's, read-only.
+      const at = url.searchParams.get("path") ?? "/";
+      for (const entry of tarEntries(raw)) {
+        const file = `${at.replace(/\/$/, "")}/${entry.name.replace(/^\.\//, "")}`;
+        record.files.push({ path: file, bytes: entry.bytes });
+      }
+      return send(response, 200);
+    }
     this.problems.push(`unknown container request: ${method} ${action} on ${record.name}`);
     send(response, 500, { message: "harness engine: unknown container request" });
   }

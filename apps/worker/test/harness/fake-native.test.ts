@@ -110,6 +110,21 @@ describe("workerd's ctx.container on the fake engine", () => {
     expect(engine.live.filter((r) => r === record)).toEqual([]);
   });
 
+  it("outbound interception: the sidecar's egress settings and the CA file workerd copies", async () => {
+    await probe.start("intercept", TEST_IMAGE_ENTRYPOINT);
+    await probe.call("intercept", "intercept");
+    await probe.bash("intercept", "true");
+    const record = await recordOf("intercept");
+    expect(record?.egress.at(-1)).toMatchObject({
+      dns: { allowHostnames: ["*"] },
+      internet: { enabled: false },
+    });
+    expect(record?.files.map((f) => f.path)).toContain(
+      "/etc/cloudflare/certs/cloudflare-containers-ca.crt",
+    );
+    await probe.call("intercept", "destroy");
+  });
+
   it("destroy() removes the container and every process of it", async () => {
     await probe.start("destroy", TEST_IMAGE_ENTRYPOINT);
     await probe.bash("destroy", "true");

@@ -118,6 +118,18 @@ describe("workerd's ctx.container on Podman through the shim", () => {
     await probe.call("online", "destroy");
   });
 
+  it("takes workerd's outbound interception set-up: the CA file lands in the container", async () => {
+    await started("intercept");
+    await probe.call("intercept", "intercept");
+    const answer = await bash(
+      "intercept",
+      "cat /etc/cloudflare/certs/cloudflare-containers-ca.crt",
+    );
+    expect(answer.stdout).toContain("BEGIN CERTIFICATE");
+    expect((await containerOf("intercept"))?.egress.at(-1)?.dns?.allowHostnames).toEqual(["*"]);
+    await probe.call("intercept", "destroy");
+  });
+
   it("keeps the containers' nproc and nofile rlimits within the engine's", async () => {
     await started("limits");
     const answer = await bash("limits", "ulimit -Hu; ulimit -Hn");

@@ -10,6 +10,8 @@
  *   process, then closed); answers `{ stdout, stderr, exitCode }`.
  * - `kill` `{ argv }`: runs it, waits for its first output, `kill()`s it; answers
  *   `{ first, exitCode }`.
+ * - `intercept`: `interceptAllOutboundHttp` and `interceptOutboundHttps("*")` to the Worker's
+ *   `Gate` entrypoint (which answers every request itself); answers `{}`.
  * - `destroy`: `ctx.container.destroy()`; answers `{ running }`.
  * - `state`: answers `{ running }`.
  */
@@ -18,7 +20,13 @@ import { convertV4MiniflareOptions, Miniflare } from "miniflare";
 const PROBE_CLASS = "Probe";
 
 const PROBE_WORKER = `
-import { DurableObject } from "cloudflare:workers";
+import { DurableObject, WorkerEntrypoint } from "cloudflare:workers";
+
+export class Gate extends WorkerEntrypoint {
+  fetch(request) {
+    return new Response("gate: " + request.method + " " + request.url + "\\n");
+  }
+}
 
 const text = (buffer) => new TextDecoder().decode(buffer);
 
@@ -62,6 +70,12 @@ export class ${PROBE_CLASS} extends DurableObject {
         const exitCode = await process.exitCode;
         reader.releaseLock();
         return Response.json({ first: value === undefined ? "" : text(value), exitCode });
+      }
+      if (op === "intercept") {
+        const gate = this.ctx.exports.Gate({ props: {} });
+        await container.interceptAllOutboundHttp(gate);
+        await container.interceptOutboundHttps("*", gate);
+        return Response.json({});
       }
       if (op === "destroy") {
         await container.destroy();
