@@ -168,7 +168,10 @@ describe("workerd's ctx.container on Podman through the shim", () => {
     expect(record).toBeDefined();
     const before = await engine("GET", `/containers/${record?.id}/json`);
     expect(before.status).toBe(200);
-    expect(JSON.parse(before.body).Config.Labels[SHIM_LABEL]).toBe(shim.id);
+    const inspected = JSON.parse(before.body);
+    expect(inspected.Config.Labels[SHIM_LABEL]).toBe(shim.id);
+    // A PID 1 that dies is not brought back (workerd asks for on-failure restarts).
+    expect(inspected.HostConfig.RestartPolicy.Name).toMatch(/^(no)?$/);
     expect(await probe.call("destroy", "destroy")).toEqual({ running: false });
     expect(record?.deleted).toBe(true);
     expect((await engine("GET", `/containers/${record?.id}/json`)).status).toBe(404);

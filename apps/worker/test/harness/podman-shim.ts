@@ -12,6 +12,8 @@
  *   `none` unless the last egress settings enable the internet, then Podman's `bridge`.
  * - Limits. The app container's `nproc` and `nofile` rlimits are set to the engine's own hard
  *   limits (runc cannot raise them without CAP_SYS_RESOURCE, which this machine lacks).
+ * - Restarts. workerd asks for `RestartPolicy: on-failure` with no retry limit; the shim asks for
+ *   none, so a container whose PID 1 dies stays dead, as on Cloudflare.
  *
  * Every container the shim creates carries the label `remote-task.shim=<id>` of this shim, so a
  * test removes only its own (`close()` force-removes those left), and is named in Podman with the
@@ -420,7 +422,12 @@ class Shim implements PodmanShim {
       ...config,
       ...(network === "none" ? { NetworkDisabled: true } : {}),
       Labels: { ...config.Labels, [SHIM_LABEL]: this.id, [PID_LABEL]: String(process.pid) },
-      HostConfig: { ...host, NetworkMode: network, Ulimits: ulimits },
+      HostConfig: {
+        ...host,
+        NetworkMode: network,
+        Ulimits: ulimits,
+        RestartPolicy: { Name: "no", MaximumRetryCount: 0 },
+      },
     };
     const podmanName = `${name}-${this.id}`;
     const answer = await upstreamCall(
