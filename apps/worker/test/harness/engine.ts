@@ -44,7 +44,8 @@ export interface Faults {
   refuseCreate?: boolean;
   /**
    * No instance can be placed: the container is accepted but never runs, and waiting on it fails
-   * with the platform's capacity message, which is how @cloudflare/containers learns of it.
+   * with the platform's capacity message, which is how @cloudflare/containers learns of it; an
+   * exec in it fails with the same message (how `ctx.container.exec` learns of it).
    */
   noInstance?: boolean;
 }
@@ -531,6 +532,11 @@ export class FakeDockerEngine {
 
   /** `POST /containers/{id}/exec`: a session to start (exec.ts); Docker refuses a stopped one. */
   #createExec(container: AppContainer, body: string, response: ServerResponse): void {
+    if (container.faults.noInstance) {
+      // What a Durable Object sees wherever it looks: the platform's capacity message.
+      send(response, 500, { message: CAPACITY_MESSAGE });
+      return;
+    }
     if (container.status !== "running") {
       send(response, 409, { message: `container ${container.record.name} is not running` });
       return;

@@ -110,6 +110,17 @@ describe("workerd's ctx.container on the fake engine", () => {
     expect(engine.live.filter((r) => r === record)).toEqual([]);
   });
 
+  it("no instance: the command fails with the platform's capacity message", async () => {
+    engine.faults = { noInstance: true };
+    await probe.start("full", TEST_IMAGE_ENTRYPOINT);
+    const failure = await probe.bash("full", "true").catch((error: unknown) => String(error));
+    expect(failure).toMatch(/exec: 500/);
+    expect(failure).toContain(
+      "there is no container instance that can be provided to this durable object",
+    );
+    expect((await recordOf("full"))?.execs).toEqual([]);
+  });
+
   it("outbound interception: the sidecar's egress settings and the CA file workerd copies", async () => {
     await probe.start("intercept", TEST_IMAGE_ENTRYPOINT);
     await probe.call("intercept", "intercept");
