@@ -78,7 +78,17 @@ export interface PodmanEngine {
 
 /** Starts the project's Podman service (or finds it running) and builds the test image. */
 export function ensurePodman(): PodmanEngine {
-  const out = execFileSync(process.execPath, [ENGINE_SCRIPT, "ensure"], { encoding: "utf8" });
+  let out: string;
+  try {
+    out = execFileSync(process.execPath, [ENGINE_SCRIPT, "ensure"], {
+      encoding: "utf8",
+      stdio: ["ignore", "pipe", "pipe"],
+      timeout: 120_000,
+    });
+  } catch (error) {
+    const stderr = (error as { stderr?: string }).stderr?.trim();
+    throw new Error(`no Podman engine: ${stderr || (error as Error).message}`);
+  }
   const report = JSON.parse(out.trim().split("\n").at(-1) ?? "{}") as {
     host: string;
     image: string;
@@ -89,6 +99,24 @@ export function ensurePodman(): PodmanEngine {
     image: report.image,
     dir: report.dir,
   };
+}
+
+/**
+ * The Podman engine for tests on real containers, or why there is none. As the docker backend's
+ * tests do, such tests are skipped without one (`skip`), except under
+ * REMOTE_TASK_REQUIRE_DOCKER=1 (CI), where they run and fail.
+ */
+export function podmanForTests(): { engine?: PodmanEngine; skip: boolean; reason: string } {
+  try {
+    return { engine: ensurePodman(), skip: false, reason: "" };
+  } catch (error) {
+    const reason = (error as Error).message;
+    const required = process.env.REMOTE_TASK_REQUIRE_DOCKER === "1";
+    console.warn(
+      `\n*** tests on real containers SKIPPED: ${reason}${required ? " (REMOTE_TASK_REQUIRE_DOCKER=1: failing)" : ""} ***\n`,
+    );
+    return { skip: !required, reason };
+  }
 }
 
 /** What workerd sends as a sidecar's egress settings (`PUT /egress`). */
