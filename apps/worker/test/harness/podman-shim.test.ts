@@ -29,7 +29,7 @@ const podman = found.engine as PodmanEngine;
 beforeAll(async () => {
   if (found.skip) return;
   if (found.engine === undefined) throw new Error(found.reason);
-  shim = await startPodmanShim();
+  shim = await startPodmanShim({ engine: podman });
   probe = await Probe.start(shim.socketPath, podman.image);
 });
 
@@ -194,7 +194,7 @@ describe.skipIf(found.skip)("workerd's ctx.container on Podman through the shim"
   });
 
   it("keeps two runs' containers of the same Durable Object apart", async () => {
-    const other = await startPodmanShim();
+    const other = await startPodmanShim({ engine: podman });
     const otherProbe = await Probe.start(other.socketPath, podman.image);
     try {
       await started("twin");
@@ -226,7 +226,7 @@ describe.skipIf(found.skip)("workerd's ctx.container on Podman through the shim"
     const left = await create(`rt-shim-test-left-${shim.id}`, dead);
     const live = await create(`rt-shim-test-live-${shim.id}`, process.pid);
     expect([left.status, live.status]).toEqual([201, 201]);
-    const another = await startPodmanShim();
+    const another = await startPodmanShim({ engine: podman });
     await another.close();
     expect((await engine("GET", `/containers/${JSON.parse(left.body).Id}/json`)).status).toBe(404);
     const liveId = JSON.parse(live.body).Id;

@@ -145,8 +145,8 @@ interface ShimContainer {
 }
 
 export interface PodmanShimOptions {
-  /** Podman's Docker API socket (default: `ensurePodman()`'s). */
-  upstream?: string;
+  /** The Podman engine (default: `ensurePodman()`'s, the project's service). */
+  engine?: PodmanEngine;
   /** Every request line and its answer's status, for debugging. */
   log?: (line: string) => void;
 }
@@ -177,12 +177,15 @@ interface Limits {
   nofile?: number;
 }
 
-/** The engine's hard `nproc` and `nofile` limits, read from its process (see the overview). */
-function engineLimits(dir: string | undefined): Limits {
+/**
+ * The engine's hard `nproc` and `nofile` limits, read from its service process (see the
+ * overview); this process's own when that cannot be read.
+ */
+function engineLimits(dir: string): Limits {
   const limits: Limits = {};
   let text: string;
   try {
-    const pid = dir === undefined ? "self" : readFileSync(join(dir, "service.pid"), "utf8").trim();
+    const pid = readFileSync(join(dir, "service.pid"), "utf8").trim();
     text = readFileSync(`/proc/${pid}/limits`, "utf8");
   } catch {
     text = readFileSync("/proc/self/limits", "utf8");
@@ -247,15 +250,10 @@ function upstreamCall(
 }
 
 export async function startPodmanShim(options: PodmanShimOptions = {}): Promise<PodmanShim> {
-  let upstream = options.upstream;
-  let engineDir: string | undefined;
-  if (upstream === undefined) {
-    const engine = ensurePodman();
-    upstream = engine.socketPath;
-    engineDir = engine.dir;
-  }
+  const engine = options.engine ?? ensurePodman();
+  const upstream = engine.socketPath;
   await removeDeadShimsContainers(upstream);
-  const shim = new Shim(upstream, engineLimits(engineDir), options.log);
+  const shim = new Shim(upstream, engineLimits(engine.dir), options.log);
   await shim.listen();
   return shim;
 }
