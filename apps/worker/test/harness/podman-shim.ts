@@ -2,7 +2,8 @@
  * A Docker Engine API shim in front of real Podman, for workerd's container client: what a
  * Durable Object's `ctx.container` talks to under Miniflare (`containerEngine: { localDocker: {
  * socketPath: "unix:" + shim.socketPath } }`). Everything goes to Podman's Docker-compatible API
- * (scripts/docker-engine.mjs `ensure` starts it) except two things Podman cannot do here:
+ * (scripts/docker-engine.mjs `ensure` starts it) except what Podman cannot do here, or does
+ * otherwise than Cloudflare:
  *
  * - The egress sidecar. workerd creates `<name>-proxy` from `cloudflare/proxy-everything` (not
  *   pullable here) and puts the app container in its network (`NetworkMode:
@@ -23,6 +24,17 @@
  * crashed one left. Those (labelled `remote-task.shim.pid` with a process no longer alive) are
  * removed when a shim starts. Hijacked streams (an exec's `POST /exec/{id}/start` with
  * `Upgrade: tcp`) are piped to Podman byte for byte.
+ *
+ * What workerd does with the engine, as seen here (workerd 1.20261102): `exec(argv)` runs
+ * `/bin/sh -c 'echo $$ > /tmp/.workerd-exec-<uuid>.pid; exec "$@"' sh <argv...>` (an image needs
+ * `/bin/sh` and a writable /tmp), attached with `Upgrade: tcp`, then polls `GET /exec/{id}/json`
+ * for the exit code; `kill(signal)` is a detached exec of `kill -<signal> "$(cat <that file>)"`,
+ * which reaches that one process, not its children; `destroy()` is `DELETE ?force=true`.
+ * Outbound interception (`interceptOutboundHttp(s)`) sends the sidecar `dns.allowHostnames: ["*"]`
+ * and copies the sidecar's CA into the container (`PUT /containers/{id}/archive?path=/etc`, to
+ * /etc/cloudflare/certs/cloudflare-containers-ca.crt); the traffic itself is not carried here
+ * (the container's network is `none`). workerd's egress listener (the `port` of `PUT /egress`,
+ * on 127.0.0.1 here) takes `CONNECT <ip>:80` and then plain HTTP, which reaches the binding.
  *
  * The test image (localhost/remote-task-test:latest: static busybox and bash) has no init that
  * stays up, so a Durable Object starts it with this PID 1 (`TEST_IMAGE_ENTRYPOINT`), which stays
