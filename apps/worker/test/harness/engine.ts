@@ -8,7 +8,12 @@
  * `ctx.container.start({ entrypoint })` arrives as `Cmd`), else the image's server; `ctx.container.exec` runs
  * commands in it through Docker's exec endpoints (exec.ts), recorded in `ContainerRecord.execs`;
  * the files workerd copies in (`PUT /containers/{id}/archive`, the interception's CA) are recorded
- * in `files`, not written.
+ * in `files`, not written. Outbound interception (`interceptOutboundHttp` and the like: egress
+ * settings with `dns.allowHostnames`) is emulated for plain HTTP through a proxy: commands get
+ * `http_proxy` (`EGRESS_PROXY`, the container's relay), and each request is sent on to workerd's
+ * egress listener as the real sidecar does (`CONNECT <ip>:80`, then the request), so it reaches
+ * the Durable Object's binding; recorded in `outbound`. Only clients that honour `http_proxy` are
+ * intercepted (the real sidecar catches all traffic), and HTTPS is not (answered 502).
  *
  * Every create, start, kill, stop and delete is recorded with the Durable Object the container
  * served and the HTTP requests it received, and faults can be injected per container: a slow
@@ -20,7 +25,7 @@
 import { randomBytes } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import type { AddressInfo, Socket } from "node:net";
+import { type AddressInfo, createConnection, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { PassThrough, type Readable } from "node:stream";
@@ -108,6 +113,8 @@ export interface ContainerRecord {
    * certificate), recorded but not written (its /etc is the host's, read-only).
    */
   files: Array<{ path: string; bytes: number }>;
+  /** Outbound HTTP requests its commands sent through the emulated interception, in order. */
+  outbound: Array<{ method: string; url: string; status: number }>;
 }
 
 /** What workerd's container client sends as a sidecar's egress settings (`PUT /egress`). */
@@ -152,6 +159,10 @@ interface Sidecar {
 }
 
 const SIDECAR_INGRESS_PORT = 39001;
+/** The outbound proxy commands get while interception is on (the relay's port: relay.ts). */
+const EGRESS_PROXY = "http://127.0.0.1:3128";
+/** The end of an HTTP message head. */
+const HEAD_END = "\r\n\r\n";
 /**
  * An HTTP/1.1 request line at the start of a chunk or after the blank line that ends a message
  * (bodies are JSON, where a raw CR LF cannot appear).
@@ -167,6 +178,36 @@ function deferred(): { promise: Promise<void>; resolve: () => void } {
     resolve = r;
   });
   return { promise, resolve };
+}
+
+/** An HTTP message head read from `socket` (up to 64 KiB) and the bytes after it. */
+async function readHead(socket: Socket): Promise<{ head: string; rest: Buffer }> {
+  let received = Buffer.alloc(0);
+  for (;;) {
+    const end = received.indexOf(HEAD_END);
+    if (end !== -1) {
+      socket.pause();
+      return {
+        head: received.subarray(0, end).toString("latin1"),
+        rest: received.subarray(end + HEAD_END.length),
+      };
+    }
+    if (received.length > 65_536) throw new Error("an HTTP head larger than 64 KiB");
+    const chunk = await new Promise<Buffer | null>((resolve) => {
+      const onData = (data: Buffer) => {
+        socket.off("end", onEnd);
+        resolve(data);
+      };
+      const onEnd = () => {
+        socket.off("data", onData);
+        resolve(null);
+      };
+      socket.once("data", onData);
+      socket.once("end", onEnd);
+    });
+    if (chunk === null) throw new Error("the connection ended before its HTTP head");
+    received = Buffer.concat([received, chunk]);
+  }
 }
 
 /** The next `length` bytes of `stream` (fewer if it ends first). */
@@ -381,6 +422,7 @@ export class FakeDockerEngine {
       egress: [],
       execs: [],
       files: [],
+      outbound: [],
     };
   }
 
@@ -541,6 +583,8 @@ export class FakeDockerEngine {
       send(response, 409, { message: `container ${container.record.name} is not running` });
       return;
     }
+    const intercepted = (container.record.egress.at(-1)?.dns?.allowHostnames?.length ?? 0) > 0;
+    const proxy = intercepted ? [`http_proxy=${EGRESS_PROXY}`, `HTTP_PROXY=${EGRESS_PROXY}`] : [];
     const session = new ExecSession(
       container.record.id,
       JSON.parse(body) as ExecConfig,
@@ -548,6 +592,7 @@ export class FakeDockerEngine {
         await container.launched;
         return container.status === "running" ? container.process : undefined;
       },
+      proxy,
     );
     this.#execs.set(session.record.id, session);
     container.record.execs.push(session.record);
@@ -586,6 +631,73 @@ export class FakeDockerEngine {
     await session.start(client, input);
   }
 
+  /**
+   * One connection to the emulated interception's proxy (see the overview): its request goes to
+   * workerd's egress listener as the real sidecar sends it, and the answer back.
+   */
+  async #outbound(record: ContainerRecord, client: Socket): Promise<void> {
+    const refuse = (status: string, why: string): void => {
+      client.end(
+        `HTTP/1.1 ${status}\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\n${why}\n`,
+      );
+    };
+    const { head, rest } = await readHead(client);
+    const [method = "", target = "", version = "HTTP/1.1"] = (head.split("\r\n")[0] ?? "").split(
+      " ",
+    );
+    const egress = record.egress.at(-1);
+    if (method === "CONNECT")
+      return refuse("502 Bad Gateway", "harness: HTTPS interception is not emulated");
+    if (egress?.port === undefined || (egress.dns?.allowHostnames?.length ?? 0) === 0) {
+      return refuse(
+        "502 Bad Gateway",
+        "harness: no outbound access (internet off, no interception)",
+      );
+    }
+    let url: URL;
+    try {
+      url = new URL(target);
+    } catch {
+      return refuse("400 Bad Request", "harness: the proxy takes absolute http:// URLs");
+    }
+    const upstream = createConnection({ host: "127.0.0.1", port: egress.port });
+    upstream.on("error", () => client.destroy());
+    upstream.write(
+      `CONNECT 127.0.0.1:${url.port || 80} HTTP/1.1\r\nHost: 127.0.0.1:${url.port || 80}${HEAD_END}`,
+    );
+    const answer = await readHead(upstream);
+    if (!/^HTTP\/1\.[01] 200/.test(answer.head)) {
+      upstream.destroy();
+      record.outbound.push({ method, url: url.href, status: 502 });
+      return refuse(
+        "502 Bad Gateway",
+        `harness: workerd refused the tunnel: ${answer.head.split("\r\n")[0]}`,
+      );
+    }
+    const headers = head
+      .split("\r\n")
+      .slice(1)
+      .filter((line) => !/^(proxy-connection|connection|host):/i.test(line));
+    upstream.write(
+      [
+        `${method} ${url.pathname}${url.search} ${version}`,
+        `Host: ${url.host}`,
+        "Connection: close",
+        ...headers,
+      ].join("\r\n") + HEAD_END,
+    );
+    if (rest.length > 0) upstream.write(rest);
+    const entry = { method, url: url.href, status: 0 };
+    record.outbound.push(entry);
+    upstream.once("data", (chunk: Buffer) => {
+      entry.status = Number(/^HTTP\/1\.[01] (\d{3})/.exec(chunk.toString("latin1"))?.[1] ?? 0);
+    });
+    if (answer.rest.length > 0) client.write(answer.rest);
+    client.pipe(upstream);
+    upstream.pipe(client);
+    client.once("close", () => upstream.destroy());
+  }
+
   #start(container: AppContainer): void {
     const { record, faults } = container;
     this.#note(record, "start");
@@ -606,6 +718,12 @@ export class FakeDockerEngine {
         image: this.#options.image,
         command: container.command,
         env: record.env,
+        onEgress: (socket) => {
+          this.#outbound(record, socket).catch((error: unknown) => {
+            this.problems.push(`outbound proxy of ${record.name}: ${String(error)}`);
+            socket.destroy();
+          });
+        },
         hostname: hostnameOf(record),
         ...(faults.neverListens ? { neverListens: true } : {}),
         onLog: (line) => {

@@ -121,10 +121,25 @@ describe("workerd's ctx.container on the fake engine", () => {
     expect((await recordOf("full"))?.execs).toEqual([]);
   });
 
-  it("outbound interception: the sidecar's egress settings and the CA file workerd copies", async () => {
+  it("outbound interception: plain HTTP reaches the Durable Object's binding, nothing else leaves", async () => {
     await probe.start("intercept", TEST_IMAGE_ENTRYPOINT);
+    const before = await probe.bash("intercept", "curl -sS --max-time 5 http://example.com/early");
+    expect(before.exitCode).not.toBe(0);
     await probe.call("intercept", "intercept");
-    await probe.bash("intercept", "true");
+    const http = await probe.bash(
+      "intercept",
+      "curl -sS --max-time 20 http://example.com/hello?x=1",
+    );
+    expect(http).toEqual({
+      stdout: "gate: GET http://example.com/hello?x=1\n",
+      stderr: "",
+      exitCode: 0,
+    });
+    const https = await probe.bash(
+      "intercept",
+      "https_proxy=$http_proxy curl -sS --max-time 20 https://example.com/",
+    );
+    expect(https.exitCode).not.toBe(0);
     const record = await recordOf("intercept");
     expect(record?.egress.at(-1)).toMatchObject({
       dns: { allowHostnames: ["*"] },
@@ -133,6 +148,9 @@ describe("workerd's ctx.container on the fake engine", () => {
     expect(record?.files.map((f) => f.path)).toContain(
       "/etc/cloudflare/certs/cloudflare-containers-ca.crt",
     );
+    expect(record?.outbound).toEqual([
+      { method: "GET", url: "http://example.com/hello?x=1", status: 200 },
+    ]);
     await probe.call("intercept", "destroy");
   });
 
