@@ -33,7 +33,7 @@
  * Outbound interception (`interceptOutboundHttp(s)`) sends the sidecar `dns.allowHostnames: ["*"]`
  * and copies the sidecar's CA into the container (`PUT /containers/{id}/archive?path=/etc`, to
  * /etc/cloudflare/certs/cloudflare-containers-ca.crt); the traffic itself is not carried here
- * (the container's network is `none`). workerd's egress listener (the `port` of `PUT /egress`,
+ * (the container's network is `none`; the fake engine, engine.ts, carries plain HTTP). workerd's egress listener (the `port` of `PUT /egress`,
  * on 127.0.0.1 here) takes `CONNECT <ip>:80` and then plain HTTP, which reaches the binding.
  *
  * The test image (localhost/remote-task-test:latest: static busybox and bash) has no init that
