@@ -158,9 +158,9 @@ interface ShimContainer {
 
 export interface PodmanShimOptions {
   /** The Podman engine (default: `ensurePodman()`'s, the project's service). */
-  engine?: PodmanEngine;
+  engine?: PodmanEngine | undefined;
   /** Every request line and its answer's status, for debugging. */
-  log?: (line: string) => void;
+  log?: ((line: string) => void) | undefined;
 }
 
 export interface PodmanShim {
