@@ -10,6 +10,7 @@ import { request } from "node:http";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
+  ensurePodman,
   PID_LABEL,
   type PodmanEngine,
   type PodmanShim,
@@ -194,7 +195,8 @@ describe.skipIf(found.skip)("workerd's ctx.container on Podman through the shim"
   });
 
   it("keeps two runs' containers of the same Durable Object apart", async () => {
-    const other = await startPodmanShim({ engine: podman });
+    // Another run: a shim of its own, finding the engine itself.
+    const other = await startPodmanShim({ engine: ensurePodman() });
     const otherProbe = await Probe.start(other.socketPath, podman.image);
     try {
       await started("twin");

@@ -89,7 +89,7 @@ export interface PodmanEngine {
 }
 
 /** Starts the project's Podman service (or finds it running) and builds the test image. */
-function ensurePodman(): PodmanEngine {
+export function ensurePodman(): PodmanEngine {
   let out: string;
   try {
     out = execFileSync(process.execPath, [ENGINE_SCRIPT, "ensure"], {
