@@ -8,7 +8,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync, lstatSync, readlinkSync } from "node:fs";
 import { mkdir, mkdtemp, rm } from "node:fs/promises";
-import { createConnection, type Socket } from "node:net";
+import { createConnection, createServer, type Server, type Socket } from "node:net";
 import { constants, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -74,6 +74,11 @@ export interface ContainerOptions {
   hostname?: string;
   /** Receives the container's stdout and stderr lines. */
   onLog?: (line: string) => void;
+  /**
+   * Receives each connection a command opens to the relay's outbound proxy port
+   * (relay.ts); without it such connections are closed at once.
+   */
+  onEgress?: (socket: Socket) => void;
 }
 
 export class Container {
@@ -84,7 +89,12 @@ export class Container {
   /** Settles once bwrap has exited and no process of the container's PID namespace is left. */
   readonly exited: Promise<{ code: number }>;
 
-  private constructor(root: string, child: ChildProcess, onLog?: (line: string) => void) {
+  private constructor(
+    root: string,
+    child: ChildProcess,
+    egress: Server,
+    onLog?: (line: string) => void,
+  ) {
     this.#root = root;
     this.#child = child;
     let partial = "";
@@ -108,6 +118,7 @@ export class Container {
       });
       child.once("error", () => resolve({ code: 127 }));
     });
+    void this.exited.then(() => egress.close());
   }
 
   /** The container's /workspace, as a host directory. */
@@ -123,6 +134,12 @@ export class Container {
     const root = await mkdtemp(join(tmpdir(), "rt-harness-container-"));
     await mkdir(join(root, "workspace"));
     await mkdir(join(root, "run"));
+    const egress = createServer((socket) => {
+      socket.on("error", () => {});
+      if (options.onEgress === undefined) socket.destroy();
+      else options.onEgress(socket);
+    });
+    await new Promise<void>((resolve) => egress.listen(join(root, "run", "egress.sock"), resolve));
     const { image } = options;
     const env: Record<string, string> = { ...image.env };
     for (const entry of options.env) {
@@ -176,7 +193,7 @@ export class Container {
       ],
       { stdio: ["ignore", "pipe", "pipe"], detached: true, env: { PATH: "/usr/bin:/bin" } },
     );
-    return new Container(root, child, options.onLog);
+    return new Container(root, child, egress, options.onLog);
   }
 
   /**

@@ -148,7 +148,7 @@ async function running(docker: FakeDockerEngine, name = NAME): Promise<Container
   await call(docker, "POST", `/containers/create?name=${name}`, {
     Image: "remote-task-harness",
     Env: ["FROM_CONTAINER=1"],
-    Entrypoint: ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"],
+    Cmd: ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"],
     HostConfig: { NetworkMode: `container:${name}-proxy` },
   });
   await call(docker, "POST", `/containers/${name}/start`);

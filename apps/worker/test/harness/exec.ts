@@ -101,16 +101,20 @@ export class ExecSession {
   readonly #containerId: string;
   /** The container's process once it runs (it may still be in a cold start). */
   readonly #ready: () => Promise<Container | undefined>;
+  /** Variables the engine adds (the outbound proxy), before the session's own. */
+  readonly #engineEnv: readonly string[];
   #running = false;
 
   constructor(
     containerId: string,
     config: ExecConfig,
     ready: () => Promise<Container | undefined>,
+    engineEnv: readonly string[] = [],
   ) {
     this.#containerId = containerId;
     this.#config = config;
     this.#ready = ready;
+    this.#engineEnv = engineEnv;
     this.record = {
       id: randomBytes(32).toString("hex"),
       argv: config.Cmd ?? [],
@@ -191,7 +195,7 @@ export class ExecSession {
   #spec() {
     return {
       argv: this.record.argv,
-      env: this.record.env,
+      env: [...this.#engineEnv, ...this.record.env],
       ...(this.record.cwd === undefined ? {} : { cwd: this.record.cwd }),
     };
   }

@@ -4,62 +4,59 @@
  * test-only Durable Object (probe-worker.ts). Each test uses a Durable Object of its own, and
  * looks only at the containers this file's shim created (by its label).
  */
+import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { request } from "node:http";
 import { join } from "node:path";
-import { convertV4MiniflareOptions, Miniflare } from "miniflare";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   ensurePodman,
+  PID_LABEL,
+  type PodmanEngine,
   type PodmanShim,
+  podmanForTests,
   SHIM_LABEL,
   startPodmanShim,
   TEST_IMAGE_ENTRYPOINT,
 } from "./podman-shim.ts";
-import { PROBE_CLASS, PROBE_WORKER } from "./probe-worker.ts";
+import { Probe } from "./probe-worker.ts";
 
 let shim: PodmanShim;
-let mf: Miniflare;
-let url: URL;
-const podman = ensurePodman();
+let probe: Probe;
+const found = podmanForTests();
+// Read only by tests that run, which only happens with an engine (or fails at `beforeAll`).
+const podman = found.engine as PodmanEngine;
 
 beforeAll(async () => {
-  shim = await startPodmanShim();
-  mf = new Miniflare(
-    convertV4MiniflareOptions({
-      host: "127.0.0.1",
-      port: 0,
-      containerEngine: { localDocker: { socketPath: `unix:${shim.socketPath}` } },
-      workers: [
-        {
-          name: "probe",
-          modules: true,
-          script: PROBE_WORKER,
-          compatibilityDate: "2026-11-01",
-          durableObjects: {
-            PROBE: {
-              className: PROBE_CLASS,
-              useSQLite: true,
-              container: { imageName: podman.image },
-            },
-          },
-        },
-      ],
-    }),
-  );
-  url = await mf.ready;
+  if (found.skip) return;
+  if (found.engine === undefined) throw new Error(found.reason);
+  shim = await startPodmanShim({ engine: podman });
+  probe = await Probe.start(shim.socketPath, podman.image);
 });
 
 afterAll(async () => {
-  await mf?.dispose();
+  await probe?.dispose();
   await shim?.close();
 });
 
 /** A request to Podman itself (not through the shim). */
-function engine(method: string, path: string): Promise<{ status: number; body: string }> {
+function engine(
+  method: string,
+  path: string,
+  body?: unknown,
+): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
+    const text = body === undefined ? undefined : JSON.stringify(body);
     const req = request(
-      { socketPath: podman.socketPath, method, path, headers: { host: "localhost" } },
+      {
+        socketPath: podman.socketPath,
+        method,
+        path,
+        headers: {
+          host: "localhost",
+          ...(text === undefined ? {} : { "content-type": "application/json" }),
+        },
+      },
       (res) => {
         let text = "";
         res.setEncoding("utf8");
@@ -70,47 +67,25 @@ function engine(method: string, path: string): Promise<{ status: number; body: s
       },
     );
     req.on("error", reject);
-    req.end();
+    req.end(text);
   });
-}
-
-async function probe<T = Record<string, unknown>>(
-  name: string,
-  op: string,
-  body: unknown = {},
-): Promise<T> {
-  const response = await fetch(new URL(`/${name}/${op}`, url), {
-    method: "POST",
-    body: JSON.stringify(body),
-  });
-  const text = await response.text();
-  if (response.status !== 200) throw new Error(`${op}: ${response.status} ${text}`);
-  return JSON.parse(text) as T;
-}
-
-interface ExecAnswer {
-  stdout: string;
-  stderr: string;
-  exitCode: number;
 }
 
 /** A started container of Durable Object `name`, internet off unless asked. */
 async function started(name: string, enableInternet = false): Promise<void> {
-  await probe(name, "start", { enableInternet, entrypoint: TEST_IMAGE_ENTRYPOINT });
+  await probe.start(name, TEST_IMAGE_ENTRYPOINT, enableInternet);
 }
 
 /** The container the shim created for Durable Object `name` (the last one). */
 async function containerOf(name: string) {
-  const namespace = await mf.getDurableObjectNamespace("PROBE");
-  const id = namespace.idFromName(name).toString();
+  const id = await probe.durableObjectId(name);
   return shim.containers.findLast((c) => c.durableObjectId === id);
 }
 
-function bash(name: string, cmd: string, options: Record<string, unknown> = {}) {
-  return probe<ExecAnswer>(name, "exec", { argv: ["/bin/bash", "-c", cmd], ...options });
-}
+const bash = (name: string, cmd: string, options?: Record<string, unknown>) =>
+  probe.bash(name, cmd, options);
 
-describe("workerd's ctx.container on Podman through the shim", () => {
+describe.skipIf(found.skip)("workerd's ctx.container on Podman through the shim", () => {
   it("runs a command with its cwd and env: stdout, stderr and the exit code apart", async () => {
     await started("exec");
     const answer = await bash("exec", 'echo "out $PWD $GREETING"; echo err >&2; exit 3', {
@@ -119,14 +94,14 @@ describe("workerd's ctx.container on Podman through the shim", () => {
     });
     expect(answer).toEqual({ stdout: "out /tmp hello there\n", stderr: "err\n", exitCode: 3 });
     expect((await containerOf("exec"))?.network).toBe("none");
-    await probe("exec", "destroy");
+    await probe.call("exec", "destroy");
   });
 
   it("pipes stdin to the command", async () => {
     await started("stdin");
     const answer = await bash("stdin", "tr a-z A-Z; echo done", { stdin: "piped in\nline 2\n" });
     expect(answer).toEqual({ stdout: "PIPED IN\nLINE 2\ndone\n", stderr: "", exitCode: 0 });
-    await probe("stdin", "destroy");
+    await probe.call("stdin", "destroy");
   });
 
   it("gives a container with internet off only the loopback interface", async () => {
@@ -136,7 +111,7 @@ describe("workerd's ctx.container on Podman through the shim", () => {
     const record = await containerOf("offline");
     expect(record?.network).toBe("none");
     expect(record?.egress.at(-1)?.internet?.enabled).toBe(false);
-    await probe("offline", "destroy");
+    await probe.call("offline", "destroy");
   });
 
   it("gives a container with internet on a network of its own", async () => {
@@ -146,7 +121,19 @@ describe("workerd's ctx.container on Podman through the shim", () => {
     const record = await containerOf("online");
     expect(record?.network).toBe("bridge");
     expect(record?.egress.at(-1)?.internet?.enabled).toBe(true);
-    await probe("online", "destroy");
+    await probe.call("online", "destroy");
+  });
+
+  it("takes workerd's outbound interception set-up: the CA file lands in the container", async () => {
+    await started("intercept");
+    await probe.call("intercept", "intercept");
+    const answer = await bash(
+      "intercept",
+      "cat /etc/cloudflare/certs/cloudflare-containers-ca.crt",
+    );
+    expect(answer.stdout).toContain("BEGIN CERTIFICATE");
+    expect((await containerOf("intercept"))?.egress.at(-1)?.dns?.allowHostnames).toEqual(["*"]);
+    await probe.call("intercept", "destroy");
   });
 
   it("keeps the containers' nproc and nofile rlimits within the engine's", async () => {
@@ -166,18 +153,18 @@ describe("workerd's ctx.container on Podman through the shim", () => {
       nproc: hard("Max processes"),
       nofile: hard("Max open files"),
     });
-    await probe("limits", "destroy");
+    await probe.call("limits", "destroy");
   });
 
   it("kill() ends a long command, which exits by SIGTERM", async () => {
     await started("kill");
-    const answer = await probe<{ first: string; exitCode: number }>("kill", "kill", {
+    const answer = await probe.call<{ first: string; exitCode: number }>("kill", "kill", {
       argv: ["/bin/bash", "-c", "echo started; exec sleep 600"],
     });
     expect(answer).toEqual({ first: "started\n", exitCode: 128 + 15 });
     const after = await bash("kill", "pgrep -f 'sleep 600' || echo none");
     expect(after.stdout).toBe("none\n");
-    await probe("kill", "destroy");
+    await probe.call("kill", "destroy");
   });
 
   it("destroy() removes the container from Podman", async () => {
@@ -187,8 +174,11 @@ describe("workerd's ctx.container on Podman through the shim", () => {
     expect(record).toBeDefined();
     const before = await engine("GET", `/containers/${record?.id}/json`);
     expect(before.status).toBe(200);
-    expect(JSON.parse(before.body).Config.Labels[SHIM_LABEL]).toBe(shim.id);
-    expect(await probe("destroy", "destroy")).toEqual({ running: false });
+    const inspected = JSON.parse(before.body);
+    expect(inspected.Config.Labels[SHIM_LABEL]).toBe(shim.id);
+    // A PID 1 that dies is not brought back (workerd asks for on-failure restarts).
+    expect(inspected.HostConfig.RestartPolicy.Name).toMatch(/^(no)?$/);
+    expect(await probe.call("destroy", "destroy")).toEqual({ running: false });
     expect(record?.deleted).toBe(true);
     expect((await engine("GET", `/containers/${record?.id}/json`)).status).toBe(404);
   });
@@ -201,7 +191,49 @@ describe("workerd's ctx.container on Podman through the shim", () => {
     expect((await engine("POST", `/containers/${record?.id}/stop?t=20`)).status).toBe(204);
     const state = JSON.parse((await engine("GET", `/containers/${record?.id}/json`)).body).State;
     expect(state).toMatchObject({ Running: false, ExitCode: 0 });
-    await probe("pid1", "destroy");
+    await probe.call("pid1", "destroy");
+  });
+
+  it("keeps two runs' containers of the same Durable Object apart", async () => {
+    // Another run: a shim of its own, finding the engine itself.
+    const other = await startPodmanShim({ engine: ensurePodman() });
+    const otherProbe = await Probe.start(other.socketPath, podman.image);
+    try {
+      await started("twin");
+      await otherProbe.start("twin", TEST_IMAGE_ENTRYPOINT);
+      const mine = await bash("twin", "hostname");
+      const theirs = await otherProbe.bash("twin", "hostname");
+      expect(mine.exitCode).toBe(0);
+      expect(theirs.exitCode).toBe(0);
+      expect(mine.stdout).not.toBe(theirs.stdout);
+      const [a, b] = [await containerOf("twin"), other.containers[0]];
+      expect(a?.name).toBe(b?.name);
+      expect(a?.podmanName).not.toBe(b?.podmanName);
+      await otherProbe.call("twin", "destroy");
+      await probe.call("twin", "destroy");
+    } finally {
+      await otherProbe.dispose();
+      await other.close();
+    }
+  });
+
+  it("removes at its start the containers a shim that died left, and only those", async () => {
+    const dead = spawnSync("true").pid;
+    const create = (name: string, pid: number) =>
+      engine("POST", `/containers/create?name=${name}`, {
+        Image: podman.image,
+        Cmd: ["true"],
+        Labels: { [SHIM_LABEL]: "test", [PID_LABEL]: String(pid) },
+      });
+    const left = await create(`rt-shim-test-left-${shim.id}`, dead);
+    const live = await create(`rt-shim-test-live-${shim.id}`, process.pid);
+    expect([left.status, live.status]).toEqual([201, 201]);
+    const another = await startPodmanShim({ engine: podman });
+    await another.close();
+    expect((await engine("GET", `/containers/${JSON.parse(left.body).Id}/json`)).status).toBe(404);
+    const liveId = JSON.parse(live.body).Id;
+    expect((await engine("GET", `/containers/${liveId}/json`)).status).toBe(200);
+    await engine("DELETE", `/containers/${liveId}?force=true`);
   });
 
   it("saw no request it could not serve", () => {

@@ -2,7 +2,8 @@
  * A Docker Engine API shim in front of real Podman, for workerd's container client: what a
  * Durable Object's `ctx.container` talks to under Miniflare (`containerEngine: { localDocker: {
  * socketPath: "unix:" + shim.socketPath } }`). Everything goes to Podman's Docker-compatible API
- * (scripts/docker-engine.mjs `ensure` starts it) except two things Podman cannot do here:
+ * (scripts/docker-engine.mjs `ensure` starts it) except what Podman cannot do here, or does
+ * otherwise than Cloudflare:
  *
  * - The egress sidecar. workerd creates `<name>-proxy` from `cloudflare/proxy-everything` (not
  *   pullable here) and puts the app container in its network (`NetworkMode:
@@ -12,10 +13,28 @@
  *   `none` unless the last egress settings enable the internet, then Podman's `bridge`.
  * - Limits. The app container's `nproc` and `nofile` rlimits are set to the engine's own hard
  *   limits (runc cannot raise them without CAP_SYS_RESOURCE, which this machine lacks).
+ * - Restarts. workerd asks for `RestartPolicy: on-failure` with no retry limit; the shim asks for
+ *   none, so a container whose PID 1 dies stays dead, as on Cloudflare.
  *
  * Every container the shim creates carries the label `remote-task.shim=<id>` of this shim, so a
- * test removes only its own (`close()` force-removes those left). Hijacked streams (an exec's
- * `POST /exec/{id}/start` with `Upgrade: tcp`) are piped to Podman byte for byte.
+ * test removes only its own (`close()` force-removes those left), and is named in Podman with the
+ * shim's id appended (`<name>-<id>`; the shim translates names both ways): workerd names a
+ * container after its Durable Object's id, the same in every run of a test, so two test runs on
+ * one Podman service would otherwise share containers, and a run would find the containers a
+ * crashed one left. Those (labelled `remote-task.shim.pid` with a process no longer alive) are
+ * removed when a shim starts. Hijacked streams (an exec's `POST /exec/{id}/start` with
+ * `Upgrade: tcp`) are piped to Podman byte for byte.
+ *
+ * What workerd does with the engine, as seen here (workerd 1.20261102): `exec(argv)` runs
+ * `/bin/sh -c 'echo $$ > /tmp/.workerd-exec-<uuid>.pid; exec "$@"' sh <argv...>` (an image needs
+ * `/bin/sh` and a writable /tmp), attached with `Upgrade: tcp`, then polls `GET /exec/{id}/json`
+ * for the exit code; `kill(signal)` is a detached exec of `kill -<signal> "$(cat <that file>)"`,
+ * which reaches that one process, not its children; `destroy()` is `DELETE ?force=true`.
+ * Outbound interception (`interceptOutboundHttp(s)`) sends the sidecar `dns.allowHostnames: ["*"]`
+ * and copies the sidecar's CA into the container (`PUT /containers/{id}/archive?path=/etc`, to
+ * /etc/cloudflare/certs/cloudflare-containers-ca.crt); the traffic itself is not carried here
+ * (the container's network is `none`; the fake engine, engine.ts, carries plain HTTP). workerd's egress listener (the `port` of `PUT /egress`,
+ * on 127.0.0.1 here) takes `CONNECT <ip>:80` and then plain HTTP, which reaches the binding.
  *
  * The test image (localhost/remote-task-test:latest: static busybox and bash) has no init that
  * stays up, so a Durable Object starts it with this PID 1 (`TEST_IMAGE_ENTRYPOINT`), which stays
@@ -49,6 +68,8 @@ export const TEST_IMAGE_ENTRYPOINT: readonly string[] = [
 
 /** The label on every container a shim creates; its value is the shim's `id`. */
 export const SHIM_LABEL = "remote-task.shim";
+/** The label with the pid of the process running the shim (for removing a dead one's). */
+export const PID_LABEL = "remote-task.shim.pid";
 
 const SIDECAR_INGRESS_PORT = 39001;
 const FAKE_CA =
@@ -69,7 +90,17 @@ export interface PodmanEngine {
 
 /** Starts the project's Podman service (or finds it running) and builds the test image. */
 export function ensurePodman(): PodmanEngine {
-  const out = execFileSync(process.execPath, [ENGINE_SCRIPT, "ensure"], { encoding: "utf8" });
+  let out: string;
+  try {
+    out = execFileSync(process.execPath, [ENGINE_SCRIPT, "ensure"], {
+      encoding: "utf8",
+      stdio: ["ignore", "pipe", "pipe"],
+      timeout: 120_000,
+    });
+  } catch (error) {
+    const stderr = (error as { stderr?: string }).stderr?.trim();
+    throw new Error(`no Podman engine: ${stderr || (error as Error).message}`);
+  }
   const report = JSON.parse(out.trim().split("\n").at(-1) ?? "{}") as {
     host: string;
     image: string;
@@ -82,17 +113,37 @@ export function ensurePodman(): PodmanEngine {
   };
 }
 
+/**
+ * The Podman engine for tests on real containers, or why there is none. As the docker backend's
+ * tests do, such tests are skipped without one (`skip`), except under
+ * REMOTE_TASK_REQUIRE_DOCKER=1 (CI), where they run and fail.
+ */
+export function podmanForTests(): { engine?: PodmanEngine; skip: boolean; reason: string } {
+  try {
+    return { engine: ensurePodman(), skip: false, reason: "" };
+  } catch (error) {
+    const reason = (error as Error).message;
+    const required = process.env.REMOTE_TASK_REQUIRE_DOCKER === "1";
+    console.warn(
+      `\n*** tests on real containers SKIPPED: ${reason}${required ? " (REMOTE_TASK_REQUIRE_DOCKER=1: failing)" : ""} ***\n`,
+    );
+    return { skip: !required, reason };
+  }
+}
+
 /** What workerd sends as a sidecar's egress settings (`PUT /egress`). */
-export interface EgressConfig {
+interface EgressConfig {
   port?: number;
   dns?: { allowHostnames?: string[] };
   internet?: { enabled?: boolean };
 }
 
 /** One app container the shim created (sidecars are not Podman containers). */
-export interface ShimContainer {
+interface ShimContainer {
   /** The name workerd chose: `workerd-<worker>-<class>-<Durable Object id>`. */
   name: string;
+  /** Its name in Podman: `<name>-<shim id>`. */
+  podmanName: string;
   /** Podman's id. */
   id: string;
   /** The Durable Object id (hex) in its name. */
@@ -106,10 +157,10 @@ export interface ShimContainer {
 }
 
 export interface PodmanShimOptions {
-  /** Podman's Docker API socket (default: `ensurePodman()`'s). */
-  upstream?: string;
+  /** The Podman engine (default: `ensurePodman()`'s, the project's service). */
+  engine?: PodmanEngine | undefined;
   /** Every request line and its answer's status, for debugging. */
-  log?: (line: string) => void;
+  log?: ((line: string) => void) | undefined;
 }
 
 export interface PodmanShim {
@@ -138,12 +189,15 @@ interface Limits {
   nofile?: number;
 }
 
-/** The engine's hard `nproc` and `nofile` limits, read from its process (see the overview). */
-function engineLimits(dir: string | undefined): Limits {
+/**
+ * The engine's hard `nproc` and `nofile` limits, read from its service process (see the
+ * overview); this process's own when that cannot be read.
+ */
+function engineLimits(dir: string): Limits {
   const limits: Limits = {};
   let text: string;
   try {
-    const pid = dir === undefined ? "self" : readFileSync(join(dir, "service.pid"), "utf8").trim();
+    const pid = readFileSync(join(dir, "service.pid"), "utf8").trim();
     text = readFileSync(`/proc/${pid}/limits`, "utf8");
   } catch {
     text = readFileSync("/proc/self/limits", "utf8");
@@ -208,16 +262,41 @@ function upstreamCall(
 }
 
 export async function startPodmanShim(options: PodmanShimOptions = {}): Promise<PodmanShim> {
-  let upstream = options.upstream;
-  let engineDir: string | undefined;
-  if (upstream === undefined) {
-    const engine = ensurePodman();
-    upstream = engine.socketPath;
-    engineDir = engine.dir;
-  }
-  const shim = new Shim(upstream, engineLimits(engineDir), options.log);
+  const engine = options.engine ?? ensurePodman();
+  const upstream = engine.socketPath;
+  await removeDeadShimsContainers(upstream);
+  const shim = new Shim(upstream, engineLimits(engine.dir), options.log);
   await shim.listen();
   return shim;
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
+/** Removes the containers of shims whose process is gone (a test run that crashed). */
+async function removeDeadShimsContainers(upstream: string): Promise<void> {
+  const filters = encodeURIComponent(JSON.stringify({ label: [PID_LABEL] }));
+  const listed = await upstreamCall(
+    upstream,
+    "GET",
+    `/containers/json?all=true&filters=${filters}`,
+  );
+  if (listed.status !== 200) return;
+  const containers = JSON.parse(listed.body) as Array<{
+    Id: string;
+    Labels?: Record<string, string>;
+  }>;
+  await Promise.all(
+    containers
+      .filter((c) => !alive(Number(c.Labels?.[PID_LABEL])))
+      .map((c) => upstreamCall(upstream, "DELETE", `/containers/${c.Id}?force=true`)),
+  );
 }
 
 class Shim implements PodmanShim {
@@ -306,6 +385,20 @@ class Shim implements PodmanShim {
     });
   }
 
+  /**
+   * `path` (with its query) with a container name workerd chose turned into its name in Podman
+   * (see the overview); ids and the collection's own paths stay.
+   */
+  #podmanPath(path: string): string {
+    return path.replace(
+      /^((?:\/v[\d.]+)?\/containers\/)([^/?]+)/,
+      (whole, prefix: string, name: string) =>
+        /^(create|json|prune)$/.test(name) || /^[0-9a-f]{64}$/.test(name)
+          ? whole
+          : `${prefix}${name}-${this.id}`,
+    );
+  }
+
   /** Forwards a request to Podman and streams its answer back (`/wait` may take long). */
   #forward(request: IncomingMessage, body: Buffer, response: ServerResponse): Promise<void> {
     return new Promise((resolve, reject) => {
@@ -313,7 +406,12 @@ class Shim implements PodmanShim {
       delete headers["transfer-encoding"];
       headers["content-length"] = String(body.length);
       const req = httpRequest(
-        { socketPath: this.#upstream, method: request.method, path: request.url, headers },
+        {
+          socketPath: this.#upstream,
+          method: request.method,
+          path: this.#podmanPath(request.url ?? "/"),
+          headers,
+        },
         (res) => {
           this.#log(`${request.method} ${request.url} -> ${res.statusCode}`);
           response.writeHead(res.statusCode ?? 502, res.headers);
@@ -361,13 +459,19 @@ class Shim implements PodmanShim {
     const rewritten = {
       ...config,
       ...(network === "none" ? { NetworkDisabled: true } : {}),
-      Labels: { ...config.Labels, [SHIM_LABEL]: this.id },
-      HostConfig: { ...host, NetworkMode: network, Ulimits: ulimits },
+      Labels: { ...config.Labels, [SHIM_LABEL]: this.id, [PID_LABEL]: String(process.pid) },
+      HostConfig: {
+        ...host,
+        NetworkMode: network,
+        Ulimits: ulimits,
+        RestartPolicy: { Name: "no", MaximumRetryCount: 0 },
+      },
     };
+    const podmanName = `${name}-${this.id}`;
     const answer = await upstreamCall(
       this.#upstream,
       "POST",
-      `${url.pathname}${url.search}`,
+      `${url.pathname}?name=${encodeURIComponent(podmanName)}`,
       rewritten,
     );
     this.#log(`POST /containers/create?name=${name} network=${network} -> ${answer.status}`);
@@ -375,6 +479,7 @@ class Shim implements PodmanShim {
       const { Id } = JSON.parse(answer.body) as { Id: string };
       this.containers.push({
         name,
+        podmanName,
         id: Id,
         durableObjectId: /([0-9a-f]{64})$/.exec(name)?.[1],
         network,
@@ -460,7 +565,7 @@ class Shim implements PodmanShim {
   #hijack(request: IncomingMessage, client: Socket, head: Buffer): void {
     this.#log(`${request.method} ${request.url} (hijacked)`);
     const upstream = createConnection(this.#upstream);
-    const lines = [`${request.method} ${request.url} HTTP/1.1`];
+    const lines = [`${request.method} ${this.#podmanPath(request.url ?? "/")} HTTP/1.1`];
     for (let i = 0; i < request.rawHeaders.length; i += 2) {
       lines.push(`${request.rawHeaders[i]}: ${request.rawHeaders[i + 1]}`);
     }

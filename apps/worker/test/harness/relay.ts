@@ -12,6 +12,10 @@
  * of stream `EXIT_STREAM` holding the exit code as a 32-bit integer (128 + the signal's number
  * when a signal ended it), and ends.
  *
+ * Outbound: the relay also listens on 127.0.0.1:`EGRESS_PORT` inside the container (an HTTP
+ * proxy address the engine gives commands while outbound interception is on) and carries each
+ * connection to the unix socket `egress.sock` beside its own, where the engine answers.
+ *
  * Runs on Node's type stripping: plain TypeScript, node: modules only.
  */
 import { spawn } from "node:child_process";
@@ -20,6 +24,8 @@ import { constants } from "node:os";
 
 /** The frame stream that carries the exit code (Docker uses 0, 1 and 2). */
 const EXIT_STREAM = 3;
+/** Where commands reach the engine's outbound proxy (engine.ts: `EGRESS_PROXY`). */
+const EGRESS_PORT = 3128;
 
 const socketPath = process.argv[2];
 if (socketPath === undefined) {
@@ -113,3 +119,12 @@ function relay(client: Socket): void {
 
 // Half-open: an exec's stdin may end while its output still flows.
 createServer({ allowHalfOpen: true }, relay).listen(socketPath);
+
+const egressSocket = socketPath.replace(/[^/]*$/, "egress.sock");
+createServer((client) => {
+  const upstream = createConnection(egressSocket);
+  client.pipe(upstream);
+  upstream.pipe(client);
+  client.once("error", () => upstream.destroy());
+  upstream.once("error", () => client.destroy());
+}).listen(EGRESS_PORT, "127.0.0.1");
