@@ -15,7 +15,6 @@
  */
 import { WorkerEntrypoint } from "cloudflare:workers";
 import { hostMatches, isPublicAddress, parseHostPattern } from "@remote-task/bridge";
-import type { WorkerEnv } from "./config.js";
 
 /** What the container's Durable Object gives the gate: the call's allowlist. */
 export interface EgressProps {
@@ -58,7 +57,7 @@ function isAddress(host: string): boolean {
 }
 
 /** The gate (see the top of this file); its props carry the call's allowlist. */
-export class EgressGate extends WorkerEntrypoint<WorkerEnv, EgressProps> {
+export class EgressGate extends WorkerEntrypoint<Cloudflare.Env, EgressProps> {
   override async fetch(request: Request): Promise<Response> {
     const url = new URL(request.url);
     const refusal = egressRefusal(url, this.ctx.props.allow);

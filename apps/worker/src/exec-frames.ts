@@ -5,18 +5,14 @@
  * not promises), with the output's bytes intact so the bridge counts them exactly.
  */
 
-export const FRAME_STDOUT = 1;
-export const FRAME_STDERR = 2;
+const FRAME_STDOUT = 1;
+const FRAME_STDERR = 2;
 /** Payload: the exit code, a 4-byte big-endian signed integer. */
-export const FRAME_EXIT = 3;
+const FRAME_EXIT = 3;
 /** Payload: a message (UTF-8) safe to show to the caller. */
-export const FRAME_ERROR = 4;
+const FRAME_ERROR = 4;
 
-export type FrameType =
-  | typeof FRAME_STDOUT
-  | typeof FRAME_STDERR
-  | typeof FRAME_EXIT
-  | typeof FRAME_ERROR;
+type FrameType = typeof FRAME_STDOUT | typeof FRAME_STDERR | typeof FRAME_EXIT | typeof FRAME_ERROR;
 
 export type Frame =
   | { type: "stdout" | "stderr"; data: Uint8Array }

@@ -14,7 +14,6 @@ import { DurableObject } from "cloudflare:workers";
 import { BackendError } from "@remote-task/bridge";
 import { CLOUDFLARE_TEXTS } from "@remote-task/internal";
 import type { NetworkPolicy } from "@remote-task/protocol";
-import type { WorkerEnv } from "./config.js";
 import { type EgressProps, egressEnv } from "./egress-gate.js";
 import { errorFrame, exitFrame, outputFrame } from "./exec-frames.js";
 import { SCRIPT_CWD, taskArgv } from "./task-script.js";
@@ -64,14 +63,14 @@ const PROBE_INTERVAL_MS = 100;
 const FORGET_AFTER_MS = 10 * 60_000;
 
 /** The `TaskContainer` Durable Object (binding `TaskContainer`); see the top of this file. */
-export class TaskContainer extends DurableObject<WorkerEnv> {
+export class TaskContainer extends DurableObject {
   #phase: Phase = "new";
   /** The running command: stops its exec and its output. */
   #running: { stop: () => void } | undefined;
   /** A start in flight (a destroy waits for it, then destroys what it started). */
   #starting: Promise<void> | undefined;
 
-  constructor(ctx: DurableObjectState, env: WorkerEnv) {
+  constructor(ctx: DurableObjectState, env: Cloudflare.Env) {
     super(ctx, env);
     void ctx.blockConcurrencyWhile(async () => {
       this.#phase = (await ctx.storage.get<Phase>(PHASE_KEY)) ?? "new";

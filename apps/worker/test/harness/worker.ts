@@ -18,7 +18,12 @@ import { readTaskArgv } from "../../src/task-script.ts";
 import type { ContainerImage } from "./container.ts";
 import { type ContainerRecord, FakeDockerEngine } from "./engine.ts";
 import { commandOf } from "./exec.ts";
-import { ensurePodman, type PodmanShim, startPodmanShim } from "./podman-shim.ts";
+import {
+  ensurePodman,
+  type PodmanEngine,
+  type PodmanShim,
+  startPodmanShim,
+} from "./podman-shim.ts";
 import { commandName, descendants } from "./proc.ts";
 
 const WORKER_DIR = fileURLToPath(new URL("../../", import.meta.url));
@@ -105,7 +110,7 @@ export interface Answer {
  * The fake engine's "image" for the Worker: the host's system directories (bash, sh, coreutils,
  * util-linux), nothing else; the Worker starts it with its own PID 1.
  */
-export function plainImage(): ContainerImage {
+function plainImage(): ContainerImage {
   return {
     name: "plain",
     mounts: [],
@@ -179,11 +184,11 @@ export class WorkerHarness<E extends Engine = FakeDockerEngine> {
    */
   static async startOnPodman(
     options: WorkerHarnessOptions = {},
+    engine: PodmanEngine = ensurePodman(),
   ): Promise<WorkerHarness<PodmanShim>> {
-    const podman = ensurePodman();
-    // The shim finds the service itself (and so its rlimits, which the containers must keep).
-    const shim = await startPodmanShim();
-    return WorkerHarness.#launch(shim, podman.image, options);
+    // The shim keeps the containers' rlimits within this engine's service.
+    const shim = await startPodmanShim({ engine });
+    return WorkerHarness.#launch(shim, engine.image, options);
   }
 
   static async #launch<T extends Engine>(
