@@ -231,7 +231,7 @@ describe("routes, auth and client mistakes", () => {
   });
 });
 
-describe("commands through the fake Sandbox Durable Object", () => {
+describe("commands through the TaskContainer on a fake container", () => {
   it("caps 100 MiB of output with exact byte totals", async () => {
     const id = sandboxId();
     const { handler } = loggingWorker();
