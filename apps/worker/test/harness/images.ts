@@ -1,8 +1,3 @@
-/**
- * The "image" the Worker benchmark's harness containers run: the project's stand-in container
- * server (the Worker starts them with its own PID 1; the tests use the worker harness's plain one).
- */
-import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import type { ContainerImage } from "./container.ts";
 import { strippedScript } from "./stripped.ts";
@@ -11,10 +6,9 @@ import { strippedScript } from "./stripped.ts";
 const IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 const NODE_INSIDE = "/opt/remote-task-harness/node";
 
-/** The exact `@cloudflare/sandbox` version the Worker depends on. */
+/** The `@cloudflare/sandbox` version whose container server the stand-in speaks. */
 export function sdkVersion(): string {
-  const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8"));
-  return pkg.dependencies["@cloudflare/sandbox"] as string;
+  return "0.12.10";
 }
 
 export function standInImage(): ContainerImage {
