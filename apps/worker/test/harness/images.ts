@@ -1,3 +1,7 @@
+/**
+ * The "image" the Worker benchmark's harness containers run: the project's stand-in container
+ * server (the Worker starts them with its own PID 1; the tests use the worker harness's plain one).
+ */
 import { fileURLToPath } from "node:url";
 import type { ContainerImage } from "./container.ts";
 import { strippedScript } from "./stripped.ts";
