@@ -59,6 +59,8 @@ const PHASE_KEY = "phase";
 const NETWORK_KEY = "network";
 /** Between two readiness probes while the container comes up. */
 const PROBE_INTERVAL_MS = 100;
+/** The pause grows by half after each refused probe, up to this (fewer calls to a busy engine). */
+const MAX_PROBE_INTERVAL_MS = 1_000;
 /** How long a destroyed object keeps its record (refusing late starts) before it is cleared. */
 const FORGET_AFTER_MS = 10 * 60_000;
 
@@ -154,6 +156,7 @@ export class TaskContainer extends DurableObject {
       // Not running yet as far as the platform knows: the execs below tell.
     }
     const over = ended.then((error) => ({ error }));
+    let pauseMs = PROBE_INTERVAL_MS;
     for (;;) {
       if (this.#phase === "destroyed") return;
       try {
@@ -164,11 +167,12 @@ export class TaskContainer extends DurableObject {
         if ((await probe.exitCode) === 0) return;
         throw new Error("the container's /bin/sh did not run");
       } catch (error) {
-        if (isCapacityMessage(error) || Date.now() + PROBE_INTERVAL_MS >= until) throw error;
+        if (isCapacityMessage(error) || Date.now() + pauseMs >= until) throw error;
       }
       const pause = new Promise<undefined>((resolve) =>
-        setTimeout(() => resolve(undefined), PROBE_INTERVAL_MS),
+        setTimeout(() => resolve(undefined), pauseMs),
       );
+      pauseMs = nextProbePause(pauseMs);
       const stopped = await Promise.race([pause, over]);
       if (stopped !== undefined) throw stopped.error;
     }
@@ -326,6 +330,15 @@ export class TaskContainer extends DurableObject {
     this.#phase = phase;
     await this.ctx.storage.put(PHASE_KEY, phase);
   }
+}
+
+/**
+ * The pause before the next readiness probe after one of `ms` was refused: half as long again, up
+ * to a second, so that a container slow to come up (an engine busy starting many) is not asked
+ * ten times a second.
+ */
+export function nextProbePause(ms: number): number {
+  return Math.min(MAX_PROBE_INTERVAL_MS, Math.round(ms * 1.5));
 }
 
 function usedError(phase: Phase): BackendError {

@@ -9,7 +9,7 @@ import {
 import { describe, expect, it } from "vitest";
 import { CloudflareSandboxBackend } from "../src/cloudflare-backend.js";
 import { CONTAINERS_DISABLED_MESSAGE, toBackendError } from "../src/container-client.js";
-import { PID1 } from "../src/task-container.js";
+import { nextProbePause, PID1 } from "../src/task-container.js";
 import { type FakeScenario, fakeCommand } from "./fake-container.js";
 import { expectDestroyed, fakeNamespace, sandboxId, sandboxState } from "./helpers.js";
 
@@ -288,6 +288,14 @@ describe("CloudflareSandboxBackend", () => {
     const entries = await destroyThroughBridge(real, id);
     expect(entries[0]).toMatchObject({ event: "destroy_failed", sandboxId: id });
     expect((entries[0] as { detail?: string }).detail).toContain("Containers are not available");
+  });
+});
+
+describe("readiness probes", () => {
+  it("pause half as long again after each refusal, up to a second", () => {
+    const pauses = [100];
+    for (let i = 0; i < 8; i++) pauses.push(nextProbePause(pauses.at(-1) as number));
+    expect(pauses).toEqual([100, 150, 225, 338, 507, 761, 1000, 1000, 1000]);
   });
 });
 
