@@ -155,7 +155,13 @@ async function startService() {
 async function launchService(nproc) {
   const runtime = which("runc") ? 'runtime = "runc"\n' : "";
   const ulimits = nproc === undefined ? "" : `default_ulimits = ["nproc=${nproc}:${nproc}"]\n`;
-  writeFileSync(join(dir, "containers.conf"), `[containers]\n${ulimits}\n[engine]\n${runtime}`);
+  // An exec session's conmon stays 5 minutes after the command by default (Docker's exec cleanup),
+  // about 2.6 MB each; the Worker harness runs execs for every call (apps/worker/test/harness).
+  const execCleanup = "exit_command_delay = 5\n";
+  writeFileSync(
+    join(dir, "containers.conf"),
+    `[containers]\n${ulimits}\n[engine]\n${runtime}${execCleanup}`,
+  );
   rmSync(socket, { force: true });
   const log = openSync(join(dir, "service.log"), "a");
   const child = spawn(

@@ -17,10 +17,11 @@ const { include: _i, testTimeout: _t, hookTimeout: _h, ...runWide } = sharedTest
 /**
  * Two projects, one results file:
  * - `workerd`: the Worker's unit tests inside workerd through @cloudflare/vitest-plugin, with
- *   `env.Sandbox` bound to a fake Durable Object (test/fake-sandbox.ts).
- * - `harness`: in Node, the built Worker bundle in Miniflare with the SDK's real `Sandbox`
- *   Durable Object and workerd's container client, against the harness's fake Docker engine
- *   whose containers are bubblewrap processes running a container server (test/harness/).
+ *   `env.TaskContainer` bound to the real Durable Object on a fake container
+ *   (test/fake-container.ts).
+ * - `harness`: in Node, the built Worker bundle in Miniflare with its real `TaskContainer`
+ *   Durable Object and workerd's container client, against the harness's Docker engines
+ *   (test/harness/).
  */
 export default defineConfig({
   test: {
@@ -33,8 +34,8 @@ export default defineConfig({
             wrangler: { configPath: "./wrangler.jsonc" },
             miniflare: {
               durableObjects: {
-                Sandbox: "FakeSandbox",
-                RealSandbox: "Sandbox",
+                TaskContainer: { className: "TestTaskContainer", useSQLite: true },
+                RealTaskContainer: { className: "TaskContainer", useSQLite: true },
                 WarmPool: { className: "TestWarmPoolShard", useSQLite: true },
               },
               bindings: { BRIDGE_TOKEN: "test-token-0123456789" },

@@ -1,7 +1,7 @@
 /**
- * The Worker's `SandboxBackend`: runs each command in a fresh Cloudflare container (one `Sandbox`
- * Durable Object per sandbox id, or a never-used one the warm pool lends), writes its stdin,
- * streams its output, and destroys every container a call brought up, late starts included.
+ * The Worker's `SandboxBackend`: runs each command in a fresh Cloudflare container (one
+ * `TaskContainer` Durable Object per sandbox id, or a never-used one the warm pool lends), streams
+ * its output, and destroys every container a call brought up, late starts included.
  */
 import {
   BackendError,
@@ -12,32 +12,34 @@ import {
 } from "@remote-task/bridge";
 import { CLOUDFLARE_TEXTS, raceAbort } from "@remote-task/internal";
 import type { NetworkPolicy } from "@remote-task/protocol";
-import { HedgePolicy, type HedgeSetting, hedgeName } from "./hedge.js";
 import {
   abortedError,
   CONTAINER_NETWORK_MODES,
   CONTAINERS_DISABLED_MESSAGE,
-  type ContainerNetwork,
-  destroySandbox,
+  type ContainerHandle,
+  type ContainerNamespace,
+  containerHandle,
+  destroyContainer,
   isServing,
   MAX_START_MS,
   readCommand,
-  type SandboxHandle,
-  type SandboxNamespace,
   sandboxError,
-  sandboxHandle,
   startContainer,
   toBackendError,
-} from "./sandbox-sdk.js";
-import { missingCwdMarker, SCRIPT_CWD, stdinPath, taskScript } from "./task-script.js";
+} from "./container-client.js";
+import { HedgePolicy, type HedgeSetting, hedgeName } from "./hedge.js";
+import { missingCwdMarker } from "./task-script.js";
 import type { WarmClaim, WarmPoolClient } from "./warm-pool-client.js";
 import { withinMs } from "./within.js";
 
 export interface CloudflareSandboxBackendOptions {
-  /** The `Sandbox` Durable Object namespace binding (`env.Sandbox`). */
-  namespace: SandboxNamespace;
-  /** Passed to `getSandbox` as `sleepAfter`; a backstop, since every sandbox is destroyed. */
-  sleepAfter?: string | number | undefined;
+  /** The `TaskContainer` Durable Object namespace binding (`env.TaskContainer`). */
+  namespace: ContainerNamespace;
+  /**
+   * How long after a call's deadline its container's own object destroys it, should every destroy
+   * of the Worker fail (default 5 minutes); a backstop, since every container is destroyed.
+   */
+  backstopMs?: number | undefined;
   /**
    * Longest wait for one `destroy()` before it fails, and for a container start still in flight
    * when the call ended (default 30 s).
@@ -49,21 +51,20 @@ export interface CloudflareSandboxBackendOptions {
    * The network policy the pool's containers were started with (the deployment's default,
    * `none` if unset): only a call with this policy is lent one; any other starts its own.
    */
-  pooledNetwork?: ContainerNetwork | undefined;
+  pooledNetwork?: NetworkPolicy | undefined;
   /** When a slow cold start gets a second container started for it (default: observed). */
   hedge?: HedgeSetting | undefined;
 }
 
-/** One container start of a call: the sandbox, and the SDK's start promise. */
+/** One container start of a call: the container, and its start promise. */
 interface Launch {
   name: string;
-  sandbox: SandboxHandle;
+  sandbox: ContainerHandle;
   started: Promise<void>;
   at: number;
 }
 
-/** Extra time given to the SDK's own command timeout so the bridge's deadline always fires first. */
-const SDK_TIMEOUT_GRACE_MS = 5_000;
+const DEFAULT_BACKSTOP_MS = 5 * 60_000;
 const DEFAULT_DESTROY_TIMEOUT_MS = 30_000;
 /**
  * A container start may use the call's timeout less this much: a start that runs out is then
@@ -78,7 +79,7 @@ const START_DEADLINE_MARGIN_MS = 250;
 type Placement = { warm: WarmClaim } | { cold: string[] } | { claiming: true };
 
 /**
- * Runs each command in a fresh Cloudflare container (one `Sandbox` Durable Object per
+ * Runs each command in a fresh Cloudflare container (one `TaskContainer` Durable Object per
  * sandbox id, or a never-used one from the warm pool) and streams its output, so the Worker
  * holds only what the bridge retains.
  */
@@ -100,7 +101,7 @@ export class CloudflareSandboxBackend implements SandboxBackend {
     this.#hedging = new HedgePolicy(options.hedge ?? { after: "observed" });
   }
 
-  /** SDK and pool calls that may still bring a sandbox's container up, per sandbox id. */
+  /** Container and pool calls that may still bring a sandbox's container up, per sandbox id. */
   readonly #inFlight = new Map<string, Set<Promise<unknown>>>();
   /** Where each call's sandbox is, from its start until it is destroyed. */
   readonly #placed = new Map<string, Placement>();
@@ -111,7 +112,7 @@ export class CloudflareSandboxBackend implements SandboxBackend {
     let stream: ReadableStream<Uint8Array>;
     let warm = false;
     try {
-      const network = containerNetwork(spec.network);
+      const network = spec.network ?? "none";
       let sandbox = await this.#claimWarm(spec, network);
       if (sandbox !== undefined) {
         warm = true;
@@ -119,31 +120,19 @@ export class CloudflareSandboxBackend implements SandboxBackend {
         sandbox = await this.#startCold(spec, network);
       }
       if (spec.signal.aborted) throw abortedError();
-      let stdinFile: string | undefined;
-      if (spec.stdin !== undefined) {
-        stdinFile = stdinPath(nonce);
-        await this.#writeStdin(sandbox, spec, stdinFile, spec.stdin);
-      }
       // The signal is not passed over RPC (an AbortSignal cannot cross it); aborting while
       // the command is being sent is handled by racing it, and `destroy()` follows in every case.
-      // The command runs inside a script that enters the cwd, scrubs the environment and ends
-      // with the command's shell (task-script.ts); the env values travel as the SDK's `env`.
       const pending = this.#track(
         spec.sandboxId,
-        sandbox.execStream(
-          taskScript({
-            command: spec.command,
-            cwd: spec.cwd,
-            envNames: Object.keys(spec.env),
-            nonce,
-            stdinFile,
-          }),
-          {
-            timeout: spec.timeoutMs + SDK_TIMEOUT_GRACE_MS,
-            cwd: SCRIPT_CWD,
-            env: { ...spec.env },
-          },
-        ),
+        sandbox.run({
+          command: spec.command,
+          cwd: spec.cwd,
+          env: { ...spec.env },
+          stdin: spec.stdin,
+          nonce,
+          timeoutMs: spec.timeoutMs,
+          graceMs: this.#backstopMs(),
+        }),
       );
       // A stream that arrives after the abort is released at once.
       pending.then(
@@ -163,13 +152,13 @@ export class CloudflareSandboxBackend implements SandboxBackend {
    * Claims a warm container for the call, or `undefined` for a cold start: no pool, none ready,
    * the pool unreachable, or the one claimed found dead. A dead one is handed back to be
    * destroyed before anything was sent to it, so the command provably did not run there; the
-   * check matters because the SDK would silently start a new container in its place.
+   * check matters because the command would otherwise fail there after the claim.
    */
-  async #claimWarm(spec: ExecSpec, network: ContainerNetwork): Promise<SandboxHandle | undefined> {
+  async #claimWarm(spec: ExecSpec, network: NetworkPolicy): Promise<ContainerHandle | undefined> {
     const pool = this.#options.warmPool;
     // A pooled container keeps the network it was started with: a call with another policy
     // (wider or narrower) starts its own.
-    if (pool === undefined || network !== (this.#options.pooledNetwork ?? "none")) {
+    if (pool === undefined || !samePolicy(network, this.#options.pooledNetwork ?? "none")) {
       return undefined;
     }
     this.#placed.set(spec.sandboxId, { claiming: true });
@@ -214,23 +203,26 @@ export class CloudflareSandboxBackend implements SandboxBackend {
 
   /**
    * Starts the call's own container before the command is sent, within the call's timeout, and
-   * returns it once its server answers. Left to `execStream`, a container that cannot start is
-   * retried inside the Durable Object for minutes (the call would end as a command timeout
-   * although nothing ran), and a start that completes after the call ended would still run the
-   * command.
+   * returns it once it runs commands, so that a container that cannot start is reported as
+   * such (not as a command timeout), and a start that completes after the call ended runs nothing
+   * (its object was destroyed meanwhile and refuses).
    *
    * A start still running after the hedge delay (hedge.ts) gets a second container started for
    * the call: the first of the two to be ready is returned and the other destroyed at once, before
    * anything is sent to either, so the command runs in one container only. The call fails only
    * when every container started for it failed (with the first one's error) or its time is up.
    */
-  async #startCold(spec: ExecSpec, network: ContainerNetwork): Promise<SandboxHandle> {
+  async #startCold(spec: ExecSpec, network: NetworkPolicy): Promise<ContainerHandle> {
     const names = [spec.sandboxId];
     this.#placed.set(spec.sandboxId, { cold: names });
     const budgetMs = Math.min(spec.timeoutMs - START_DEADLINE_MARGIN_MS, MAX_START_MS);
     const launch = (name: string): Launch => {
       const sandbox = this.#sandbox(name);
-      const started = this.#track(spec.sandboxId, startContainer(sandbox, budgetMs, network));
+      const backstopMs = budgetMs + spec.timeoutMs + this.#backstopMs();
+      const started = this.#track(
+        spec.sandboxId,
+        startContainer(sandbox, budgetMs, network, backstopMs),
+      );
       return { name, sandbox, started, at: Date.now() };
     };
     const coldStartOver = this.#hedging.starting();
@@ -335,31 +327,6 @@ export class CloudflareSandboxBackend implements SandboxBackend {
     );
   }
 
-  /**
-   * Writes the call's stdin to `path` in the container (outside /workspace; the task script opens
-   * it and removes it before the command starts). The SDK's exec has no stdin, and its file API
-   * takes bytes as base64 text.
-   */
-  async #writeStdin(
-    sandbox: SandboxHandle,
-    spec: ExecSpec,
-    path: string,
-    stdin: Uint8Array,
-  ): Promise<void> {
-    const writing = this.#track(
-      spec.sandboxId,
-      sandbox.writeFile(path, base64Of(stdin), { encoding: "base64" }),
-    );
-    try {
-      await raceAbort(writing, spec.signal, { abortError: abortedError });
-    } catch (error) {
-      if (BackendError.isInstance(error)) throw error;
-      const mapped = toBackendError(error, spec.env);
-      if (mapped.code !== "sandbox_error") throw mapped;
-      throw sandboxError(CLOUDFLARE_TEXTS.stdinNotWritten(mapped.message), error);
-    }
-  }
-
   /** Remembers `promise` as in flight for `sandboxId` until it settles. */
   #track<T>(sandboxId: string, promise: Promise<T>): Promise<T> {
     let pending = this.#inFlight.get(sandboxId);
@@ -383,8 +350,8 @@ export class CloudflareSandboxBackend implements SandboxBackend {
    * it produced is cancelled, and the sandbox destroyed again, so no container outlives its call.
    * A warm container is then handed back to its pool shard, which forgets it (it is never lent
    * twice). A failure (or a destroy stuck past `destroyTimeoutMs`) rejects, and the bridge logs
-   * it; the container then stops by itself once its `sleepAfter` expires, and a warm one is also
-   * destroyed by its shard once the call's deadline has long passed.
+   * it; the container's own object then destroys it by its alarm (SANDBOX_SLEEP_AFTER after the
+   * deadline), and a warm one is also destroyed by its shard once the deadline has long passed.
    */
   async destroy(sandboxId: string): Promise<void> {
     try {
@@ -452,9 +419,13 @@ export class CloudflareSandboxBackend implements SandboxBackend {
     await this.#options.warmPool?.release(claim).catch(() => {});
   }
 
-  /** One `destroy()` of the SDK, bounded: it coalesces destroys but never bounds them. */
+  /** One `destroy()` of a container object, bounded. */
   #destroyNamed(name: string): Promise<void> {
-    return destroySandbox(this.#sandbox(name), this.#destroyTimeoutMs());
+    return destroyContainer(this.#sandbox(name), this.#destroyTimeoutMs());
+  }
+
+  #backstopMs(): number {
+    return this.#options.backstopMs ?? DEFAULT_BACKSTOP_MS;
   }
 
   #destroyTimeoutMs(): number {
@@ -477,28 +448,14 @@ export class CloudflareSandboxBackend implements SandboxBackend {
     await this.#options.warmPool?.prime();
   }
 
-  #sandbox(name: string): SandboxHandle {
-    return sandboxHandle(this.#options.namespace, name, this.#options.sleepAfter);
+  #sandbox(name: string): ContainerHandle {
+    return containerHandle(this.#options.namespace, name);
   }
 }
 
-/**
- * The container network a call's policy maps onto: `none` has the internet off, `open` on. The
- * bridge refuses every other policy (the backend's `networkModes`) before a call starts.
- */
-function containerNetwork(policy: NetworkPolicy | undefined): ContainerNetwork {
-  if (policy === undefined || policy === "none") return "none";
-  if (policy === "open") return "open";
-  throw sandboxError(CLOUDFLARE_TEXTS.allowlistUnsupported);
-}
-
-function base64Of(bytes: Uint8Array): string {
-  let binary = "";
-  // In slices: spreading a whole MiB into one call would overflow the stack.
-  for (let at = 0; at < bytes.length; at += 0x8000) {
-    binary += String.fromCharCode(...bytes.subarray(at, at + 0x8000));
-  }
-  return btoa(binary);
+/** Whether two network policies are the same (allowlists: the same patterns in order). */
+function samePolicy(a: NetworkPolicy, b: NetworkPolicy): boolean {
+  return JSON.stringify(a) === JSON.stringify(b);
 }
 
 function isStream(value: unknown): value is ReadableStream {

@@ -5,22 +5,26 @@ import {
   type Limits,
   limitsSchema,
   MAX_HEARTBEAT_INTERVAL_MS,
+  type NetworkPolicy,
   networkPolicySchema,
 } from "@remote-task/protocol";
+import type { ContainerNamespace } from "./container-client.js";
 import type { HedgeSetting } from "./hedge.js";
-import type { ContainerNetwork, SandboxNamespace } from "./sandbox-sdk.js";
 import type { WarmPoolShardRpc } from "./warm-pool-rpc.js";
 
 /** The Worker's bindings (wrangler.jsonc `vars`, the `BRIDGE_TOKEN` secret, the DO namespace). */
 export interface WorkerEnv {
-  Sandbox: SandboxNamespace;
+  TaskContainer: ContainerNamespace;
   /** Secret: `npx wrangler secret put BRIDGE_TOKEN`. Without it exec is refused. */
   BRIDGE_TOKEN?: string;
   /** `"true"` serves without a token (explicit opt-out); `"false"` or unset keeps auth on. */
   ALLOW_UNAUTHENTICATED?: string;
   DEFAULT_CWD?: string;
   HEARTBEAT_INTERVAL_MS?: string;
-  /** How long an idle sandbox lives if a destroy ever fails: `"30s"`, `"5m"`, `"1h"` or seconds. */
+  /**
+   * How long after its call's deadline a container's own Durable Object destroys it, should every
+   * destroy fail: `"30s"`, `"5m"`, `"1h"` or seconds.
+   */
   SANDBOX_SLEEP_AFTER?: string;
   MAX_REQUEST_BYTES?: string;
   MAX_COMMAND_BYTES?: string;
@@ -30,11 +34,11 @@ export interface WorkerEnv {
   MAX_OUTPUT_BYTES?: string;
   MAX_STDIN_BYTES?: string;
   /**
-   * Network policy of a call that names none: `none` (the default) or `open`. An allowlist is
-   * refused: the Worker cannot enforce one on Cloudflare containers (README: "Network").
+   * Network policy of a call that names none: `none` (the default), `open`, or an allowlist of
+   * host patterns separated by commas (README: "Network").
    */
   NETWORK_DEFAULT?: string;
-  /** The most a call may ask for: `none` or `open` (default: NETWORK_DEFAULT). */
+  /** The most a call may ask for: `none`, `open` or an allowlist (default: NETWORK_DEFAULT). */
   NETWORK_CEILING?: string;
   /** Containers the warm pool keeps started and waiting; `0` (the default) turns the pool off. */
   WARM_POOL_TARGET?: string;
@@ -131,7 +135,8 @@ export interface WorkerConfig {
   admission: AdmissionSettings;
   defaultCwd?: string;
   heartbeatIntervalMs?: number;
-  sleepAfter?: string | number;
+  /** How long after its deadline a container's own object destroys it (SANDBOX_SLEEP_AFTER). */
+  backstopMs?: number;
   warmPool: WarmPoolConfig;
   network: NetworkConfig;
   hedge: HedgeSetting;
@@ -141,8 +146,8 @@ export interface WorkerConfig {
 
 /** The policy of a call that names none, and the most a call may ask for. */
 interface NetworkConfig {
-  default: ContainerNetwork;
-  ceiling: ContainerNetwork;
+  default: NetworkPolicy;
+  ceiling: NetworkPolicy;
 }
 
 /** A Worker variable with a value the Worker cannot use. */
@@ -217,7 +222,9 @@ export function readConfig(env: WorkerEnv): WorkerConfig {
     config.heartbeatIntervalMs = ms;
   }
   const sleepAfter = present(env.SANDBOX_SLEEP_AFTER);
-  if (sleepAfter !== undefined) config.sleepAfter = readDuration("SANDBOX_SLEEP_AFTER", sleepAfter);
+  if (sleepAfter !== undefined) {
+    config.backstopMs = durationSeconds(readDuration("SANDBOX_SLEEP_AFTER", sleepAfter)) * 1000;
+  }
   return config;
 }
 
@@ -311,12 +318,8 @@ function readNetwork(env: WorkerEnv): NetworkConfig {
   return { default: policy, ceiling };
 }
 
-/**
- * `none`, `open`, host patterns separated by commas, or the protocol's JSON form. Only `none`
- * and `open` are accepted: an allowlist is read (so that a mistake in it is named) and refused,
- * since the Worker cannot enforce one (README: "Network").
- */
-function readNetworkPolicy(variable: string, text: string): ContainerNetwork {
+/** `none`, `open`, host patterns separated by commas, or the protocol's JSON form. */
+function readNetworkPolicy(variable: string, text: string): NetworkPolicy {
   let value: unknown;
   if (/^["{]/.test(text)) {
     try {
@@ -332,12 +335,9 @@ function readNetworkPolicy(variable: string, text: string): ContainerNetwork {
   const parsed = networkPolicySchema.safeParse(value);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]?.message ?? "invalid value";
-    throw new ConfigError(variable, `must be "none" or "open" (${issue})`);
-  }
-  if (typeof parsed.data !== "string") {
     throw new ConfigError(
       variable,
-      'is an allowlist, which this Worker cannot enforce on Cloudflare containers (it enforces "none" and "open"; see the README, "Network")',
+      `must be "none", "open" or host patterns separated by commas (${issue})`,
     );
   }
   return parsed.data;
@@ -412,7 +412,7 @@ function readAdmission(env: WorkerEnv, maxOutputBytes: number): AdmissionSetting
   return { maxConcurrent, maxQueued, maxQueuedBytes: defaults.maxQueuedBytes };
 }
 
-/** `"30s"`, `"5m"`, `"1h"` as the SDK accepts them, or a plain number of seconds. */
+/** `"30s"`, `"5m"`, `"1h"`, or a plain number of seconds. */
 function readDuration(variable: string, text: string): string | number {
   if (/^[1-9]\d*$/.test(text)) return Number(text);
   if (/^[1-9]\d*[smh]$/.test(text)) return text;

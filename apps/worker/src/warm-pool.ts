@@ -15,10 +15,11 @@
  * deploy drains them), one a call found dead, one left half-started by a restart, and one lent
  * to a call that is long over (its Worker died before destroying it). After repeated start
  * failures it pauses its refill, doubling the pause while starts keep failing, and tries one
- * container at a time until one starts. Every container it starts also ends by itself
- * (`sleepAfter`) shortly after the pool would have recycled it, should the shard itself be lost.
+ * container at a time until one starts. Every container it starts is also destroyed by its own
+ * Durable Object's alarm shortly after the pool would have recycled it, should the shard be lost.
  */
 import { DurableObject } from "cloudflare:workers";
+import type { NetworkPolicy } from "@remote-task/protocol";
 import {
   ConfigError,
   versionOf,
@@ -27,14 +28,13 @@ import {
   workerConfig,
 } from "./config.js";
 import {
-  type ContainerNetwork,
-  destroySandbox,
+  type ContainerHandle,
+  containerHandle,
+  destroyContainer,
   MAX_START_MS,
-  type SandboxHandle,
-  sandboxHandle,
   startContainer,
   toBackendError,
-} from "./sandbox-sdk.js";
+} from "./container-client.js";
 import type { ClaimRequest, Lent, ShardStats, WarmPoolShardRpc } from "./warm-pool-rpc.js";
 import { withinMs } from "./within.js";
 
@@ -49,7 +49,7 @@ interface ShardPool {
   config: WarmPoolConfig;
   version: string;
   /** The deployment's default network policy, which the pool's containers run with. */
-  network: ContainerNetwork;
+  network: NetworkPolicy;
 }
 
 /** A call that found no container ready, waiting for one being started. */
@@ -71,13 +71,13 @@ interface ContainerRow extends Record<string, SqlStorageValue> {
   due: number;
 }
 
-/** Longest a container start may take (the SDK's own placement and readiness limits). */
+/** Longest a container start may take (placement and its first command). */
 const START_BUDGET_MS = MAX_START_MS;
 const DESTROY_TIMEOUT_MS = 30_000;
 const DESTROY_RETRY_MS = 30_000;
 /** A claim is orphaned this long after its call's deadline (the call's destroy would be done). */
 const CLAIM_GRACE_MS = DESTROY_TIMEOUT_MS + 60_000;
-/** A warm container ends by itself this long after the pool would have recycled it. */
+/** A warm container is destroyed by its own object this long after the pool would have recycled it. */
 const SLEEP_MARGIN_SECONDS = 120;
 /** Consecutive start failures that pause the refill. */
 const FAILURES_BEFORE_PAUSE = 3;
@@ -277,8 +277,12 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> implements WarmPoolS
   }
 
   /** Starts one container of the pool (tests hold starts back to see what waits for them). */
-  protected startOne(sandbox: SandboxHandle, network: ContainerNetwork): Promise<void> {
-    return startContainer(sandbox, START_BUDGET_MS, network);
+  protected startOne(
+    sandbox: ContainerHandle,
+    network: NetworkPolicy,
+    backstopMs: number,
+  ): Promise<void> {
+    return startContainer(sandbox, START_BUDGET_MS, network, backstopMs);
   }
 
   /** The shard's share of the pool, from the Worker's variables (none when they are unusable). */
@@ -434,7 +438,7 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> implements WarmPoolS
   }
 
   #destroy(name: string): void {
-    const work = destroySandbox(sandboxHandle(this.env.Sandbox, name), DESTROY_TIMEOUT_MS)
+    const work = destroyContainer(containerHandle(this.env.TaskContainer, name), DESTROY_TIMEOUT_MS)
       .then(
         () => {
           this.#sql.exec("DELETE FROM containers WHERE name = ?", name);
@@ -495,11 +499,11 @@ export class WarmPoolShard extends DurableObject<WorkerEnv> implements WarmPoolS
       now,
       now + START_BUDGET_MS,
     );
-    const sleepAfterSeconds = pool.config.maxIdleSeconds + SLEEP_MARGIN_SECONDS;
+    const backstopMs = (pool.config.maxIdleSeconds + SLEEP_MARGIN_SECONDS) * 1000;
     // Started with the deployment's default network policy: the Worker lends it only to a call
     // with that policy (a change of the policy is a new version, which drains the pool).
     const work = withinMs(
-      this.startOne(sandboxHandle(this.env.Sandbox, name, sleepAfterSeconds), pool.network),
+      this.startOne(containerHandle(this.env.TaskContainer, name), pool.network, backstopMs),
       START_BUDGET_MS,
       () => new Error(`the container was not ready within ${START_BUDGET_MS / 1000} s`),
     )

@@ -39,8 +39,8 @@ export function createWorker(options: WorkerHandlerOptions = {}) {
       bridge = config;
     } else {
       const backend = new CloudflareSandboxBackend({
-        namespace: env.Sandbox,
-        sleepAfter: config.sleepAfter,
+        namespace: env.TaskContainer,
+        backstopMs: config.backstopMs,
         warmPool:
           config.warmPool.target > 0 && env.WarmPool !== undefined
             ? new WarmPoolClient(env.WarmPool, config.warmPool, config.version)

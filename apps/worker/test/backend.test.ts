@@ -1,5 +1,4 @@
 import { env } from "cloudflare:workers";
-import { ContainerUnavailableError } from "@cloudflare/sandbox";
 import {
   BackendError,
   type BridgeLogEntry,
@@ -9,9 +8,10 @@ import {
 } from "@remote-task/bridge";
 import { describe, expect, it } from "vitest";
 import { CloudflareSandboxBackend } from "../src/cloudflare-backend.js";
-import { CONTAINERS_DISABLED_MESSAGE, toBackendError } from "../src/sandbox-sdk.js";
-import { type FakeScenario, fakeCommand } from "./fake-sandbox.js";
-import { expectDestroyed, sandboxId, sandboxState } from "./helpers.js";
+import { CONTAINERS_DISABLED_MESSAGE, toBackendError } from "../src/container-client.js";
+import { nextProbePause, PID1 } from "../src/task-container.js";
+import { type FakeScenario, fakeCommand } from "./fake-container.js";
+import { expectDestroyed, fakeNamespace, sandboxId, sandboxState } from "./helpers.js";
 
 function spec(overrides: Partial<ExecSpec> = {}): ExecSpec {
   return {
@@ -26,7 +26,7 @@ function spec(overrides: Partial<ExecSpec> = {}): ExecSpec {
 }
 
 function backend() {
-  return new CloudflareSandboxBackend({ namespace: env.Sandbox, sleepAfter: "1m" });
+  return new CloudflareSandboxBackend({ namespace: env.TaskContainer, backstopMs: 60_000 });
 }
 
 /**
@@ -48,13 +48,17 @@ async function destroyThroughBridge(b: SandboxBackend, id: string): Promise<Brid
   return entries;
 }
 
+function textOf(data: Uint8Array | string): string {
+  return typeof data === "string" ? data : new TextDecoder().decode(data);
+}
+
 async function run(scenario: FakeScenario, overrides: Partial<ExecSpec> = {}) {
   const b = backend();
   const s = spec({ command: fakeCommand(scenario), ...overrides });
   const running = await b.start(s);
   const chunks: Array<{ stream: string; data: string }> = [];
   for await (const chunk of running.output) {
-    chunks.push({ stream: chunk.stream, data: String(chunk.data) });
+    chunks.push({ stream: chunk.stream, data: textOf(chunk.data) });
   }
   const exit = await running.exit.then(
     (code) => ({ code }),
@@ -83,34 +87,22 @@ describe("CloudflareSandboxBackend", () => {
     await expectDestroyed(sandboxId);
   });
 
-  it("runs each command sessionless in a sandbox keyed by the exact id", async () => {
+  it("runs each command in the container object keyed by the exact id, with its own PID 1", async () => {
     const { sandboxId } = await run({});
     const state = await sandboxState(sandboxId);
-    expect(state.execs[0]?.sessionId).toBe("__DISABLE_SESSION__");
-    expect(state.configurations[0]).toMatchObject({
-      sandboxName: { name: sandboxId, normalizeId: false },
-      sleepAfter: "1m",
-    });
+    expect(state.starts).toEqual([{ enableInternet: false, entrypoint: [...PID1] }]);
+    expect(state.execs).toMatchObject([{ command: "fake {}", cwd: "/workspace" }]);
   });
 
-  it("starts the container on the control port within the call's timeout before sending the command", async () => {
+  it("starts the container and waits until it runs a command before sending the call's", async () => {
     const { sandboxId } = await run({}, { timeoutMs: 8_000 });
     const state = await sandboxState(sandboxId);
-    // Placement gets half of the budget (timeout less a margin), so "no instance" is reported
-    // as capacity while the call can still answer it; the server's readiness the whole budget.
-    expect(state.starts).toEqual([
-      {
-        ports: 3000,
-        instanceGetTimeoutMS: 3_875,
-        portReadyTimeoutMS: 7_750,
-        enableInternet: false,
-      },
-    ]);
+    expect(state.probes).toBe(1);
     expect(state.execs).toHaveLength(1);
   });
 
-  it("declares the network policies it enforces: none and open, not an allowlist", () => {
-    expect(backend().networkModes).toEqual(["none", "open"]);
+  it("declares the network policies it enforces: none, an allowlist and open", () => {
+    expect(backend().networkModes).toEqual(["none", "allow", "open"]);
   });
 
   it("starts each call's container with the internet on for open only", async () => {
@@ -126,33 +118,47 @@ describe("CloudflareSandboxBackend", () => {
     }
   });
 
-  it("refuses an allowlist before anything starts (the bridge never sends one)", async () => {
-    const b = backend();
-    const s = spec({ network: { allow: ["pypi.org"] } });
-    await expect(b.start(s)).rejects.toThrow("cannot hold a container to a host allowlist");
-    await b.destroy(s.sandboxId);
-    expect((await sandboxState(s.sandboxId)).starts).toEqual([]);
+  it("holds an allowlisted call's container to its gate: internet off, HTTP and HTTPS intercepted", async () => {
+    const { sandboxId } = await run({}, { network: { allow: ["pypi.org"] } });
+    const state = await sandboxState(sandboxId);
+    expect(state.starts).toMatchObject([{ enableInternet: false }]);
+    expect(state.intercepts).toEqual(["all-http", "https *"]);
+    // The command is told where the interception's certificate authority is.
+    expect(state.execs[0]?.envNames).toEqual(
+      expect.arrayContaining(["SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS"]),
+    );
   });
 
-  it("writes stdin outside /workspace, sessionless and as base64, and gives that file to the command", async () => {
+  it("intercepts nothing for none and open", async () => {
+    for (const network of ["none", "open"] as const) {
+      const { sandboxId } = await run({}, { network });
+      expect((await sandboxState(sandboxId)).intercepts).toEqual([]);
+    }
+  });
+
+  it("streams stdin into the command's exec, bytes intact", async () => {
     const bytes = new Uint8Array([0, 1, 2, 0xfe, 0xff, 10]);
-    const { sandboxId, chunks } = await run({}, { stdin: bytes, command: "cat" });
+    const { sandboxId } = await run({}, { stdin: bytes, command: "cat" });
     const state = await sandboxState(sandboxId);
-    expect(state.files).toHaveLength(1);
-    const [file] = state.files;
-    expect(file?.path).toMatch(/^\/tmp\/\.remote-task-stdin-[0-9a-f-]{36}$/);
-    expect(file).toMatchObject({ encoding: "base64", sessionId: "__DISABLE_SESSION__" });
-    expect(file?.bytes).toEqual([...bytes]);
-    expect(state.execs).toMatchObject([{ command: "cat", stdinFile: file?.path }]);
-    // The fake's `cat` echoes the file the script opened (as text: it is a fake).
-    expect(chunks.map((chunk) => chunk.data).join("")).toBe(new TextDecoder().decode(bytes));
+    expect(state.execs).toMatchObject([{ command: "cat", stdin: [...bytes] }]);
   });
 
-  it("writes no file and opens none when the call has no stdin", async () => {
+  it("gives the command no stdin stream when the call has none", async () => {
     const { sandboxId } = await run({});
-    const state = await sandboxState(sandboxId);
-    expect(state.files).toEqual([]);
-    expect(state.execs[0]?.stdinFile).toBeUndefined();
+    expect((await sandboxState(sandboxId)).execs[0]?.stdin).toBeUndefined();
+  });
+
+  it("passes output bytes through exactly, invalid UTF-8 included", async () => {
+    const b = backend();
+    const s = spec({ command: "yes | head -c 70000" });
+    const running = await b.start(s);
+    let bytes = 0;
+    for await (const chunk of running.output) {
+      bytes += typeof chunk.data === "string" ? chunk.data.length : chunk.data.byteLength;
+    }
+    expect(await running.exit).toBe(0);
+    expect(bytes).toBe(70_000);
+    await b.destroy(s.sandboxId);
   });
 
   it("never sends the command when the call ends while the container starts", async () => {
@@ -168,19 +174,25 @@ describe("CloudflareSandboxBackend", () => {
     expect(state.destroyed).toBe(true);
   });
 
-  it("keeps no per-id SDK state in the isolate: every handle configures its sandbox again", async () => {
+  it("never runs a second command in a container, nor starts one again", async () => {
     const { sandboxId } = await run({});
-    const state = await sandboxState(sandboxId);
-    // One configure for the command, one for the destroy: the SDK's per-namespace cache of
-    // sandbox configurations (which would grow by one entry per call) was not used.
-    expect(state.configurations).toHaveLength(2);
+    const stub = fakeNamespace().get(fakeNamespace().idFromName(sandboxId));
+    const again = await stub
+      .run({ command: "pwd", cwd: "/", env: {}, nonce: "n", timeoutMs: 1_000, graceMs: 1 })
+      .catch((error: unknown) => error);
+    expect(String(again)).toContain("never reused");
+    const restart = await stub
+      .start({ network: "none", budgetMs: 1_000, backstopMs: 1_000 })
+      .catch((error: unknown) => error);
+    expect(String(restart)).toContain("never reused");
+    expect((await sandboxState(sandboxId)).starts).toHaveLength(1);
   });
 
-  it("rejects the exit with sandbox_error when the SDK reports an error event", async () => {
-    const { exit } = await run({ failMidStream: "event" }, { env: { K: "fake command" } });
+  it("rejects the exit with sandbox_error when the exit code is lost, env values redacted", async () => {
+    const { exit } = await run({ failMidStream: "event" }, { env: { K: "container" } });
     const error = (exit as { error: unknown }).error;
     expect(BackendError.isInstance(error) && error.code).toBe("sandbox_error");
-    expect((error as Error).message).toContain("[redacted] crashed");
+    expect((error as Error).message).toContain("fake [redacted] connection lost");
   });
 
   it("rejects the exit when the stream breaks or closes without an exit", async () => {
@@ -203,7 +215,7 @@ describe("CloudflareSandboxBackend", () => {
     );
   });
 
-  it("stops reading and cancels the SDK stream when the signal aborts", async () => {
+  it("stops reading and cancels the command's output when the signal aborts", async () => {
     const controller = new AbortController();
     const b = backend();
     const s = spec({
@@ -213,7 +225,7 @@ describe("CloudflareSandboxBackend", () => {
     const running = await b.start(s);
     let seen = 0;
     for await (const chunk of running.output) {
-      seen += String(chunk.data).length;
+      seen += textOf(chunk.data).length;
       if (seen >= 8 * 1024) controller.abort();
     }
     await expect(running.exit).rejects.toSatisfy(BackendError.isInstance);
@@ -254,15 +266,20 @@ describe("CloudflareSandboxBackend", () => {
     });
   });
 
-  it("destroys a sandbox that never started", async () => {
+  it("destroys a sandbox that never started: a late start for it is refused", async () => {
     const id = sandboxId();
     await backend().destroy(id);
-    await expectDestroyed(id);
+    const stub = fakeNamespace().get(fakeNamespace().idFromName(id));
+    const late = await stub
+      .start({ network: "none", budgetMs: 1_000, backstopMs: 1_000 })
+      .catch((error: unknown) => error);
+    expect(String(late)).toContain("never reused");
+    expect((await sandboxState(id)).starts).toEqual([]);
   });
 
   it("explains that containers need Docker or a deploy when the runtime has none", async () => {
-    // `RealSandbox` is the SDK's own class in a runtime without containers, as in `wrangler dev`.
-    const real = new CloudflareSandboxBackend({ namespace: env.RealSandbox });
+    // `RealTaskContainer` is the real class in a runtime without containers, as in `wrangler dev`.
+    const real = new CloudflareSandboxBackend({ namespace: env.RealTaskContainer });
     const id = sandboxId();
     const error = await real.start(spec({ sandboxId: id })).catch((e: unknown) => e);
     expect(BackendError.isInstance(error) && error.code).toBe("sandbox_error");
@@ -270,37 +287,29 @@ describe("CloudflareSandboxBackend", () => {
     // Destroy fails there too: the bridge logs it, and nothing throws.
     const entries = await destroyThroughBridge(real, id);
     expect(entries[0]).toMatchObject({ event: "destroy_failed", sandboxId: id });
+    expect((entries[0] as { detail?: string }).detail).toContain("Containers are not available");
+  });
+});
+
+describe("readiness probes", () => {
+  it("pause half as long again after each refusal, up to a second", () => {
+    const pauses = [100];
+    for (let i = 0; i < 8; i++) pauses.push(nextProbePause(pauses.at(-1) as number));
+    expect(pauses).toEqual([100, 150, 225, 338, 507, 761, 1000, 1000, 1000]);
   });
 });
 
 describe("toBackendError", () => {
-  const unavailable = (retryAfterMs?: number) =>
-    new ContainerUnavailableError({
-      code: "CONTAINER_UNAVAILABLE",
-      message: "no container instance available",
-      context: {
-        reason: "no_container_instance_available",
-        retryable: true,
-        ...(retryAfterMs === undefined ? {} : { retryAfterMs }),
-      },
-      httpStatus: 503,
-      timestamp: new Date(0).toISOString(),
-    });
-
-  it("maps the SDK's ContainerUnavailableError, keeping its retry delay", () => {
-    const mapped = toBackendError(unavailable(2_500));
-    expect(mapped.code).toBe("capacity_exceeded");
-    expect(mapped.details.retryAfterSeconds).toBe(3);
-    expect(toBackendError(unavailable()).details.retryAfterSeconds).toBe(10);
-  });
-
-  it("recognises capacity errors that crossed RPC as plain errors", () => {
+  it("recognises the platform's capacity errors, which cross RPC as plain errors", () => {
     const plain = new Error("Maximum number of running container instances exceeded");
     expect(toBackendError(plain).code).toBe("capacity_exceeded");
-    const named = Object.assign(new Error("x"), { name: "ContainerUnavailableError" });
-    expect(toBackendError(named).code).toBe("capacity_exceeded");
-    const coded = Object.assign(new Error("x"), { code: "CONTAINER_UNAVAILABLE" });
+    expect(toBackendError(plain).details.retryAfterSeconds).toBe(10);
+    const coded = Object.assign(new Error("x"), {
+      code: "CONTAINER_UNAVAILABLE",
+      context: { retryAfterMs: 2_500 },
+    });
     expect(toBackendError(coded).code).toBe("capacity_exceeded");
+    expect(toBackendError(coded).details.retryAfterSeconds).toBe(3);
   });
 
   it("turns anything else into sandbox_error without env values, shortened", () => {

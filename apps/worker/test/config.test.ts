@@ -4,11 +4,11 @@ import { ConfigError, readConfig, type WorkerEnv, workerConfig } from "../src/co
 import { warmPoolNamespace } from "./helpers.js";
 
 type Vars = Partial<
-  Record<Exclude<keyof WorkerEnv, "Sandbox" | "WarmPool" | "CF_VERSION_METADATA">, string>
+  Record<Exclude<keyof WorkerEnv, "TaskContainer" | "WarmPool" | "CF_VERSION_METADATA">, string>
 >;
 const bindings = (vars: Vars): WorkerEnv => ({
   ...vars,
-  Sandbox: env.Sandbox,
+  TaskContainer: env.TaskContainer,
   WarmPool: warmPoolNamespace(),
 });
 
@@ -56,7 +56,7 @@ describe("readConfig", () => {
       allowUnauthenticated: true,
       defaultCwd: "/srv",
       heartbeatIntervalMs: 15_000,
-      sleepAfter: 300,
+      backstopMs: 300_000,
       limits: {
         maxRequestBytes: 1000,
         maxCommandBytes: 100,
@@ -113,7 +113,8 @@ describe("readConfig", () => {
       hedge: { after: "observed" },
       version: "unversioned",
     });
-    expect(readConfig(bindings({ SANDBOX_SLEEP_AFTER: "2h" })).sleepAfter).toBe("2h");
+    expect(readConfig(bindings({ SANDBOX_SLEEP_AFTER: "2h" })).backstopMs).toBe(7_200_000);
+    expect(readConfig(bindings({ SANDBOX_SLEEP_AFTER: "45" })).backstopMs).toBe(45_000);
   });
 
   it("sizes the admission per isolate from the memory two full tails take, unless set", () => {
@@ -162,18 +163,29 @@ describe("readConfig", () => {
     });
   });
 
-  it("refuses a network default wider than the ceiling, an allowlist, and anything else", () => {
+  it("reads an allowlist as host patterns separated by commas or the protocol's JSON form", () => {
+    for (const value of [
+      "pypi.org, *.pythonhosted.org",
+      '{"allow":["pypi.org","*.pythonhosted.org"]}',
+    ]) {
+      expect(readConfig(bindings({ NETWORK_CEILING: value })).network.ceiling).toEqual({
+        allow: ["pypi.org", "*.pythonhosted.org"],
+      });
+    }
+    expect(
+      readConfig(bindings({ NETWORK_DEFAULT: "pypi.org", NETWORK_CEILING: "open" })).network,
+    ).toEqual({ default: { allow: ["pypi.org"] }, ceiling: "open" });
+  });
+
+  it("refuses a network default wider than the ceiling, and anything not a policy", () => {
     expect(configError({ NETWORK_DEFAULT: "open", NETWORK_CEILING: "none" }).message).toContain(
       "NETWORK_DEFAULT is open, wider than NETWORK_CEILING (none)",
     );
-    // An allowlist is read (a mistake in it would be named) and refused: it cannot be enforced.
-    for (const value of ["pypi.org, *.pythonhosted.org", '{"allow":["pypi.org"]}']) {
-      const error = configError({ NETWORK_CEILING: value });
-      expect(error.variable).toBe("NETWORK_CEILING");
-      expect(error.message).toContain("is an allowlist, which this Worker cannot enforce");
-    }
+    expect(
+      configError({ NETWORK_DEFAULT: "example.com", NETWORK_CEILING: "pypi.org" }).variable,
+    ).toBe("NETWORK_DEFAULT");
     expect(configError({ NETWORK_DEFAULT: "Pypi.org" }).message).toContain(
-      'NETWORK_DEFAULT must be "none" or "open"',
+      'NETWORK_DEFAULT must be "none", "open" or host patterns',
     );
     expect(configError({ NETWORK_DEFAULT: "{allow" }).message).toContain(
       "NETWORK_DEFAULT is not valid JSON",
@@ -237,7 +249,7 @@ describe("readConfig", () => {
   it("needs the WarmPool binding for a pool", () => {
     let caught: unknown;
     try {
-      readConfig({ Sandbox: env.Sandbox, MAX_INSTANCES: "20", WARM_POOL_TARGET: "2" });
+      readConfig({ TaskContainer: env.TaskContainer, MAX_INSTANCES: "20", WARM_POOL_TARGET: "2" });
     } catch (error) {
       caught = error;
     }

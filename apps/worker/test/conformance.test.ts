@@ -4,7 +4,7 @@ import { backendConformanceSuite } from "@remote-task/bridge/testing";
 import { CloudflareSandboxBackend } from "../src/cloudflare-backend.js";
 import { fakeNamespace } from "./helpers.js";
 
-/** Sandboxes that ran a command and were never destroyed. */
+/** Containers that ran a command and were never destroyed. */
 async function liveSandboxes(): Promise<number> {
   const ns = fakeNamespace();
   let live = 0;
@@ -16,15 +16,15 @@ async function liveSandboxes(): Promise<number> {
 }
 
 backendConformanceSuite(
-  "cloudflare (fake Sandbox Durable Object in workerd)",
-  () => new CloudflareSandboxBackend({ namespace: env.Sandbox }),
+  "cloudflare (the real TaskContainer Durable Object on a fake container, in workerd)",
+  () => new CloudflareSandboxBackend({ namespace: env.TaskContainer }),
   {
     liveSandboxes,
-    // The real Durable Object and container server run both in the harness (test/harness/
+    // The real Durable Object and real containers run both in the harness (test/harness/
     // worker.test.ts: bash, and a cwd that does not exist answered 400).
     skip: {
-      bash: "the fake Sandbox interprets a small vocabulary, not bash: see the harness",
-      "missing-cwd": "the fake Sandbox has no file system: see the harness",
+      bash: "the fake container interprets a small vocabulary, not bash: see the harness",
+      "missing-cwd": "the fake container has no file system: see the harness",
     },
   },
 );

@@ -1,6 +1,6 @@
 import { exports } from "cloudflare:workers";
 import { expect, it } from "vitest";
-import { fakeCommand } from "./fake-sandbox.js";
+import { fakeCommand } from "./fake-container.js";
 import { AUTH, sandboxId, sandboxState } from "./helpers.js";
 
 it("destroys the sandbox as soon as a JSON client disconnects", async () => {

@@ -1,21 +1,24 @@
-import type { Sandbox } from "@cloudflare/sandbox";
-import type { FakeSandbox } from "./fake-sandbox.js";
+import type { TaskContainer } from "../src/task-container.js";
+import type { TestTaskContainer } from "./fake-container.js";
 import type { TestWarmPoolShard } from "./fake-warm-pool.js";
 
 declare global {
   namespace Cloudflare {
     interface Env {
-      /** Bound to {@link FakeSandbox} in the test config, typed as the real SDK class. */
-      Sandbox: DurableObjectNamespace<Sandbox>;
-      /** The SDK's own class, in a runtime without containers (as `wrangler dev` without Docker). */
-      RealSandbox: DurableObjectNamespace<Sandbox>;
+      /**
+       * Bound to {@link TestTaskContainer} (the real object on a fake container), typed as the
+       * Worker sees it; `fakeNamespace()` (helpers.ts) gives its test hooks.
+       */
+      TaskContainer: DurableObjectNamespace<TaskContainer>;
+      /** The real class, in a runtime without containers (as `wrangler dev` without Docker). */
+      RealTaskContainer: DurableObjectNamespace<TaskContainer>;
       /** The warm pool's shards: the real class with test hooks; its containers are fakes. */
       WarmPool: DurableObjectNamespace<TestWarmPoolShard>;
       BRIDGE_TOKEN?: string;
     }
     interface GlobalProps {
       mainModule: typeof import("./worker-entry.js");
-      durableNamespaces: "FakeSandbox" | "TestWarmPoolShard";
+      durableNamespaces: "TestTaskContainer" | "TestWarmPoolShard" | "TaskContainer";
     }
   }
 }

@@ -4,8 +4,10 @@
  * every test), its clock can be moved by ageing its rows, and its container starts can be held
  * back and let go one by one.
  */
+
+import type { NetworkPolicy } from "@remote-task/protocol";
 import type { WorkerEnv } from "../src/config.js";
-import type { ContainerNetwork, SandboxHandle } from "../src/sandbox-sdk.js";
+import type { ContainerHandle } from "../src/container-client.js";
 import { WarmPoolShard } from "../src/warm-pool.js";
 
 export type PoolVariables = Pick<
@@ -48,11 +50,15 @@ export class TestWarmPoolShard extends WarmPoolShard {
     return this.#held?.length ?? 0;
   }
 
-  protected override startOne(sandbox: SandboxHandle, network: ContainerNetwork): Promise<void> {
+  protected override startOne(
+    sandbox: ContainerHandle,
+    network: NetworkPolicy,
+    backstopMs: number,
+  ): Promise<void> {
     const held = this.#held;
-    if (held === undefined) return super.startOne(sandbox, network);
+    if (held === undefined) return super.startOne(sandbox, network, backstopMs);
     return new Promise<void>((resolve) => held.push(resolve)).then(() =>
-      super.startOne(sandbox, network),
+      super.startOne(sandbox, network, backstopMs),
     );
   }
 

@@ -48,7 +48,7 @@ describe("the hedge policy", () => {
 });
 
 describe("a hedge's sandbox name", () => {
-  it("is fixed per sandbox id, fits the SDK's 63 characters, and is never a sandbox id", async () => {
+  it("is fixed per sandbox id, fits in 63 characters, and is never a sandbox id", async () => {
     const long = "a".repeat(63);
     const name = await hedgeName(long);
     expect(await hedgeName(long)).toBe(name);

@@ -8,7 +8,7 @@ import type { WorkerEnv } from "../src/config.js";
 import worker from "../src/index.js";
 import type { WarmPoolShardRpc } from "../src/warm-pool-rpc.js";
 import { createWorker } from "../src/worker.js";
-import type { FakeSandbox, FakeState } from "./fake-sandbox.js";
+import type { FakeState, TestTaskContainer } from "./fake-container.js";
 
 const TOKEN = "test-token-0123456789";
 export const AUTH = { authorization: `Bearer ${TOKEN}` };
@@ -17,11 +17,11 @@ type Handler = {
   fetch(request: Request, env: WorkerEnv, ctx: ExecutionContext): Promise<Response>;
 };
 
-/** The test bindings (`env.Sandbox` is the fake), optionally with some variables changed. */
+/** The test bindings (`env.TaskContainer` runs on fakes), optionally with some variables changed. */
 export function workerEnv(
   overrides: Partial<
     Record<
-      Exclude<keyof WorkerEnv, "Sandbox" | "WarmPool" | "CF_VERSION_METADATA">,
+      Exclude<keyof WorkerEnv, "TaskContainer" | "WarmPool" | "CF_VERSION_METADATA">,
       string | undefined
     >
   > = {},
@@ -85,8 +85,8 @@ export function warmPoolNamespace(): DurableObjectNamespace<WarmPoolShardRpc> {
   return env.WarmPool as unknown as DurableObjectNamespace<WarmPoolShardRpc>;
 }
 
-export function fakeNamespace(): DurableObjectNamespace<FakeSandbox> {
-  return env.Sandbox as unknown as DurableObjectNamespace<FakeSandbox>;
+export function fakeNamespace(): DurableObjectNamespace<TestTaskContainer> {
+  return env.TaskContainer as unknown as DurableObjectNamespace<TestTaskContainer>;
 }
 
 /** What the Worker did to the fake sandbox `sandboxId`. */

@@ -1,11 +1,21 @@
 /**
- * The network policy and stdin of a call, through the Worker's fetch handler and the fake Sandbox
- * Durable Object: what the Worker reports, what it refuses before any container starts, and what
- * each call's container is asked for.
+ * The network policy and stdin of a call, through the Worker's fetch handler and the real
+ * `TaskContainer` on a fake container: what the Worker reports, what it refuses before any
+ * container starts, what each call's container is asked for, and what its egress gate lets out.
  */
 import { errorBodySchema, execResultSchema, healthResponseSchema } from "@remote-task/protocol";
 import { describe, expect, it } from "vitest";
-import { AUTH, exec, sandboxId, sandboxState, send, workerEnv } from "./helpers.js";
+import { fakeCommand } from "./fake-container.js";
+import {
+  AUTH,
+  exec,
+  fakeNamespace,
+  loggingWorker,
+  sandboxId,
+  sandboxState,
+  send,
+  workerEnv,
+} from "./helpers.js";
 
 /** What wrangler.jsonc ships: no network unless a call asks for open. */
 const openCeiling = workerEnv();
@@ -54,29 +64,83 @@ describe("network policy through the Worker", () => {
     expect((await sandboxState(id)).starts).toEqual([]);
   });
 
-  it("answers 403 for an allowlist even under open: the Worker cannot enforce one", async () => {
+  it("runs an allowlisted call with the internet off and HTTP and HTTPS through its gate", async () => {
     const id = sandboxId();
     const answer = await exec(
-      { sandboxId: id, command: "echo x", network: { allow: ["pypi.org"] } },
+      { sandboxId: id, command: "echo x", network: { allow: ["pypi.org", "*.github.com:443"] } },
+      { env: openCeiling },
+    );
+    expect(answer.status).toBe(200);
+    const state = await sandboxState(id);
+    expect(state.starts).toMatchObject([{ enableInternet: false }]);
+    expect(state.intercepts).toEqual(["all-http", "https *"]);
+  });
+
+  it("the gate refuses what the allowlist does not name, private addresses and other ports", async () => {
+    const id = sandboxId();
+    const { handler } = loggingWorker();
+    const env = workerEnv({ NETWORK_CEILING: "open" });
+    const running = exec(
+      {
+        sandboxId: id,
+        command: fakeCommand({ hang: true }),
+        network: { allow: ["pypi.org", "*.github.com:443"] },
+      },
+      { handler, env },
+    );
+    await expect.poll(async () => (await sandboxState(id)).execs.length).toBe(1);
+    const container = fakeNamespace().get(fakeNamespace().idFromName(id));
+    for (const url of [
+      "http://example.com/",
+      "https://api.github.com:8443/",
+      "http://api.github.com/",
+      "http://169.254.169.254/latest/meta-data/",
+      "http://10.0.0.1/",
+      "http://[::1]/",
+    ]) {
+      const refused = await container.egressFetch(url);
+      expect(refused.status, url).toBe(403);
+      expect(refused.text, url).toContain("remote-task egress: request refused");
+    }
+    await send("/cancel", {
+      method: "POST",
+      headers: { ...AUTH, "content-type": "application/json" },
+      body: JSON.stringify({ sandboxId: id }),
+      handler,
+      env,
+    });
+    await running;
+  });
+
+  it("answers 403 for an allowlist beyond the deployer's allowlist ceiling, and starts nothing", async () => {
+    const env = workerEnv({ NETWORK_CEILING: "pypi.org,*.pythonhosted.org" });
+    expect((await health(env)).network).toEqual({
+      default: "none",
+      ceiling: { allow: ["pypi.org", "*.pythonhosted.org"] },
+    });
+    const id = sandboxId();
+    const answer = await exec(
+      { sandboxId: id, command: "echo x", network: { allow: ["example.com"] } },
+      { env },
+    );
+    expect(answer.status).toBe(403);
+    expect((await sandboxState(id)).starts).toEqual([]);
+    const within = sandboxId();
+    const ok = await exec(
+      { sandboxId: within, command: "echo y", network: { allow: ["files.pythonhosted.org"] } },
+      { env },
+    );
+    expect(ok.status).toBe(200);
+  });
+
+  it("answers 403 for an allowlist naming a private address unless the deployer's ceiling names it", async () => {
+    const id = sandboxId();
+    const answer = await exec(
+      { sandboxId: id, command: "echo x", network: { allow: ["10.0.0.5"] } },
       { env: openCeiling },
     );
     expect(answer.status).toBe(403);
-    expect(errorBodySchema.parse(JSON.parse(answer.text)).error).toContain(
-      "cannot enforce network allow (it enforces none, open)",
-    );
     expect((await sandboxState(id)).starts).toEqual([]);
-  });
-
-  it("answers 503 not_configured naming the variable for an allowlist the deployer set", async () => {
-    const answer = await send("/health", {
-      headers: AUTH,
-      env: workerEnv({ NETWORK_CEILING: "pypi.org" }),
-    });
-    expect(answer.status).toBe(503);
-    expect(errorBodySchema.parse(JSON.parse(answer.text))).toMatchObject({
-      code: "not_configured",
-      error: expect.stringContaining("NETWORK_CEILING is an allowlist"),
-    });
   });
 });
 
@@ -87,7 +151,9 @@ describe("stdin through the Worker", () => {
       const answer = await exec({ sandboxId: id, command: "cat", stdin });
       const expected = typeof stdin === "string" ? stdin : "from base64\n";
       expect(execResultSchema.parse(JSON.parse(answer.text)).stdout).toBe(expected);
-      expect((await sandboxState(id)).files).toHaveLength(1);
+      expect((await sandboxState(id)).execs[0]?.stdin).toHaveLength(
+        new TextEncoder().encode(expected).byteLength,
+      );
     }
   });
 

@@ -1,9 +1,9 @@
 /**
- * The Worker the tests run in workerd: the real entry (default export, the SDK's `Sandbox`
- * class, bound as `RealSandbox` to check the Worker without containers, and the warm pool's
- * shard), plus the fake `Sandbox` class that the test config binds to `env.Sandbox` and the
- * shard with test hooks bound to `env.WarmPool`.
+ * The Worker the tests run in workerd: the real entry (default export, the `TaskContainer` class,
+ * bound as `RealTaskContainer` to check the Worker without containers, the egress gate and the
+ * warm pool's shard), plus the `TaskContainer` on a fake container that the test config binds to
+ * `env.TaskContainer` and the shard with test hooks bound to `env.WarmPool`.
  */
-export { default, Sandbox, WarmPoolShard } from "../src/index.js";
-export { FakeSandbox } from "./fake-sandbox.js";
+export { default, EgressGate, TaskContainer, WarmPoolShard } from "../src/index.js";
+export { TestTaskContainer } from "./fake-container.js";
 export { TestWarmPoolShard } from "./fake-warm-pool.js";

@@ -12,7 +12,7 @@ import {
 } from "@remote-task/protocol";
 import { referenceExecRequest, referenceExecResponse } from "@remote-task/protocol/fixtures";
 import { afterAll, describe, expect, it } from "vitest";
-import { fakeCommand } from "./fake-sandbox.js";
+import { fakeCommand } from "./fake-container.js";
 import {
   AUTH,
   events,
@@ -29,12 +29,13 @@ import {
 const MiB = 1024 * 1024;
 
 afterAll(async () => {
-  // Nothing left behind: every sandbox any test in this file touched had destroy() called.
+  // Nothing left behind: every container any test in this file started had destroy() called.
   const ns = fakeNamespace();
   const ids = await listDurableObjectIds(ns);
   expect(ids.length).toBeGreaterThan(10);
   for (const id of ids) {
     const state = await ns.get(id).fakeState();
+    if (state.starts.length === 0) continue;
     expect(state.destroyCalls, `sandbox ${id.toString()}`).toBeGreaterThanOrEqual(1);
   }
 });
@@ -49,15 +50,7 @@ describe("the default Worker entry in workerd", () => {
     );
     expect(body).toMatchObject({ outcome: "exited", stdoutBytes: 11, stdoutTruncated: false });
     const state = await expectDestroyed(referenceExecRequest.sandboxId);
-    expect(state.execs).toEqual([
-      {
-        command: "pwd",
-        sessionId: "__DISABLE_SESSION__",
-        cwd: "/workspace",
-        envNames: [],
-        timeout: 35_000,
-      },
-    ]);
+    expect(state.execs).toEqual([{ command: "pwd", cwd: "/workspace", envNames: [] }]);
   });
 
   it("is reachable through the runtime's own binding of the entry (exports.default)", async () => {
@@ -69,21 +62,32 @@ describe("the default Worker entry in workerd", () => {
     expect(health.limits?.maxOutputBytes).toBe(MiB);
   });
 
-  it("configures each sandbox with the sleepAfter from SANDBOX_SLEEP_AFTER", async () => {
+  it("sets the container's own backstop SANDBOX_SLEEP_AFTER past the call's deadline", async () => {
     const id = sandboxId();
     const { handler } = loggingWorker();
-    await exec(
-      { sandboxId: id, command: "echo hi" },
-      { handler, env: workerEnv({ SANDBOX_SLEEP_AFTER: "90s" }) },
+    const before = Date.now();
+    const env = workerEnv({ SANDBOX_SLEEP_AFTER: "90s" });
+    const running = exec(
+      { sandboxId: id, command: fakeCommand({ hang: true }), timeoutSeconds: 30 },
+      { handler, env },
     );
-    const state = await expectDestroyed(id);
-    expect(state.configurations[0]).toMatchObject({
-      sandboxName: { name: id, normalizeId: false },
-      sleepAfter: "90s",
+    await expect.poll(async () => (await sandboxState(id)).execs.length).toBe(1);
+    const ns = fakeNamespace();
+    const alarm = (await ns.get(ns.idFromName(id)).alarmAt()) ?? 0;
+    expect(alarm).toBeGreaterThanOrEqual(before + 30_000 + 90_000);
+    expect(alarm).toBeLessThanOrEqual(Date.now() + 30_000 + 90_000);
+    await send("/cancel", {
+      method: "POST",
+      headers: { ...AUTH, "content-type": "application/json" },
+      body: JSON.stringify({ sandboxId: id }),
+      handler,
+      env,
     });
+    expect(JSON.parse((await running).text)).toMatchObject({ outcome: "cancelled" });
+    await expectDestroyed(id);
   });
 
-  it("passes cwd, env names and the timeout on to the SDK", async () => {
+  it("passes cwd and env names on to the container's exec", async () => {
     const id = sandboxId();
     const { handler } = loggingWorker();
     const answer = await exec(
@@ -98,11 +102,7 @@ describe("the default Worker entry in workerd", () => {
     );
     expect(JSON.parse(answer.text)).toMatchObject({ stdout: "/tmp\n", code: 0 });
     const state = await expectDestroyed(id);
-    expect(state.execs[0]).toMatchObject({
-      cwd: "/tmp",
-      envNames: ["SECRET_VALUE"],
-      timeout: 7_000,
-    });
+    expect(state.execs[0]).toMatchObject({ cwd: "/tmp", envNames: ["SECRET_VALUE"] });
   });
 });
 
@@ -231,7 +231,7 @@ describe("routes, auth and client mistakes", () => {
   });
 });
 
-describe("commands through the fake Sandbox Durable Object", () => {
+describe("commands through the TaskContainer on a fake container", () => {
   it("caps 100 MiB of output with exact byte totals", async () => {
     const id = sandboxId();
     const { handler } = loggingWorker();
@@ -315,8 +315,9 @@ describe("commands through the fake Sandbox Durable Object", () => {
     expect(result.stdout.length).toBe(65_536);
     expect(result.stdoutBytes).toBeGreaterThan(65_536);
     expect((result.stdoutBytes ?? 0) % 16_384).toBe(0);
-    const state = await expectDestroyed(id);
-    expect(state.streamCancelled).toBe(true);
+    await expectDestroyed(id);
+    // The container's side of the output was cancelled (whenever that reached it).
+    await expect.poll(async () => (await sandboxState(id)).streamCancelled).toBe(true);
   });
 
   it("streams slow output as SSE with heartbeats while the command is quiet", async () => {
@@ -363,13 +364,13 @@ describe("commands through the fake Sandbox Durable Object", () => {
     await expectDestroyed(id);
   });
 
-  it("answers 502 sandbox_error with a safe message when the SDK fails to start", async () => {
+  it("answers 502 sandbox_error with a safe message when the platform fails to run it", async () => {
     const id = sandboxId();
     const { handler } = loggingWorker();
     const answer = await exec(
       {
         sandboxId: id,
-        command: fakeCommand({ startError: "sdk" }),
+        command: fakeCommand({ startError: "platform" }),
         env: { TOKEN_X: "s3cr3t-value" },
       },
       { handler },
@@ -382,7 +383,7 @@ describe("commands through the fake Sandbox Durable Object", () => {
   });
 
   it.each([
-    ["an error event", "event"],
+    ["a lost exit code", "event"],
     ["a broken stream", "throw"],
   ] as const)("answers 502 sandbox_error for %s mid-stream (JSON and SSE)", async (_, how) => {
     const { handler } = loggingWorker();
@@ -406,7 +407,7 @@ describe("commands through the fake Sandbox Durable Object", () => {
     await expectDestroyed(sseId);
   });
 
-  it("answers 502 when the stream closes without an exit", async () => {
+  it("answers 502 when the output closes and the exit code never comes", async () => {
     const id = sandboxId();
     const { handler } = loggingWorker();
     const answer = await exec(
@@ -414,7 +415,7 @@ describe("commands through the fake Sandbox Durable Object", () => {
       { handler },
     );
     expect(answer.status).toBe(502);
-    expect(JSON.parse(answer.text).error).toContain("before the command exited");
+    expect(JSON.parse(answer.text).error).toContain("how the command ended is unknown");
     await expectDestroyed(id);
   });
 
@@ -492,6 +493,12 @@ describe("commands through the fake Sandbox Durable Object", () => {
       handler,
     });
     expect(JSON.parse(cancel.text)).toEqual({ ok: true, sandboxId: id, cancelled: false });
-    expect((await sandboxState(id)).destroyCalls).toBe(1);
+    // Its object is used up: a start for it (a call in another isolate) is refused.
+    const ns = fakeNamespace();
+    const late = await ns
+      .get(ns.idFromName(id))
+      .start({ network: "none", budgetMs: 1_000, backstopMs: 1_000 })
+      .catch((error: unknown) => error);
+    expect(String(late)).toContain("never reused");
   });
 });

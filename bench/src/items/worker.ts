@@ -15,7 +15,7 @@ const TOKEN = "bench-token";
 const LINE = `${"0123456789".repeat(4)}abcdefghi\n`;
 const CHUNK_LINES = 1250;
 
-/** The fake sandbox's command language (apps/worker/test/fake-sandbox.ts): `fake <scenario json>`. */
+/** The fake container's command language (apps/worker/test/fake-container.ts): `fake <scenario json>`. */
 function fakeOutputCommand(bytes: number): string {
   const chunkBytes = LINE.length * CHUNK_LINES;
   return `fake ${JSON.stringify({ steps: [{ data: LINE, width: CHUNK_LINES, repeat: Math.round(bytes / chunkBytes) }] })}`;
@@ -151,7 +151,7 @@ async function run(options: BenchOptions): Promise<ItemResult> {
       },
     ],
     notes: [
-      "The Worker's real `fetch` handler (apps/worker/src) runs in workerd through wrangler's `unstable_dev` (Miniflare, offline), with the test suite's fake `Sandbox` Durable Object (apps/worker/test/fake-sandbox.ts) bound as `Sandbox`; it sends the output as the SDK's SSE frames of 62.5 kB.",
+      "The Worker's real `fetch` handler (apps/worker/src) runs in workerd through wrangler's `unstable_dev` (Miniflare, offline), with the test suite's `TaskContainer` Durable Object on a fake container (apps/worker/test/fake-container.ts) bound as `TaskContainer`; it sends the output in chunks of 62.5 kB.",
       "Retained = the `stdout` of the JSON result, or the stdout bytes of all SSE `stdout` events; stdout MiB = the exact `stdoutBytes` the Worker counted.",
       "workerd runs both the Worker and the fake sandbox (which builds every frame), so its RSS growth is an upper bound of the Worker's own; the Worker's retained output is bounded by the cap by construction (a ring buffer of the cap per stream).",
     ],

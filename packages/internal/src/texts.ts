@@ -76,7 +76,6 @@ export const CLOUDFLARE_TEXTS = {
     "No sandbox container is free right now (the deployment's max_instances are busy or none " +
     "could be placed). Try again shortly.",
   stopped: "The command was stopped before it finished.",
-  noExitCode: "The sandbox reported an exit without an exit code.",
   closedEarly: "The sandbox closed the output stream before the command exited.",
   /** With the reason the container did not start (already safe to show). */
   notStarted: (reason: string) =>
@@ -88,16 +87,14 @@ export const CLOUDFLARE_TEXTS = {
   missingCwd: (cwd: string) =>
     `cwd ${cwd} is not a directory in the sandbox, so the command did not run. ` +
     "Use an existing directory (default /workspace), or create it first: mkdir -p <dir> && cd <dir> && ...",
-  /** With the SDK's (redacted) words for how the stream broke. */
+  /** With the platform's (redacted) words for how the stream broke. */
   brokenStream: (detail: string) =>
     "The connection to the sandbox broke while the command ran (its container may have " +
     `stopped), so how the command ended is unknown (${detail}).`,
-  /** With the reason the file could not be written (already safe to show). */
-  stdinNotWritten: (reason: string) =>
-    `The call's stdin could not be written into the sandbox, so the command did not run (${reason}).`,
-  allowlistUnsupported:
-    "This Worker cannot hold a container to a host allowlist (it enforces network none and open), so the command did not run.",
-  /** With the SDK's error code and its (redacted) message, each when there is one. */
+  /** A container object asked to start or run again (each runs one command, once). */
+  sandboxUsed: (phase: string) =>
+    `This sandbox's container object was used already (${phase}); a container runs one command and is never reused.`,
+  /** With the platform's error code and its (redacted) message, each when there is one. */
   failed: (code: string | undefined, detail: string) =>
     `The sandbox failed${code ? ` (${code})` : ""}${detail ? `: ${detail}` : ""}`,
 } as const;

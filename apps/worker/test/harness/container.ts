@@ -8,7 +8,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync, lstatSync, readlinkSync } from "node:fs";
 import { mkdir, mkdtemp, rm } from "node:fs/promises";
-import { createConnection, type Socket } from "node:net";
+import { createConnection, createServer, type Server, type Socket } from "node:net";
 import { constants, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -34,6 +34,10 @@ const HARNESS_DIR = "/opt/remote-task-harness";
 const NODE_INSIDE = `${HARNESS_DIR}/node`;
 const RELAY_SOCKET_INSIDE = `${HARNESS_DIR}/run/relay.sock`;
 const LOG_LIMIT = 64 * 1024;
+/** How long a command waits for the relay of a container just started. */
+const RELAY_START_MS = 10_000;
+/** The start of the reason `#open` gives when the relay did not answer at all. */
+const UNREACHABLE = "relay unreachable: ";
 
 function systemMounts(): string[] {
   const args: string[] = [];
@@ -49,16 +53,32 @@ function shellQuote(word: string): string {
   return `'${word.replaceAll("'", `'\\''`)}'`;
 }
 
+/** A command run inside a container (relay.ts). */
+export interface ExecSpec {
+  argv: readonly string[];
+  /** `NAME=value` entries added to the container's environment. */
+  env?: readonly string[];
+  /** Working directory (default: the container's, /workspace). */
+  cwd?: string;
+}
+
 export interface ContainerOptions {
   image: ContainerImage;
   /** `NAME=value` entries of the create request. */
   env: readonly string[];
+  /** What runs instead of the image's command (a create request's entrypoint and command). */
+  command?: readonly string[] | undefined;
   /** Run nothing on the port (a server that never comes up). */
   neverListens?: boolean;
   /** The container's host name (`hostname` inside), as Docker sets it: its short id. */
   hostname?: string;
   /** Receives the container's stdout and stderr lines. */
   onLog?: (line: string) => void;
+  /**
+   * Receives each connection a command opens to the relay's outbound proxy port
+   * (relay.ts); without it such connections are closed at once.
+   */
+  onEgress?: (socket: Socket) => void;
 }
 
 export class Container {
@@ -69,7 +89,12 @@ export class Container {
   /** Settles once bwrap has exited and no process of the container's PID namespace is left. */
   readonly exited: Promise<{ code: number }>;
 
-  private constructor(root: string, child: ChildProcess, onLog?: (line: string) => void) {
+  private constructor(
+    root: string,
+    child: ChildProcess,
+    egress: Server,
+    onLog?: (line: string) => void,
+  ) {
     this.#root = root;
     this.#child = child;
     let partial = "";
@@ -93,6 +118,7 @@ export class Container {
       });
       child.once("error", () => resolve({ code: 127 }));
     });
+    void this.exited.then(() => egress.close());
   }
 
   /** The container's /workspace, as a host directory. */
@@ -108,6 +134,12 @@ export class Container {
     const root = await mkdtemp(join(tmpdir(), "rt-harness-container-"));
     await mkdir(join(root, "workspace"));
     await mkdir(join(root, "run"));
+    const egress = createServer((socket) => {
+      socket.on("error", () => {});
+      if (options.onEgress === undefined) socket.destroy();
+      else options.onEgress(socket);
+    });
+    await new Promise<void>((resolve) => egress.listen(join(root, "run", "egress.sock"), resolve));
     const { image } = options;
     const env: Record<string, string> = { ...image.env };
     for (const entry of options.env) {
@@ -117,7 +149,9 @@ export class Container {
     const settings = ["--clearenv"];
     for (const [name, value] of Object.entries(env)) settings.push("--setenv", name, value);
     const mounts = image.mounts.flatMap((m) => ["--ro-bind", m.host, m.inside]);
-    const server = options.neverListens ? ["sleep", "infinity"] : image.command;
+    const server = options.neverListens
+      ? ["sleep", "infinity"]
+      : (options.command ?? image.command);
     const entry = `${shellQuote(NODE_INSIDE)} ${shellQuote(`${HARNESS_DIR}/relay.mjs`)} ${shellQuote(RELAY_SOCKET_INSIDE)} & exec ${server.map(shellQuote).join(" ")}`;
     const child = spawn(
       "bwrap",
@@ -159,31 +193,60 @@ export class Container {
       ],
       { stdio: ["ignore", "pipe", "pipe"], detached: true, env: { PATH: "/usr/bin:/bin" } },
     );
-    return new Container(root, child, options.onLog);
+    return new Container(root, child, egress, options.onLog);
   }
 
   /**
    * Opens a connection to `port` inside the container through the relay; resolves `undefined`
    * when nothing listens there (yet).
    */
-  connect(port: number): Promise<Socket | undefined> {
+  async connect(port: number): Promise<Socket | undefined> {
+    const opened = await this.#open(`${port}\n`, false);
+    return typeof opened === "string" ? undefined : opened;
+  }
+
+  /**
+   * Runs a command inside the container through the relay (relay.ts says what the socket then
+   * carries); resolves the reason instead when it could not run.
+   */
+  async exec(spec: ExecSpec): Promise<Socket | string> {
+    // The relay starts with the container: a command sent just after the start waits for it.
+    const deadline = Date.now() + RELAY_START_MS;
+    for (;;) {
+      // Half-open: the command's stdin may end while its output still flows.
+      const opened = await this.#open(`exec ${JSON.stringify(spec)}\n`, true);
+      if (typeof opened !== "string" || !opened.startsWith(UNREACHABLE)) return opened;
+      if (Date.now() > deadline || this.#child.exitCode !== null || this.#child.signalCode !== null)
+        return opened;
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+  }
+
+  /** A relay connection after its first line: the socket once it says `+`, else its reason. */
+  #open(first: string, allowHalfOpen: boolean): Promise<Socket | string> {
     return new Promise((resolve) => {
-      const socket = createConnection(join(this.#root, "run", "relay.sock"));
-      let answer = "";
-      const fail = () => {
+      const socket = createConnection({
+        path: join(this.#root, "run", "relay.sock"),
+        allowHalfOpen,
+      });
+      let answer = Buffer.alloc(0);
+      const fail = (reason: string) => {
         socket.destroy();
-        resolve(undefined);
+        resolve(reason);
       };
-      socket.once("error", fail);
-      socket.once("connect", () => socket.write(`${port}\n`));
+      socket.once("error", (error) => fail(`${UNREACHABLE}${error.message}`));
+      socket.once("end", () => fail(answer.toString("utf8").replace(/^-/, "").trim() || "closed"));
+      socket.once("connect", () => socket.write(first));
       const onData = (chunk: Buffer) => {
-        answer += chunk.toString("latin1");
-        if (answer.length < 2) return;
+        answer = Buffer.concat([answer, chunk]);
+        const newline = answer.indexOf(10);
+        if (newline === -1) return;
+        if (answer[0] !== 0x2b /* + */) return;
         socket.off("data", onData);
-        socket.off("error", fail);
-        if (!answer.startsWith("+\n")) return fail();
+        socket.removeAllListeners("error");
+        socket.removeAllListeners("end");
         socket.pause();
-        if (answer.length > 2) socket.unshift(Buffer.from(answer.slice(2), "latin1"));
+        if (answer.length > newline + 1) socket.unshift(answer.subarray(newline + 1));
         resolve(socket);
       };
       socket.on("data", onData);

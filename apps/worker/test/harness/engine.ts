@@ -3,7 +3,17 @@
  * Durable Object uses `ctx.container` locally (Miniflare `containerEngine.localDocker`). Each app
  * container is a local bubblewrap process tree (container.ts) running a container server; each
  * `-proxy` sidecar is emulated in-process: workerd reaches the app container's ports through it
- * with HTTP CONNECT (`X-Dst-Addr`), and calls `GET /ca` and `PUT /egress` on it.
+ * with HTTP CONNECT (`X-Dst-Addr`), and calls `GET /ca` and `PUT /egress` on it. A container
+ * runs the create request's entrypoint and command when it names them (a Durable Object's
+ * `ctx.container.start({ entrypoint })` arrives as `Cmd`), else the image's server; `ctx.container.exec` runs
+ * commands in it through Docker's exec endpoints (exec.ts), recorded in `ContainerRecord.execs`;
+ * the files workerd copies in (`PUT /containers/{id}/archive`, the interception's CA) are recorded
+ * in `files`, not written. Outbound interception (`interceptOutboundHttp` and the like: egress
+ * settings with `dns.allowHostnames`) is emulated for plain HTTP through a proxy: commands get
+ * `http_proxy` (`EGRESS_PROXY`, the container's relay), and each request is sent on to workerd's
+ * egress listener as the real sidecar does (`CONNECT <ip>:80`, then the request), so it reaches
+ * the Durable Object's binding; recorded in `outbound`. Only clients that honour `http_proxy` are
+ * intercepted (the real sidecar catches all traffic), and HTTPS is not (answered 502).
  *
  * Every create, start, kill, stop and delete is recorded with the Durable Object the container
  * served and the HTTP requests it received, and faults can be injected per container: a slow
@@ -15,15 +25,19 @@
 import { randomBytes } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import type { AddressInfo, Socket } from "node:net";
+import { type AddressInfo, createConnection, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { PassThrough, type Readable } from "node:stream";
 import { Container, type ContainerImage } from "./container.ts";
+import { type ExecConfig, type ExecRecord, ExecSession } from "./exec.ts";
 
 /** Faults for the next containers created (read when each is created). */
 export interface Faults {
   /** Delay between `start` and the container's processes starting (a cold start). */
   coldStartMs?: number;
+  /** The container's processes start once this settles (a cold start the test ends). */
+  startGate?: Promise<void>;
   /**
    * Every `every`-th container the engine creates (counting all of them) starts after `ms`
    * instead of `coldStartMs`: a cold start with a long tail.
@@ -35,7 +49,8 @@ export interface Faults {
   refuseCreate?: boolean;
   /**
    * No instance can be placed: the container is accepted but never runs, and waiting on it fails
-   * with the platform's capacity message, which is how @cloudflare/containers learns of it.
+   * with the platform's capacity message, which is how @cloudflare/containers learns of it; an
+   * exec in it fails with the same message (how `ctx.container.exec` learns of it).
    */
   noInstance?: boolean;
 }
@@ -91,6 +106,15 @@ export interface ContainerRecord {
    * order: `internet.enabled` is the start's `enableInternet`, which the real sidecar enforces.
    */
   egress: EgressConfig[];
+  /** The commands run in it with Docker's exec (`ctx.container.exec`, and workerd's `kill()`). */
+  execs: ExecRecord[];
+  /**
+   * Files workerd copied into it (`PUT /containers/{id}/archive`: the interception's CA
+   * certificate), recorded but not written (its /etc is the host's, read-only).
+   */
+  files: Array<{ path: string; bytes: number }>;
+  /** Outbound HTTP requests its commands sent through the emulated interception, in order. */
+  outbound: Array<{ method: string; url: string; status: number }>;
 }
 
 /** What workerd's container client sends as a sidecar's egress settings (`PUT /egress`). */
@@ -105,7 +129,12 @@ interface AppContainer {
   faults: Faults;
   sidecar: string;
   status: "created" | "running" | "exited";
+  /** The create request's entrypoint and command, when it named them. */
+  command: readonly string[] | undefined;
   process?: Container;
+  /** Resolves once its process runs, or once it never will (`process` unset then). */
+  launched: Promise<void>;
+  markLaunched: () => void;
   /** Resolves when the container has exited (or was never started and was removed). */
   exited: Promise<void>;
   markExited: () => void;
@@ -130,6 +159,10 @@ interface Sidecar {
 }
 
 const SIDECAR_INGRESS_PORT = 39001;
+/** The outbound proxy commands get while interception is on (the relay's port: relay.ts). */
+const EGRESS_PROXY = "http://127.0.0.1:3128";
+/** The end of an HTTP message head. */
+const HEAD_END = "\r\n\r\n";
 /**
  * An HTTP/1.1 request line at the start of a chunk or after the blank line that ends a message
  * (bodies are JSON, where a raw CR LF cannot appear).
@@ -147,6 +180,50 @@ function deferred(): { promise: Promise<void>; resolve: () => void } {
   return { promise, resolve };
 }
 
+/** An HTTP message head read from `socket` (up to 64 KiB) and the bytes after it. */
+async function readHead(socket: Socket): Promise<{ head: string; rest: Buffer }> {
+  let received = Buffer.alloc(0);
+  for (;;) {
+    const end = received.indexOf(HEAD_END);
+    if (end !== -1) {
+      socket.pause();
+      return {
+        head: received.subarray(0, end).toString("latin1"),
+        rest: received.subarray(end + HEAD_END.length),
+      };
+    }
+    if (received.length > 65_536) throw new Error("an HTTP head larger than 64 KiB");
+    const chunk = await new Promise<Buffer | null>((resolve) => {
+      const onData = (data: Buffer) => {
+        socket.off("end", onEnd);
+        resolve(data);
+      };
+      const onEnd = () => {
+        socket.off("data", onData);
+        resolve(null);
+      };
+      socket.once("data", onData);
+      socket.once("end", onEnd);
+    });
+    if (chunk === null) throw new Error("the connection ended before its HTTP head");
+    received = Buffer.concat([received, chunk]);
+  }
+}
+
+/** The next `length` bytes of `stream` (fewer if it ends first). */
+async function readExactly(stream: Readable, length: number): Promise<Buffer> {
+  if (length === 0) return Buffer.alloc(0);
+  for (;;) {
+    const chunk = stream.read(length) as Buffer | null;
+    if (chunk !== null) return chunk;
+    if (stream.readableEnded) return Buffer.alloc(0);
+    await new Promise((resolve) => {
+      stream.once("readable", resolve);
+      stream.once("end", resolve);
+    });
+  }
+}
+
 function send(response: ServerResponse, status: number, body?: unknown): void {
   if (body === undefined) {
     response.writeHead(status, { "content-length": "0" });
@@ -159,6 +236,30 @@ function send(response: ServerResponse, status: number, body?: unknown): void {
     "content-length": Buffer.byteLength(text),
   });
   response.end(text);
+}
+
+async function readRawBody(request: IncomingMessage): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of request) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks);
+}
+
+/** The files of a tar archive (their paths under the archive's root) and their sizes. */
+function tarEntries(tar: Buffer): Array<{ name: string; bytes: number }> {
+  const entries: Array<{ name: string; bytes: number }> = [];
+  for (let at = 0; at + 512 <= tar.length; ) {
+    const header = tar.subarray(at, at + 512);
+    const name = header.subarray(0, 100).toString("utf8").replace(/\0.*$/s, "");
+    if (name === "") break;
+    const prefix = header.subarray(345, 500).toString("utf8").replace(/\0.*$/s, "");
+    const bytes = Number.parseInt(header.subarray(124, 136).toString("latin1").trim() || "0", 8);
+    // Type "0" or NUL: a regular file.
+    if (header[156] === 0x30 || header[156] === 0) {
+      entries.push({ name: prefix === "" ? name : `${prefix}/${name}`, bytes });
+    }
+    at += 512 + Math.ceil(bytes / 512) * 512;
+  }
+  return entries;
 }
 
 async function readBody(request: IncomingMessage): Promise<string> {
@@ -182,6 +283,9 @@ export class FakeDockerEngine {
   readonly #containers = new Map<string, AppContainer>();
   readonly #sidecars = new Map<string, Sidecar>();
   readonly #egress = new Map<string, EgressConfig[]>();
+  readonly #execs = new Map<string, ExecSession>();
+  /** Hijacked exec streams: no longer the HTTP server's, closed by `close()` itself. */
+  readonly #hijacked = new Set<Socket>();
   /** Every app container ever created, in order (also refused ones). */
   readonly records: ContainerRecord[] = [];
   /** Requests the engine or a container server did not know; a test fails if any. */
@@ -201,6 +305,12 @@ export class FakeDockerEngine {
       this.#route(request, response).catch((error: unknown) => {
         this.problems.push(`engine error on ${request.method} ${request.url}: ${String(error)}`);
         if (!response.headersSent) send(response, 500, { message: String(error) });
+      });
+    });
+    this.#server.on("upgrade", (request: IncomingMessage, socket: Socket, head: Buffer) => {
+      this.#upgrade(request, socket, head).catch((error: unknown) => {
+        this.problems.push(`engine error on ${request.method} ${request.url}: ${String(error)}`);
+        socket.destroy();
       });
     });
   }
@@ -227,6 +337,7 @@ export class FakeDockerEngine {
   async close(): Promise<void> {
     await Promise.all([...this.#containers.values()].map((c) => this.#remove(c)));
     for (const sidecar of this.#sidecars.values()) await this.#closeSidecar(sidecar);
+    for (const socket of this.#hijacked) socket.destroy();
     this.#server.closeAllConnections();
     await new Promise<void>((resolve) => this.#server.close(() => resolve()));
     await rm(this.#dir, { recursive: true, force: true });
@@ -240,7 +351,8 @@ export class FakeDockerEngine {
     const url = new URL(request.url ?? "/", "http://engine");
     const path = url.pathname.replace(/^\/v\d+\.\d+/, "");
     const method = request.method ?? "GET";
-    const body = await readBody(request);
+    const raw = await readRawBody(request);
+    const body = raw.toString("utf8");
     if (method === "GET" && path === "/_ping") return send(response, 200, "OK");
     if (method === "GET" && path === "/info") {
       return send(response, 200, {
@@ -262,6 +374,21 @@ export class FakeDockerEngine {
     if (method === "POST" && path === "/containers/create") {
       return this.#create(url.searchParams.get("name") ?? "", body, response);
     }
+    const exec = /^\/exec\/([0-9a-f]+)\/(json|start)$/.exec(path);
+    const session = exec === null ? undefined : this.#execs.get(exec[1] ?? "");
+    if (exec !== null && session === undefined) {
+      return send(response, 404, { message: `No such exec instance: ${exec[1]}` });
+    }
+    if (session !== undefined && method === "GET" && exec?.[2] === "json") {
+      return send(response, 200, session.inspect());
+    }
+    if (session !== undefined && method === "POST" && exec?.[2] === "start") {
+      const { Detach } = JSON.parse(body || "{}") as { Detach?: boolean };
+      if (Detach === true && !session.started) {
+        void session.start(undefined);
+        return send(response, 200);
+      }
+    }
     const match = /^\/containers\/([^/]+)(\/[a-z]+)?$/.exec(path);
     if (match !== null) {
       const name = decodeURIComponent(match[1] ?? "");
@@ -270,7 +397,7 @@ export class FakeDockerEngine {
       if (sidecar !== undefined) return this.#sidecarRoute(sidecar, method, action, response);
       const container = this.#containers.get(name);
       if (container !== undefined && !container.record.deleted) {
-        return this.#containerRoute(container, method, action, url, response);
+        return this.#containerRoute(container, method, action, url, response, body, raw);
       }
       if (method === "DELETE" || action === "/json" || action === "/wait") {
         return send(response, 404, { message: `No such container: ${name}` });
@@ -293,6 +420,9 @@ export class FakeDockerEngine {
       deleted: false,
       log: "",
       egress: [],
+      execs: [],
+      files: [],
+      outbound: [],
     };
   }
 
@@ -313,6 +443,8 @@ export class FakeDockerEngine {
     const config = JSON.parse(body) as {
       Image?: string;
       Env?: string[];
+      Entrypoint?: string[] | string | null;
+      Cmd?: string[] | string | null;
       HostConfig?: { NetworkMode?: string };
     };
     const decoded = decodeURIComponent(name);
@@ -348,6 +480,11 @@ export class FakeDockerEngine {
     this.#note(record, "create");
     const exited = deferred();
     const removed = deferred();
+    const launched = deferred();
+    const words = (value: string[] | string | null | undefined) =>
+      value === null || value === undefined ? [] : typeof value === "string" ? [value] : value;
+    // workerd sends `start({ entrypoint })` as `Cmd`; the harness's images have no entrypoint.
+    const command = [...words(config.Entrypoint), ...words(config.Cmd)];
     const sidecar = decodeURIComponent(
       (config.HostConfig?.NetworkMode ?? "").replace(/^container:/, ""),
     );
@@ -356,6 +493,9 @@ export class FakeDockerEngine {
       faults,
       sidecar,
       status: "created",
+      command: command.length > 0 ? command : undefined,
+      launched: launched.promise,
+      markLaunched: launched.resolve,
       exited: exited.promise,
       markExited: exited.resolve,
       removed: removed.promise,
@@ -370,6 +510,8 @@ export class FakeDockerEngine {
     action: string,
     url: URL,
     response: ServerResponse,
+    body: string,
+    raw: Buffer,
   ): Promise<void> {
     const { record } = container;
     if (method === "GET" && action === "/json") {
@@ -416,8 +558,144 @@ export class FakeDockerEngine {
       await this.#remove(container);
       return send(response, 204);
     }
+    if (method === "POST" && action === "/exec") return this.#createExec(container, body, response);
+    if (method === "PUT" && action === "/archive") {
+      // Kept, not written: the container's system directories are the host's, read-only.
+      const at = url.searchParams.get("path") ?? "/";
+      for (const entry of tarEntries(raw)) {
+        const file = `${at.replace(/\/$/, "")}/${entry.name.replace(/^\.\//, "")}`;
+        record.files.push({ path: file, bytes: entry.bytes });
+      }
+      return send(response, 200);
+    }
     this.problems.push(`unknown container request: ${method} ${action} on ${record.name}`);
     send(response, 500, { message: "harness engine: unknown container request" });
+  }
+
+  /** `POST /containers/{id}/exec`: a session to start (exec.ts); Docker refuses a stopped one. */
+  #createExec(container: AppContainer, body: string, response: ServerResponse): void {
+    if (container.faults.noInstance) {
+      // What a Durable Object sees wherever it looks: the platform's capacity message.
+      send(response, 500, { message: CAPACITY_MESSAGE });
+      return;
+    }
+    if (container.status !== "running") {
+      send(response, 409, { message: `container ${container.record.name} is not running` });
+      return;
+    }
+    const intercepted = (container.record.egress.at(-1)?.dns?.allowHostnames?.length ?? 0) > 0;
+    const proxy = intercepted ? [`http_proxy=${EGRESS_PROXY}`, `HTTP_PROXY=${EGRESS_PROXY}`] : [];
+    const session = new ExecSession(
+      container.record.id,
+      JSON.parse(body) as ExecConfig,
+      async () => {
+        await container.launched;
+        return container.status === "running" ? container.process : undefined;
+      },
+      proxy,
+    );
+    this.#execs.set(session.record.id, session);
+    container.record.execs.push(session.record);
+    send(response, 201, { Id: session.record.id });
+  }
+
+  /** A hijacked request: only an attached `POST /exec/{id}/start` is one. */
+  async #upgrade(request: IncomingMessage, client: Socket, head: Buffer): Promise<void> {
+    const path = new URL(request.url ?? "/", "http://engine").pathname.replace(/^\/v\d+\.\d+/, "");
+    const id = /^\/exec\/([0-9a-f]+)\/start$/.exec(path)?.[1];
+    const session = id === undefined ? undefined : this.#execs.get(id);
+    if (request.method !== "POST" || session === undefined || session.started) {
+      this.problems.push(`unknown hijacked request: ${request.method} ${request.url}`);
+      client.end("HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\n\r\n");
+      return;
+    }
+    this.#hijacked.add(client);
+    client.once("close", () => this.#hijacked.delete(client));
+    client.on("error", () => {});
+    // Everything the client sends from here, kept (with its end) until the command reads it.
+    const input = new PassThrough();
+    input.write(head);
+    client.pipe(input);
+    const length = Number(request.headers["content-length"] ?? 0);
+    const body = await readExactly(input, length);
+    const { Detach } = JSON.parse(body.toString("utf8") || "{}") as { Detach?: boolean };
+    if (Detach === true) {
+      client.end("HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
+      await session.start(undefined);
+      return;
+    }
+    client.write(
+      "HTTP/1.1 101 UPGRADED\r\nContent-Type: application/vnd.docker.raw-stream\r\n" +
+        "Connection: Upgrade\r\nUpgrade: tcp\r\n\r\n",
+    );
+    await session.start(client, input);
+  }
+
+  /**
+   * One connection to the emulated interception's proxy (see the overview): its request goes to
+   * workerd's egress listener as the real sidecar sends it, and the answer back.
+   */
+  async #outbound(record: ContainerRecord, client: Socket): Promise<void> {
+    const refuse = (status: string, why: string): void => {
+      client.end(
+        `HTTP/1.1 ${status}\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\n${why}\n`,
+      );
+    };
+    const { head, rest } = await readHead(client);
+    const [method = "", target = "", version = "HTTP/1.1"] = (head.split("\r\n")[0] ?? "").split(
+      " ",
+    );
+    const egress = record.egress.at(-1);
+    if (method === "CONNECT")
+      return refuse("502 Bad Gateway", "harness: HTTPS interception is not emulated");
+    if (egress?.port === undefined || (egress.dns?.allowHostnames?.length ?? 0) === 0) {
+      return refuse(
+        "502 Bad Gateway",
+        "harness: no outbound access (internet off, no interception)",
+      );
+    }
+    let url: URL;
+    try {
+      url = new URL(target);
+    } catch {
+      return refuse("400 Bad Request", "harness: the proxy takes absolute http:// URLs");
+    }
+    const upstream = createConnection({ host: "127.0.0.1", port: egress.port });
+    upstream.on("error", () => client.destroy());
+    upstream.write(
+      `CONNECT 127.0.0.1:${url.port || 80} HTTP/1.1\r\nHost: 127.0.0.1:${url.port || 80}${HEAD_END}`,
+    );
+    const answer = await readHead(upstream);
+    if (!/^HTTP\/1\.[01] 200/.test(answer.head)) {
+      upstream.destroy();
+      record.outbound.push({ method, url: url.href, status: 502 });
+      return refuse(
+        "502 Bad Gateway",
+        `harness: workerd refused the tunnel: ${answer.head.split("\r\n")[0]}`,
+      );
+    }
+    const headers = head
+      .split("\r\n")
+      .slice(1)
+      .filter((line) => !/^(proxy-connection|connection|host):/i.test(line));
+    upstream.write(
+      [
+        `${method} ${url.pathname}${url.search} ${version}`,
+        `Host: ${url.host}`,
+        "Connection: close",
+        ...headers,
+      ].join("\r\n") + HEAD_END,
+    );
+    if (rest.length > 0) upstream.write(rest);
+    const entry = { method, url: url.href, status: 0 };
+    record.outbound.push(entry);
+    upstream.once("data", (chunk: Buffer) => {
+      entry.status = Number(/^HTTP\/1\.[01] (\d{3})/.exec(chunk.toString("latin1"))?.[1] ?? 0);
+    });
+    if (answer.rest.length > 0) client.write(answer.rest);
+    client.pipe(upstream);
+    upstream.pipe(client);
+    client.once("close", () => upstream.destroy());
   }
 
   #start(container: AppContainer): void {
@@ -427,14 +705,25 @@ export class FakeDockerEngine {
       record.exitCode = 137;
       container.status = "exited";
       container.markExited();
+      container.markLaunched();
       return;
     }
     container.status = "running";
     const launch = async () => {
-      if (container.record.deleted || container.status !== "running") return;
+      if (container.record.deleted || container.status !== "running") {
+        container.markLaunched();
+        return;
+      }
       const process = await Container.start({
         image: this.#options.image,
+        command: container.command,
         env: record.env,
+        onEgress: (socket) => {
+          this.#outbound(record, socket).catch((error: unknown) => {
+            this.problems.push(`outbound proxy of ${record.name}: ${String(error)}`);
+            socket.destroy();
+          });
+        },
         hostname: hostnameOf(record),
         ...(faults.neverListens ? { neverListens: true } : {}),
         onLog: (line) => {
@@ -445,11 +734,13 @@ export class FakeDockerEngine {
       if (container.removing !== undefined) {
         // Removed while its process was being launched: the process must not outlive it.
         await process.remove();
+        container.markLaunched();
         return;
       }
       container.process = process;
       record.workspace = process.workspace;
       this.#note(record, "running", String(process.pid));
+      container.markLaunched();
       const { code } = await process.exited;
       record.log = process.log;
       record.exitCode = code;
@@ -464,8 +755,10 @@ export class FakeDockerEngine {
         record.exitCode = 127;
         container.status = "exited";
         container.markExited();
+        container.markLaunched();
       });
-    if (cold > 0) setTimeout(run, cold);
+    if (faults.startGate !== undefined) void faults.startGate.then(run);
+    else if (cold > 0) setTimeout(run, cold);
     else void run();
   }
 
@@ -481,6 +774,7 @@ export class FakeDockerEngine {
         record.exitCode ??= 137;
         container.status = "exited";
         container.markExited();
+        container.markLaunched();
       }
       await container.exited;
       // Deleted once no process of it is left.

@@ -1,15 +1,14 @@
 /**
- * A call's network policy and stdin against the real container plumbing: the Worker bundle, the
- * SDK's `Sandbox` Durable Object, @cloudflare/containers and workerd's container client, with
- * containers served by the harness. What the harness cannot show: the harness containers have
- * no network at all whatever the policy, so these tests check what workerd tells each
- * container's egress sidecar (`internet.enabled`, which the real sidecar enforces), not traffic.
+ * A call's network policy and stdin against the real container plumbing: the Worker bundle, its
+ * `TaskContainer` Durable Object and workerd's container client, with containers served by the
+ * fake engine. What it cannot show: its containers have no network at all whatever the policy,
+ * so these tests check what workerd tells each container's egress sidecar (`internet.enabled`,
+ * which the real sidecar enforces), not traffic (podman.test.ts runs real containers).
  */
 import { createHash, randomBytes } from "node:crypto";
 import { errorBodySchema, execResultSchema, newSandboxId } from "@remote-task/protocol";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { type ContainerRecord, isLive } from "./engine.ts";
-import { imageUnderTest } from "./images.ts";
 import { type Answer, WorkerHarness } from "./worker.ts";
 
 /** The stdin limit the bridge reports by default (1 MiB). */
@@ -18,7 +17,7 @@ const MAX_STDIN_BYTES = 1_048_576;
 let harness: WorkerHarness;
 
 beforeAll(async () => {
-  harness = await WorkerHarness.start({ image: imageUnderTest() });
+  harness = await WorkerHarness.start();
 }, 120_000);
 
 afterEach(() => {
@@ -85,31 +84,6 @@ describe("network policy, through the real Durable Object", () => {
       open: seen.open.map(() => true),
     });
   });
-
-  it("gives no internet to a container the SDK starts by itself (no call said which)", async () => {
-    const name = id();
-    // The SDK starts a stopped container by itself when a request reaches it.
-    const answer = await harness.fetchSandbox(name, "/");
-    expect(answer.status).toBe(200);
-    await answer.text();
-    // `/cancel` of an id with no call destroys its sandbox.
-    expect((await harness.cancel(name)).status).toBe(200);
-    const seen = internet(await onlyContainer(name));
-    expect(seen.length).toBeGreaterThan(0);
-    expect(seen.every((enabled) => enabled === false)).toBe(true);
-  });
-
-  it("answers 403 for an allowlist and starts no container", async () => {
-    const sandboxId = id();
-    const answer = await harness.exec({
-      sandboxId,
-      command: "true",
-      network: { allow: ["pypi.org"] },
-    });
-    expect(answer.status).toBe(403);
-    expect(errorBodySchema.parse(JSON.parse(answer.text)).code).toBe("forbidden");
-    expect(await harness.containersOf(sandboxId)).toEqual([]);
-  });
 });
 
 describe("stdin, through the real Durable Object", () => {
@@ -144,8 +118,10 @@ describe("stdin, through the real Durable Object", () => {
     expect(read).toBe("héllo\n");
     const [workspace, tmp] = (listings ?? "").split("[tmp]\n");
     expect(workspace).toBe("");
-    // The container server may keep files of its own in /tmp (the real one does); none is stdin.
-    expect(tmp?.split("\n").filter((name) => name.startsWith(".remote-task-stdin"))).toEqual([]);
+    // workerd keeps the pid files of its execs in /tmp; none holds stdin.
+    expect(
+      tmp?.split("\n").filter((name) => name !== "" && !name.startsWith(".workerd-exec-")),
+    ).toEqual([]);
   });
 
   it("does not hold up a command that reads none of it, or only part", async () => {

@@ -1,13 +1,12 @@
 /**
  * The warm pool against the real container plumbing: the built Worker in Miniflare, its
- * `WarmPoolShard` and the SDK's `Sandbox` Durable Objects, containers served by the harness's
+ *  `WarmPoolShard` and `TaskContainer` Durable Objects, containers served by the harness's
  * engine with an injected cold start. What the pool promises is checked on the engine's records:
  * each container serves at most one call, is started before the call that uses it, and is deleted.
  */
 import { newSandboxId } from "@remote-task/protocol";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { type ContainerRecord, hostnameOf, isLive } from "./engine.ts";
-import { imageUnderTest } from "./images.ts";
 import { type Answer, commandsRun, WorkerHarness } from "./worker.ts";
 
 const TARGET = 4;
@@ -21,7 +20,6 @@ let harness: WorkerHarness;
 
 beforeAll(async () => {
   harness = await WorkerHarness.start({
-    image: imageUnderTest(),
     // One start per call: the tests check which container served a call (hedges: hedge.test.ts).
     vars: {
       WARM_POOL_TARGET: String(TARGET),

@@ -1,8 +1,10 @@
 /**
  * The Worker as deployed, on this machine: the bundle `npm run build` writes (`wrangler deploy
  * --dry-run`, the code `wrangler deploy` ships) in Miniflare, configured from wrangler.jsonc, with
- * the SDK's real `Sandbox` Durable Object whose `ctx.container` is served by workerd's container
- * client through the harness's fake Docker engine. Calls go over real HTTP to workerd.
+ * its real `TaskContainer` Durable Object whose `ctx.container` is served by workerd's container
+ * client through the harness's fake Docker engine (faults on demand: slow starts, refusals), or,
+ * with {@link PodmanWorkerHarness}, through the Podman shim (podman-shim.ts) as real containers.
+ * Calls go over real HTTP to workerd.
  */
 import { existsSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
@@ -12,8 +14,16 @@ import { fileURLToPath } from "node:url";
 import { type HealthResponse, healthResponseSchema } from "@remote-task/protocol";
 import { convertV4MiniflareOptions, Miniflare } from "miniflare";
 import { unstable_getMiniflareWorkerOptions } from "wrangler";
+import { readTaskArgv } from "../../src/task-script.ts";
 import type { ContainerImage } from "./container.ts";
 import { type ContainerRecord, FakeDockerEngine } from "./engine.ts";
+import { commandOf } from "./exec.ts";
+import {
+  ensurePodman,
+  type PodmanEngine,
+  type PodmanShim,
+  startPodmanShim,
+} from "./podman-shim.ts";
 import { commandName, descendants } from "./proc.ts";
 
 const WORKER_DIR = fileURLToPath(new URL("../../", import.meta.url));
@@ -22,7 +32,8 @@ export const TOKEN = "harness-token-0123456789";
 const LOG_LINES = 5_000;
 
 export interface WorkerHarnessOptions {
-  image: ContainerImage;
+  /** What the fake engine's containers run (default: {@link plainImage}). */
+  image?: ContainerImage;
   /** Worker variables added to (or replacing) those of wrangler.jsonc. */
   vars?: Record<string, string>;
   /** workerd output lines kept in `logs` (default 5000; the oldest go first). */
@@ -30,6 +41,57 @@ export interface WorkerHarnessOptions {
 }
 
 /** What a warm pool shard reports of itself (`ShardStats` in src/warm-pool.ts). */
+/** The image name the Worker's containers get on the fake engine (it runs any name). */
+const FAKE_IMAGE_NAME = "remote-task-harness";
+
+/** Miniflare running the built Worker against the Docker API at `socket`. */
+function workerMiniflare(
+  socket: string,
+  imageName: string,
+  storage: string,
+  options: WorkerHarnessOptions,
+  logs: string[],
+): Miniflare {
+  const kept = options.logLines ?? LOG_LINES;
+  const collect = (text: string) => {
+    logs.push(...text.split("\n"));
+    if (logs.length > kept) logs.splice(0, logs.length - kept);
+  };
+  const wrangler = wranglerOptions();
+  return new Miniflare(
+    convertV4MiniflareOptions({
+      host: "127.0.0.1",
+      port: 0,
+      containerEngine: { localDocker: { socketPath: socket } },
+      handleStructuredLogs: ({ message }: { message: string }) => collect(message),
+      // Durable Object storage on disk, so that a redeploy keeps it (as Cloudflare does).
+      resourcePersistencePath: storage,
+      workers: [
+        {
+          name: "remote-task-bridge",
+          modules: true,
+          scriptPath: BUNDLE,
+          // Module names relative to the package, whatever the working directory.
+          modulesRoot: WORKER_DIR,
+          compatibilityDate: wrangler.compatibilityDate,
+          compatibilityFlags: wrangler.compatibilityFlags,
+          bindings: { ...wrangler.bindings, BRIDGE_TOKEN: TOKEN, ...options.vars },
+          // A new version id each time Miniflare starts, as each deploy gets one.
+          versionMetadata: "CF_VERSION_METADATA",
+          durableObjects: {
+            TaskContainer: {
+              className: "TaskContainer",
+              useSQLite: true,
+              container: { imageName },
+            },
+            WarmPool: { className: "WarmPoolShard", useSQLite: true },
+          },
+        },
+      ],
+    }),
+  );
+}
+
 export interface ShardReport {
   target: number;
   ready: number;
@@ -44,9 +106,25 @@ export interface Answer {
   ms: number;
 }
 
-/** How many commands a container was sent (the SDK's exec requests it received). */
+/**
+ * The fake engine's "image" for the Worker: the host's system directories (bash, sh, coreutils,
+ * util-linux), nothing else; the Worker starts it with its own PID 1.
+ */
+function plainImage(): ContainerImage {
+  return {
+    name: "plain",
+    mounts: [],
+    command: ["/bin/sh", "-c", "exec sleep 2147483647"],
+    env: { PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" },
+  };
+}
+
+/** The calls' commands a container ran (its execs of the Worker's task script). */
 export function commandsRun(record: ContainerRecord): number {
-  return record.requests.filter(({ line }) => line.startsWith("POST /api/execute/stream ")).length;
+  return record.execs.filter((exec) => {
+    const argv = commandOf(exec);
+    return argv !== undefined && readTaskArgv(argv) !== undefined;
+  }).length;
 }
 
 /** What wrangler.jsonc sets for the Worker (as `npm run build` bundles it). */
@@ -58,18 +136,23 @@ function wranglerOptions() {
   };
 }
 
-export class WorkerHarness {
-  readonly engine: FakeDockerEngine;
+/** The engine a harness's containers run on: the fake one, or the Podman shim. */
+type Engine = FakeDockerEngine | PodmanShim;
+
+export class WorkerHarness<E extends Engine = FakeDockerEngine> {
+  readonly engine: E;
   #mf: Miniflare;
   #url: URL;
   readonly #options: WorkerHarnessOptions;
+  readonly #imageName: string;
   /** Where the Durable Objects' storage lives, kept across a redeploy. */
   readonly #storage: string;
-  /** workerd's output (the bridge's JSON log lines and the SDK's), last lines first dropped. */
+  /** workerd's output (the bridge's JSON log lines), the oldest lines dropped first. */
   readonly logs: string[];
 
   private constructor(
-    engine: FakeDockerEngine,
+    engine: E,
+    imageName: string,
     mf: Miniflare,
     url: URL,
     options: WorkerHarnessOptions,
@@ -77,6 +160,7 @@ export class WorkerHarness {
     logs: string[],
   ) {
     this.engine = engine;
+    this.#imageName = imageName;
     this.#mf = mf;
     this.#url = url;
     this.#options = options;
@@ -88,68 +172,44 @@ export class WorkerHarness {
     return this.#url;
   }
 
-  static async start(options: WorkerHarnessOptions): Promise<WorkerHarness> {
-    if (!existsSync(BUNDLE)) {
-      throw new Error(`${BUNDLE} is missing: run \`npm run build -w apps/worker\` first.`);
-    }
-    const engine = await FakeDockerEngine.start({ image: options.image });
+  /** The Worker on the fake engine (faults on demand). */
+  static async start(options: WorkerHarnessOptions = {}): Promise<WorkerHarness> {
+    const engine = await FakeDockerEngine.start({ image: options.image ?? plainImage() });
+    return WorkerHarness.#launch(engine, FAKE_IMAGE_NAME, options);
+  }
+
+  /**
+   * The Worker on real containers: Podman through the shim, the project's test image
+   * (`node scripts/docker-engine.mjs ensure` starts the service and builds the image).
+   */
+  static async startOnPodman(
+    options: WorkerHarnessOptions = {},
+    engine: PodmanEngine = ensurePodman(),
+  ): Promise<WorkerHarness<PodmanShim>> {
+    // The shim keeps the containers' rlimits within this engine's service.
+    const shim = await startPodmanShim({ engine });
+    return WorkerHarness.#launch(shim, engine.image, options);
+  }
+
+  static async #launch<T extends Engine>(
+    engine: T,
+    imageName: string,
+    options: WorkerHarnessOptions,
+  ): Promise<WorkerHarness<T>> {
     const storage = await mkdtemp(join(tmpdir(), "rt-harness-storage-"));
     const logs: string[] = [];
     try {
-      const mf = WorkerHarness.#miniflare(engine, storage, options, logs);
+      if (!existsSync(BUNDLE)) {
+        throw new Error(`${BUNDLE} is missing: run \`npm run build -w apps/worker\` first.`);
+      }
+      const mf = workerMiniflare(`unix:${engine.socketPath}`, imageName, storage, options, logs);
       const url = await mf.ready;
-      return new WorkerHarness(engine, mf, url, options, storage, logs);
+      return new WorkerHarness(engine, imageName, mf, url, options, storage, logs);
     } catch (error) {
       await engine.close();
       await rm(storage, { recursive: true, force: true });
       throw error;
     }
-  }
-
-  static #miniflare(
-    engine: FakeDockerEngine,
-    storage: string,
-    options: WorkerHarnessOptions,
-    logs: string[],
-  ): Miniflare {
-    const kept = options.logLines ?? LOG_LINES;
-    const collect = (text: string) => {
-      logs.push(...text.split("\n"));
-      if (logs.length > kept) logs.splice(0, logs.length - kept);
-    };
-    const wrangler = wranglerOptions();
-    return new Miniflare(
-      convertV4MiniflareOptions({
-        host: "127.0.0.1",
-        port: 0,
-        containerEngine: { localDocker: { socketPath: `unix:${engine.socketPath}` } },
-        handleStructuredLogs: ({ message }: { message: string }) => collect(message),
-        // Durable Object storage on disk, so that a redeploy keeps it (as Cloudflare does).
-        resourcePersistencePath: storage,
-        workers: [
-          {
-            name: "remote-task-bridge",
-            modules: true,
-            scriptPath: BUNDLE,
-            // Module names relative to the package, whatever the working directory.
-            modulesRoot: WORKER_DIR,
-            compatibilityDate: wrangler.compatibilityDate,
-            compatibilityFlags: wrangler.compatibilityFlags,
-            bindings: { ...wrangler.bindings, BRIDGE_TOKEN: TOKEN, ...options.vars },
-            // A new version id each time Miniflare starts, as each deploy gets one.
-            versionMetadata: "CF_VERSION_METADATA",
-            durableObjects: {
-              Sandbox: {
-                className: "Sandbox",
-                useSQLite: true,
-                container: { imageName: "remote-task-harness" },
-              },
-              WarmPool: { className: "WarmPoolShard", useSQLite: true },
-            },
-          },
-        ],
-      }),
-    );
   }
 
   /**
@@ -158,8 +218,9 @@ export class WorkerHarness {
    */
   async redeploy(vars?: Record<string, string>): Promise<void> {
     await this.#mf.dispose();
-    this.#mf = WorkerHarness.#miniflare(
-      this.engine,
+    this.#mf = workerMiniflare(
+      `unix:${this.engine.socketPath}`,
+      this.#imageName,
       this.#storage,
       { ...this.#options, vars: { ...this.#options.vars, ...vars } },
       this.logs,
@@ -201,20 +262,8 @@ export class WorkerHarness {
 
   /** The hex id of the Durable Object (and so of the container) serving `sandboxId`. */
   async durableObjectId(sandboxId: string): Promise<string> {
-    const namespace = await this.#mf.getDurableObjectNamespace("Sandbox");
+    const namespace = await this.#mf.getDurableObjectNamespace("TaskContainer");
     return namespace.idFromName(sandboxId).toString();
-  }
-
-  /**
-   * Sends `path` to the `Sandbox` Durable Object `name` itself, as a request no call made: the
-   * SDK forwards it to the container's server, starting the container on its own if needed.
-   */
-  async fetchSandbox(name: string, path: string): Promise<Response> {
-    const namespace = await this.#mf.getDurableObjectNamespace("Sandbox");
-    const response = await namespace
-      .get(namespace.idFromName(name))
-      .fetch(new URL(path, "http://sandbox.test").toString());
-    return response as unknown as Response;
   }
 
   /** What each warm pool shard reports of itself (its share, ready, starting, claims served). */
@@ -228,8 +277,8 @@ export class WorkerHarness {
     );
   }
 
-  /** Every container created for `sandboxId`, in order. */
-  async containersOf(sandboxId: string): Promise<ContainerRecord[]> {
+  /** Every container the fake engine created for `sandboxId`, in order. */
+  async containersOf(this: WorkerHarness, sandboxId: string): Promise<ContainerRecord[]> {
     const id = await this.durableObjectId(sandboxId);
     return this.engine.records.filter((record) => record.durableObjectId === id);
   }
