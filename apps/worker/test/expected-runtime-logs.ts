@@ -26,7 +26,7 @@ const UNCAUGHT = "uncaught exception; source = Uncaught (in promise); stack = ";
  * test config, before the workspace's sources can be).
  */
 const OWN_REFUSALS = [
-  "BackendError: Containers are not available to this Worker: ",
+  "BackendError: Containers are not available to this Worker, so the command did not run: ",
   "BackendError: This sandbox's container object was used already (",
 ];
 const CANCELLED_STREAM_READ =
