@@ -3,7 +3,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo, Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import { getRequestListener } from "@hono/node-server";
-import { BRIDGE_TEXTS } from "@remote-task/internal";
+import { BRIDGE_TEXTS, requireIntegerAtLeast } from "@remote-task/internal";
 import type { Limits } from "@remote-task/protocol";
 import type { SandboxBackend } from "./backend.js";
 import { createBridge } from "./bridge.js";
@@ -13,7 +13,7 @@ import {
   type DockerBackendOptions,
 } from "./docker/index.js";
 import type { AdmissionOptions } from "./limits.js";
-import { createLocalBackend, type LocalBackend, type LocalBackendOptions } from "./local/index.js";
+import { createLocalBackend, type LocalBackendOptions } from "./local/index.js";
 import { type BridgeLogger, stderrLogger } from "./logger.js";
 import type { NetworkOptions } from "./network.js";
 import { errorBody, errorResponse } from "./responses.js";
@@ -111,10 +111,7 @@ function resolveConnectionLimits(options: ConnectionLimitOptions = {}): Connecti
   for (const key of Object.keys(limits) as Array<keyof ConnectionLimits>) {
     const value = options[key];
     if (value === undefined) continue;
-    if (!Number.isSafeInteger(value) || value < 1) {
-      throw new TypeError(`connections.${key} must be a whole number of at least 1; got ${value}.`);
-    }
-    limits[key] = value;
+    limits[key] = requireIntegerAtLeast(`connections.${key}`, value, 1);
   }
   if (limits.requestTimeoutMs < limits.headersTimeoutMs) {
     throw new TypeError(
@@ -319,7 +316,7 @@ export async function startLocalBridge<
   server.on("clientError", answerClientError);
   const { port } = server.address() as AddressInfo;
   // A sandbox with network access must still not reach the bridge that runs it.
-  (backend as Partial<Pick<LocalBackend, "excludeFromEgress">>).excludeFromEgress?.({ host, port });
+  backend.excludeFromEgress?.({ host, port });
 
   let closing: Promise<void> | undefined;
   return {

@@ -12,6 +12,7 @@ import { chmod, mkdtemp, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { type ExecResult, execResultSchema, healthResponseSchema } from "@remote-task/protocol";
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
+import { newInstanceName } from "../src/host/ownership.js";
 import { silentLogger } from "../src/index.js";
 import {
   createLocalBackend,
@@ -19,7 +20,6 @@ import {
   DEFAULT_SANDBOX_UIDS,
   type LocalBackendOptions,
 } from "../src/local/index.js";
-import { newInstanceName } from "../src/local/ownership.js";
 import { sweepUidClaims, uidClaimsDir } from "../src/local/slots.js";
 import { startLocalBridge } from "../src/node.js";
 import {

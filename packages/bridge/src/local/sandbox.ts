@@ -7,15 +7,20 @@
 import { chmodSync, chownSync } from "node:fs";
 import { join } from "node:path";
 import { BackendError, type ExecSpec, type RunningCommand } from "../backend.js";
-import { bwrapArgs, isDirectoryInside, SANDBOX_WORKSPACE } from "./bwrap.js";
-import { refuseNul, resolveCwd } from "./cwd.js";
-import { type EgressProxy, startEgressProxy } from "./egress.js";
-import type { Endpoint } from "./egress-policy.js";
+import { refuseNul, resolveCwd, SANDBOX_WORKSPACE } from "../host/cwd.js";
+import { type EgressProxy, startEgressProxy } from "../host/egress.js";
+import type { Endpoint } from "../host/egress-policy.js";
+import {
+  proxyEnvironment,
+  relayPrelude,
+  SANDBOX_NODE,
+  SANDBOX_PROXY_SOCKET,
+} from "../host/relay.js";
+import { bwrapArgs, isDirectoryInside } from "./bwrap.js";
 import { ENV_FD } from "./keyring.js";
 import { limitNotes } from "./notes.js";
 import { mergeOutput } from "./output.js";
 import { exitStatus, signal } from "./processes.js";
-import { proxyEnvironment, relayPrelude, SANDBOX_NODE, SANDBOX_PROXY_SOCKET } from "./relay.js";
 import type { LocalHost } from "./setup.js";
 import { GATE_FD, shellScript } from "./shell.js";
 import type { Slot } from "./slots.js";
