@@ -3,7 +3,10 @@
 // makes sense inside the repository: the `@remote-task/source` export condition (it points at
 // src/, which is not published), `devDependencies` (the private `@remote-task/internal`, test
 // tools) and `scripts` (build, test, lint and these pack steps, all run from the repository).
-// postpack puts the package.json back.
+// postpack puts the package.json back. A package whose `files`, `exports`, `main`, `module`,
+// `types`, `typesVersions` or `bin` name a file that is not there (an unbuilt checkout: no dist/) is
+// refused before anything changes, so `npm pack` and `npm publish` fail instead of shipping a
+// package without its code.
 //
 //   node ../../scripts/pack-manifest.mjs prepack|postpack
 import { copyFileSync, existsSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
@@ -37,11 +40,35 @@ function publishedManifest(pkg) {
   return published;
 }
 
+/** Every file path (`./x`) a string leaf of `value` names, wildcard patterns left out. */
+function pathsIn(value) {
+  if (typeof value === "string")
+    return value.startsWith("./") && !value.includes("*") ? [value] : [];
+  if (typeof value !== "object" || value === null) return [];
+  return Object.values(value).flatMap(pathsIn);
+}
+
+/** The files the manifest points at that do not exist in the package's folder. */
+function missingTargets(pkg) {
+  const files = (pkg.files ?? []).map((entry) => `./${entry.replace(/^\.\//, "")}`);
+  const fields = [files, pkg.exports, pkg.main, pkg.module, pkg.types, pkg.typesVersions, pkg.bin];
+  const paths = fields.flatMap((field) =>
+    pathsIn(typeof field === "string" && !field.startsWith("./") ? `./${field}` : field),
+  );
+  return [...new Set(paths)].filter((path) => !existsSync(path));
+}
+
 function prepack() {
   // A pack that was interrupted left the committed manifest aside: put it back first.
   if (existsSync(KEPT)) renameSync(KEPT, MANIFEST);
   const text = readFileSync(MANIFEST, "utf8");
   const pkg = JSON.parse(text);
+  const missing = missingTargets(pkg);
+  if (missing.length > 0) {
+    throw new Error(
+      `${pkg.name}: not built: ${missing.join(", ")} ${missing.length === 1 ? "is" : "are"} missing. Run \`npm run build\` at the repository's root, then pack again.`,
+    );
+  }
   if (pkg.files?.some((entry) => entry === "src" || entry.startsWith("src/"))) {
     throw new Error(`${pkg.name}: "files" lists src/, which must not be published.`);
   }

@@ -71,15 +71,47 @@ const packed = {} as Record<PackageDir, Packed>;
 let bare: string;
 /** Every package and the optional peers. */
 let full: string;
+/**
+ * Protocol, client and tool with the Workers types and no Node.js types: a browser or Worker
+ * project, and no optional peer (the OpenAI adapter's types must not need `openai`).
+ */
+let web: string;
+/** The command line alone, as `npm install remote-task` gets it: no optional peer. */
+let cli: string;
+/**
+ * Frameworks whose adapters import nothing of them, so they are not devDependencies of the
+ * repository (the Claude Agent SDK's install carries a Claude Code binary of about 400 MB, left
+ * out here with --omit=optional; Mastra's core is 150 packages; deepagents brings LangGraph): the
+ * versions the adapters are checked with, each installed with the tarballs into a project of its
+ * own.
+ */
+const FRAMEWORKS = {
+  claude: "@anthropic-ai/claude-agent-sdk@0.3.333",
+  /** Mastra, and AI SDK 5 for its mock model (Mastra calls models of that spec). */
+  mastra: ["@mastra/core@1.71.0", "ai@5.0.277"],
+  /** deepagents, and langchain (one of its peers) for its createAgent. */
+  deepagents: ["deepagents@1.14.1", "langchain@1.5.14"],
+  /** The AI SDK's previous majors (5 passes toModelOutput the output itself, as Mastra does). */
+  ai5: "ai@5.0.277",
+  ai6: "ai@6.0.326",
+  /** The oldest of the optional peers' ranges (`^1.23.0`, `>=0.19.0 <1`). */
+  oldestPeers: ["@modelcontextprotocol/sdk@1.23.0", "@openai/agents@0.19.0"],
+};
+let claude: string;
+let mastra: string;
+let deepagents: string;
+let ai5: string;
+let ai6: string;
+let oldestPeers: string;
 
-function project(name: string, specs: string[]): string {
+function project(name: string, specs: string[], flags: string[] = []): string {
   const dir = join(work, name);
   mkdirSync(dir);
   writeFileSync(
     join(dir, "package.json"),
     JSON.stringify({ name: `consumer-${name}`, version: "1.0.0", private: true }),
   );
-  npm(["install", "--prefer-offline", "--no-audit", "--no-fund", ...specs], dir);
+  npm(["install", "--prefer-offline", "--no-audit", "--no-fund", ...flags, ...specs], dir);
   return dir;
 }
 
@@ -109,11 +141,34 @@ beforeAll(() => {
     pinned("packages/tool", "ai"),
     pinned("packages/tool", "@modelcontextprotocol/sdk"),
     pinned("packages/tool", "@openai/agents"),
+    pinned("packages/tool", "@langchain/core"),
     pinned("packages/bridge", "eventsource-parser"),
     pinned(".", "vitest"),
     pinned(".", "@types/node"),
   ]);
-}, 300_000);
+  web = project("web", [
+    tarball("protocol"),
+    tarball("client"),
+    tarball("tool"),
+    pinned("apps/worker", "@cloudflare/workers-types"),
+  ]);
+  cli = project("cli", PACKAGES.map(tarball));
+  const runtime = ["protocol", "client", "bridge", "tool"].map((dir) => tarball(dir as PackageDir));
+  claude = project(
+    "claude",
+    [...runtime, FRAMEWORKS.claude, pinned("packages/tool", "@modelcontextprotocol/sdk")],
+    ["--omit=optional"],
+  );
+  mastra = project("mastra", [...runtime, ...FRAMEWORKS.mastra]);
+  deepagents = project("deepagents", [
+    ...runtime,
+    ...FRAMEWORKS.deepagents,
+    pinned("packages/tool", "@langchain/core"),
+  ]);
+  ai5 = project("ai5", [...runtime, FRAMEWORKS.ai5]);
+  ai6 = project("ai6", [...runtime, FRAMEWORKS.ai6]);
+  oldestPeers = project("oldest-peers", [...runtime, ...FRAMEWORKS.oldestPeers]);
+}, 600_000);
 
 afterAll(() => {
   if (work) rmSync(work, { recursive: true, force: true });
@@ -138,15 +193,8 @@ const olderNode = ["/usr/bin/node", "/usr/local/bin/node", "/bin/node"].find((pa
   return major > 0 && (major < 22 || (major === 22 && minor < 19));
 });
 
-/**
- * Subpaths that are ESM only on purpose: the bridge's test helpers (vitest cannot be required),
- * and the tool's adapters of the ESM-only `ai` and pi-agent-core.
- */
-const ESM_ONLY = new Set([
-  "@remote-task/bridge/testing",
-  "@remote-task/tool/ai",
-  "@remote-task/tool/pi",
-]);
+/** Subpaths that are ESM only on purpose: the bridge's test helpers (vitest cannot be required). */
+const ESM_ONLY = new Set(["@remote-task/bridge/testing"]);
 
 /** The subpaths whose exports entry has a `require` condition. */
 function requirable(dir: PackageDir): string[] {
@@ -157,13 +205,14 @@ function requirable(dir: PackageDir): string[] {
   });
 }
 
-/** Writes `files` and a tsconfig into a fresh folder of the full project and runs tsc there. */
+/** Writes `files` and a tsconfig into a fresh folder of a project (the full one) and runs tsc there. */
 function tsc(
   name: string,
   compilerOptions: Record<string, unknown>,
   files: Record<string, string>,
+  inProject = full,
 ) {
-  const dir = join(full, name);
+  const dir = join(inProject, name);
   mkdirSync(dir, { recursive: true });
   for (const [file, text] of Object.entries(files)) writeFileSync(join(dir, file), text);
   writeFileSync(
@@ -262,6 +311,8 @@ describe("each tarball", () => {
     const readme = execFileSync("tar", ["-xzOf", tarball, "package/README.md"], {
       encoding: "utf8",
     });
+    expect(readme).not.toMatch(/not on npm/i);
+    expect(readme).toContain(`npm install ${dir === "cli" ? "-g " : ""}${packed[dir].name}`);
     const targets = [...readme.matchAll(/\]\(([^)\s]+)\)/g)].map((m) => m[1] as string);
     const broken = targets.filter(
       (target) =>
@@ -272,13 +323,23 @@ describe("each tarball", () => {
     expect(broken).toEqual([]);
   });
 
+  it.each(PACKAGES)("%s ships no source maps", (dir) => {
+    expect(packed[dir].files.filter((f) => f.endsWith(".map"))).toEqual([]);
+  });
+
+  it("the command line's bundle holds its version, not its whole package.json", () => {
+    const bin = execFileSync("tar", ["-xzOf", packed.cli.tarball, "package/dist/bin.js"], {
+      encoding: "utf8",
+    });
+    expect(bin).toContain(`"${packed.cli.manifest.version}"`);
+    for (const field of ["devDependencies", "peerDependenciesMeta", "publishConfig"]) {
+      expect(bin).not.toContain(field);
+    }
+  });
+
   it("ships no file that can never load", () => {
     expect(packed.bridge.files.filter((f) => f.startsWith("dist/testing.c"))).toEqual([]);
     expect(packed.tool.files.filter((f) => f.startsWith("dist/mcp-bin.c"))).toEqual([]);
-    for (const adapter of ["ai", "pi"]) {
-      expect(packed.tool.files.filter((f) => f.startsWith(`dist/${adapter}.c`))).toEqual([]);
-      expect(packed.tool.files.filter((f) => f.startsWith(`dist/${adapter}.d.c`))).toEqual([]);
-    }
   });
 
   it("leaves the repository's packages as they were", () => {
@@ -380,7 +441,8 @@ describe("installed from the tarballs", () => {
     () => {
       const specs = PACKAGES.flatMap(requirable);
       expect(specs).toContain("@remote-task/tool/mcp");
-      expect(specs).not.toContain("@remote-task/tool/ai");
+      expect(specs).toContain("@remote-task/tool/ai");
+      expect(specs).toContain("@remote-task/tool/pi");
       const source = specs.map((s, i) => `import m${i} = require("${s}");\nvoid m${i};`).join("\n");
       // skipLibCheck: the frameworks' own declarations are theirs; an import our .d.cts cannot make
       // from CommonJS (TS1479) is reported all the same.
@@ -388,6 +450,63 @@ describe("installed from the tarballs", () => {
         "types-node16-cjs",
         { module: "node16", moduleResolution: "node16", skipLibCheck: true, types: ["node"] },
         { "index.cts": source },
+      );
+      expect(`${run.stdout}${run.stderr}`).toBe("");
+      expect(run.status).toBe(0);
+    },
+    TSC_TIMEOUT,
+  );
+
+  it("a CommonJS app requires the ai and pi adapters and gets working tools", () => {
+    const script = `
+      const { createRemoteTaskAiTool } = require("@remote-task/tool/ai");
+      const { createRemoteTaskAgentTool } = require("@remote-task/tool/pi");
+      const { jsonSchema } = require("ai");
+      const aiTool = createRemoteTaskAiTool({ env: {} });
+      const piTool = createRemoteTaskAgentTool({ env: {} });
+      console.log(JSON.stringify([
+        typeof jsonSchema,
+        typeof aiTool.execute,
+        aiTool.toModelOutput({ output: { text: "hi", isError: false } }),
+        piTool.name,
+      ]));`;
+    const run = node(["-e", script], full);
+    expect(run.stderr).toBe("");
+    expect(JSON.parse(run.stdout)).toEqual([
+      "function",
+      "function",
+      { type: "text", value: "hi" },
+      "remote_task",
+    ]);
+  });
+
+  it.each([
+    ["a browser (DOM lib)", { lib: ["es2022", "dom"], types: [] }],
+    [
+      "a Worker (@cloudflare/workers-types)",
+      { lib: ["es2022"], types: ["@cloudflare/workers-types"] },
+    ],
+  ])(
+    "the client's and the OpenAI adapter's declarations compile in %s, lib checks on, without Node.js types or openai",
+    (name, libs) => {
+      expect(existsSync(join(web, "node_modules/@types/node"))).toBe(false);
+      expect(existsSync(join(web, "node_modules/openai"))).toBe(false);
+      const source = [
+        'import { createClient, type TaskResult } from "@remote-task/client";',
+        'import { createRemoteTaskOpenAITool } from "@remote-task/tool/openai";',
+        'const client = createClient({ url: "https://bridge.example", fetch });',
+        'export const run = (): Promise<TaskResult> => client.run("echo hi");',
+        "const openai = createRemoteTaskOpenAITool({ client });",
+        "export const definition: { type: string; name: string } = openai.responsesTool;",
+        "export const answer = openai.handleToolCall({",
+        '  type: "function_call", call_id: "c1", name: "remote_task", arguments: "{}",',
+        "});",
+      ].join("\n");
+      const run = tsc(
+        `types-${name.split(" ")[1]}`,
+        { module: "esnext", moduleResolution: "bundler", skipLibCheck: false, ...libs },
+        { "index.ts": source },
+        web,
       );
       expect(`${run.stdout}${run.stderr}`).toBe("");
       expect(run.status).toBe(0);
@@ -424,6 +543,279 @@ describe("installed from the tarballs", () => {
       expect(needed).toEqual([]);
     },
   );
+
+  it("the bridge's core bundles for platform neutral and runs (ipaddr.js inlined)", async () => {
+    const { outputFiles } = await build({
+      stdin: {
+        contents:
+          'import { isPublicAddress, createBridge } from "@remote-task/bridge";\n' +
+          'console.log(JSON.stringify([typeof createBridge, isPublicAddress("8.8.8.8"), isPublicAddress("10.1.2.3"), isPublicAddress("::ffff:127.0.0.1")]));',
+        resolveDir: full,
+        loader: "js",
+      },
+      bundle: true,
+      write: false,
+      format: "esm",
+      platform: "neutral",
+      logLevel: "silent",
+    });
+    const file = join(full, "neutral-bridge.mjs");
+    writeFileSync(file, outputFiles[0]?.text ?? "");
+    const run = node([file], full);
+    expect(run.stderr).toBe("");
+    expect(JSON.parse(run.stdout)).toEqual(["function", true, false, false]);
+    expect(packed.bridge.manifest.dependencies).not.toHaveProperty("ipaddr.js");
+    expect(packed.bridge.files).toContain("THIRD_PARTY_LICENSES.md");
+  });
+
+  it("the command line installs without the MCP SDK and its HTTP stack, and runs", () => {
+    for (const name of ["@modelcontextprotocol/sdk", "express", "openai", "ai"]) {
+      expect(existsSync(join(cli, "node_modules", name)), name).toBe(false);
+    }
+    const bin = join(cli, "node_modules/remote-task/bin/remote-task.js");
+    const run = node([bin, "run", "--local", "--", "echo", "without the MCP SDK"], cli);
+    expect(run.stdout).toBe("without the MCP SDK\n");
+    const mcp = node([bin, "mcp", "--local"], cli);
+    expect(mcp.stderr).toContain(
+      "remote-task mcp needs @modelcontextprotocol/sdk, which is not installed (no other command needs it). Install it where remote-task is installed: npm install -g @modelcontextprotocol/sdk",
+    );
+    expect(mcp.status).not.toBe(0);
+  });
+
+  it("the Claude Agent SDK's createSdkMcpServer serves the claude adapter's tool, which runs", () => {
+    const script = `
+      import { createSdkMcpServer } from "@anthropic-ai/claude-agent-sdk";
+      import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+      import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
+      import { silentLogger } from "@remote-task/bridge";
+      import { startLocalBridge } from "@remote-task/bridge/node";
+      import { createClient } from "@remote-task/client";
+      import { createRemoteTaskClaudeTool } from "@remote-task/tool/claude";
+      const bridge = await startLocalBridge({ logger: silentLogger });
+      const client = createClient({ url: bridge.url, token: bridge.token });
+      const server = createSdkMcpServer({
+        name: "remote-task",
+        tools: [createRemoteTaskClaudeTool({ client })],
+      });
+      const [serverSide, clientSide] = InMemoryTransport.createLinkedPair();
+      await server.instance.connect(serverSide);
+      const mcp = new Client({ name: "check", version: "1.0.0" });
+      await mcp.connect(clientSide);
+      const { tools } = await mcp.listTools();
+      const ran = await mcp.callTool({ name: "remote_task", arguments: { command: "echo from claude; exit 3" } });
+      console.log(JSON.stringify({
+        type: server.type,
+        tools: tools.map((t) => [t.name, Object.keys(t.inputSchema.properties ?? {})]),
+        ran,
+      }));
+      await mcp.close();
+      await client.close();
+      await bridge.close();`;
+    const run = node(["--input-type=module", "-e", script], claude);
+    expect(run.stderr).toBe("");
+    const out = JSON.parse(run.stdout);
+    expect(out.type).toBe("sdk");
+    expect(out.tools).toEqual([["remote_task", ["command", "timeout"]]]);
+    expect(out.ran.isError).toBe(true);
+    expect(out.ran.content[0].text).toMatch(/^from claude\n[\s\S]*3/);
+  });
+
+  it("Mastra agents with a fake model run commands through the mastra sandbox and the ai tool", () => {
+    const script = `
+      import { Agent } from "@mastra/core/agent";
+      import { Workspace } from "@mastra/core/workspace";
+      import { MockLanguageModelV2 } from "ai/test";
+      import { silentLogger } from "@remote-task/bridge";
+      import { startLocalBridge } from "@remote-task/bridge/node";
+      import { createClient } from "@remote-task/client";
+      import { createRemoteTaskAiTool } from "@remote-task/tool/ai";
+      import { createRemoteTaskSandbox } from "@remote-task/tool/mastra";
+      const bridge = await startLocalBridge({ logger: silentLogger });
+      const client = createClient({ url: bridge.url, token: bridge.token });
+      const usage = { inputTokens: 1, outputTokens: 1, totalTokens: 2 };
+      // A model that calls toolName with command once, then answers; and what it was sent back.
+      function modelCalling(toolName, command) {
+        const prompts = [];
+        const model = new MockLanguageModelV2({
+          doGenerate: async (options) => {
+            prompts.push(options.prompt);
+            const input = JSON.stringify({ command });
+            return prompts.length === 1
+              ? { content: [{ type: "tool-call", toolCallId: "call-1", toolName, input }],
+                  finishReason: "tool-calls", usage, warnings: [] }
+              : { content: [{ type: "text", text: "done" }], finishReason: "stop", usage, warnings: [] };
+          },
+        });
+        const seen = () => prompts[1]?.find((m) => m.role === "tool")?.content?.[0]?.output;
+        return { model, seen };
+      }
+      const viaSandbox = modelCalling("mastra_workspace_execute_command", "echo from a mastra agent; exit 3");
+      const sandboxAgent = new Agent({
+        id: "sandbox", name: "sandbox", instructions: "Run commands.", model: viaSandbox.model,
+        workspace: new Workspace({ sandbox: createRemoteTaskSandbox({ client }) }),
+      });
+      const first = await sandboxAgent.generate("run it", { maxSteps: 2 });
+      const viaTool = modelCalling("remote_task", "echo via the ai tool; exit 4");
+      const toolAgent = new Agent({
+        id: "tool", name: "tool", instructions: "Run commands.", model: viaTool.model,
+        tools: { remote_task: createRemoteTaskAiTool({ client }) },
+      });
+      const second = await toolAgent.generate("run it", { maxSteps: 2 });
+      console.log(JSON.stringify({
+        sandbox: [first.text, viaSandbox.seen()],
+        tool: [second.text, viaTool.seen()],
+      }));
+      await client.close();
+      await bridge.close();`;
+    const run = node(["--input-type=module", "-e", script], mastra);
+    expect(run.stderr).toBe("");
+    expect(JSON.parse(run.stdout)).toEqual({
+      sandbox: ["done", { type: "text", value: "from a mastra agent\n\nExit code: 3" }],
+      // Mastra calls toModelOutput with the output itself (the AI SDK 5 shape).
+      tool: [
+        "done",
+        { type: "error-text", value: "via the ai tool\n\n\nCommand exited with code 4" },
+      ],
+    });
+  });
+
+  it("a deep agent and a LangChain agent with a fake model run commands through the langchain adapter", () => {
+    const script = `
+      import { AIMessage } from "@langchain/core/messages";
+      import { fakeModel } from "@langchain/core/testing";
+      import { createDeepAgent, isSandboxBackend } from "deepagents";
+      import { createAgent } from "langchain";
+      import { silentLogger } from "@remote-task/bridge";
+      import { startLocalBridge } from "@remote-task/bridge/node";
+      import { createClient } from "@remote-task/client";
+      import { createRemoteTaskBackend, createRemoteTaskLangChainTool } from "@remote-task/tool/langchain";
+      const bridge = await startLocalBridge({ logger: silentLogger });
+      const client = createClient({ url: bridge.url, token: bridge.token });
+      const toolMessage = (result) => {
+        const message = result.messages.find((m) => m.type === "tool");
+        return [message?.tool_call_id, message?.content, result.messages.at(-1).content];
+      };
+      const backend = createRemoteTaskBackend({ client });
+      const deepModel = fakeModel()
+        .respondWithTools([{ name: "execute", args: { command: "echo from a deep agent; exit 3" }, id: "call-1" }])
+        .respond(new AIMessage("done"));
+      const deep = await createDeepAgent({ model: deepModel, backend })
+        .invoke({ messages: [{ role: "user", content: "run it" }] });
+      const plainModel = fakeModel()
+        .respondWithTools([{ name: "remote_task", args: { command: "echo from langchain" }, id: "call-2" }])
+        .respond(new AIMessage("done"));
+      const plain = await createAgent({ model: plainModel, tools: [createRemoteTaskLangChainTool({ client })] })
+        .invoke({ messages: [{ role: "user", content: "run it" }] });
+      console.log(JSON.stringify({
+        sandbox: isSandboxBackend(backend),
+        deep: toolMessage(deep),
+        plain: toolMessage(plain),
+      }));
+      await client.close();
+      await bridge.close();`;
+    const run = node(["--input-type=module", "-e", script], deepagents);
+    expect(run.stderr).toBe("");
+    expect(JSON.parse(run.stdout)).toEqual({
+      sandbox: true,
+      deep: ["call-1", "from a deep agent\n\n[Command failed with exit code 3]", "done"],
+      plain: ["call-2", "from langchain\n", "done"],
+    });
+  });
+
+  /** A mock model of AI SDK `major` (its provider spec's shapes) that calls remote_task once. */
+  const mockModel = {
+    5: {
+      mock: "MockLanguageModelV2",
+      usage: "{ inputTokens: 1, outputTokens: 1, totalTokens: 2 }",
+      stop: '"stop"',
+      toolCalls: '"tool-calls"',
+    },
+    6: {
+      mock: "MockLanguageModelV3",
+      usage:
+        "{ inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 }, outputTokens: { total: 1, text: 1, reasoning: 0 } }",
+      stop: '{ unified: "stop", raw: "stop" }',
+      toolCalls: '{ unified: "tool-calls", raw: "tool_calls" }',
+    },
+  } as const;
+
+  it.each([5, 6] as const)(
+    "the ai adapter works with AI SDK %i (an optional peer's earlier major)",
+    (major) => {
+      const { mock, usage, stop, toolCalls } = mockModel[major];
+      const script = `
+      import { generateText, stepCountIs } from "ai";
+      import { ${mock} } from "ai/test";
+      import { silentLogger } from "@remote-task/bridge";
+      import { startLocalBridge } from "@remote-task/bridge/node";
+      import { createClient } from "@remote-task/client";
+      import { createRemoteTaskAiTool } from "@remote-task/tool/ai";
+      const bridge = await startLocalBridge({ logger: silentLogger });
+      const client = createClient({ url: bridge.url, token: bridge.token });
+      const usage = ${usage};
+      const call = { type: "tool-call", toolCallId: "call-1", toolName: "remote_task",
+        input: JSON.stringify({ command: "echo from ai${major}; exit 2" }) };
+      const model = new ${mock}({
+        doGenerate: async (options) => options.prompt.some((m) => m.role === "tool")
+          ? { content: [{ type: "text", text: "done" }], finishReason: ${stop}, usage, warnings: [] }
+          : { content: [call], finishReason: ${toolCalls}, usage, warnings: [] },
+      });
+      const result = await generateText({
+        model, prompt: "run", stopWhen: stepCountIs(2),
+        tools: { remote_task: createRemoteTaskAiTool({ client }) },
+      });
+      const answer = model.doGenerateCalls[1].prompt.find((m) => m.role === "tool");
+      console.log(JSON.stringify({ text: result.text, seen: answer.content[0].output }));
+      await client.close();
+      await bridge.close();`;
+      const run = node(["--input-type=module", "-e", script], major === 5 ? ai5 : ai6);
+      expect(run.stderr).toBe("");
+      expect(JSON.parse(run.stdout)).toEqual({
+        text: "done",
+        seen: { type: "error-text", value: `from ai${major}\n\n\nCommand exited with code 2` },
+      });
+    },
+  );
+
+  it("the MCP and OpenAI Agents adapters work with the oldest peers their ranges take", () => {
+    const script = `
+      import { RunContext } from "@openai/agents";
+      import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+      import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
+      import { silentLogger } from "@remote-task/bridge";
+      import { startLocalBridge } from "@remote-task/bridge/node";
+      import { createClient } from "@remote-task/client";
+      import { createRemoteTaskMcpServer } from "@remote-task/tool/mcp";
+      import { createRemoteTaskAgentsTool } from "@remote-task/tool/openai-agents";
+      const bridge = await startLocalBridge({ logger: silentLogger });
+      const client = createClient({ url: bridge.url, token: bridge.token });
+      const server = createRemoteTaskMcpServer({ client });
+      const [serverSide, clientSide] = InMemoryTransport.createLinkedPair();
+      await server.connect(serverSide);
+      const mcp = new Client({ name: "check", version: "1.0.0" });
+      await mcp.connect(clientSide);
+      const { tools } = await mcp.listTools();
+      const called = await mcp.callTool({ name: "remote_task", arguments: { command: "echo from mcp" } });
+      const invoked = await createRemoteTaskAgentsTool({ client }).invoke(
+        new RunContext(),
+        JSON.stringify({ command: "echo from agents", timeout: null }),
+      );
+      console.log(JSON.stringify({
+        schema: tools.map((t) => [t.name, Object.keys(t.inputSchema.properties ?? {})]),
+        called: called.content[0].text,
+        invoked,
+      }));
+      await mcp.close();
+      await client.close();
+      await bridge.close();`;
+    const run = node(["--input-type=module", "-e", script], oldestPeers);
+    expect(run.stderr).toBe("");
+    expect(JSON.parse(run.stdout)).toEqual({
+      schema: [["remote_task", ["command", "timeout"]]],
+      called: "from mcp\n",
+      invoked: "from agents\n",
+    });
+  });
 
   it("the command line runs a task on its embedded bridge", () => {
     const bin = join(full, "node_modules/remote-task/bin/remote-task.js");

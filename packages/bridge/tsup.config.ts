@@ -4,8 +4,11 @@ const common: Options = {
   dts: true,
   sourcemap: true,
   target: "node20",
-  // The private helpers package is inlined: the published package never depends on it.
-  noExternal: ["@remote-task/internal"],
+  // The private helpers package is inlined: the published package never depends on it. So is
+  // ipaddr.js (MIT, its licence in THIRD_PARTY_LICENSES.md): it has only a `main` field, which a
+  // bundler targeting `platform: neutral` (no main fields) cannot resolve, so a bridge bundled for
+  // Workers, Deno or a browser-like runtime would fail on it.
+  noExternal: ["@remote-task/internal", "ipaddr.js"],
   removeNodeProtocol: false,
 };
 

@@ -7,6 +7,7 @@ const peers = [
   "@mariozechner/pi-agent-core",
   "openai",
   "@openai/agents",
+  "@langchain/core",
 ];
 
 const common: Options = {
@@ -30,6 +31,9 @@ const esm: Options = {
     "src/pi.ts",
     "src/openai.ts",
     "src/openai-agents.ts",
+    "src/claude.ts",
+    "src/mastra.ts",
+    "src/langchain.ts",
   ],
   format: ["esm"],
   dts: true,
@@ -51,12 +55,24 @@ const bin: Options = {
 
 /**
  * The CommonJS entries, built after the ESM ones (`tsup --env.ENTRY cjs`), so the ESM build's
- * clean cannot race them. `./ai` and `./pi` have none: `ai` and pi-agent-core are ESM only, and
- * CommonJS declarations importing them fail for a `module: node16` consumer (TS1479).
+ * clean cannot race them. `ai` and pi-agent-core are ESM only: `./ai` requires `ai` through
+ * Node.js's `require()` of ES modules (the package needs Node.js 22.19, where it is on), `./pi`
+ * imports only its types; both declare those types with `resolution-mode: "import"`, which a
+ * CommonJS consumer's TypeScript accepts (a plain import of them fails there with TS1479).
  */
 const cjs: Options = {
   ...common,
-  entry: ["src/index.ts", "src/mcp.ts", "src/openai.ts", "src/openai-agents.ts"],
+  entry: [
+    "src/index.ts",
+    "src/ai.ts",
+    "src/mcp.ts",
+    "src/pi.ts",
+    "src/openai.ts",
+    "src/openai-agents.ts",
+    "src/claude.ts",
+    "src/mastra.ts",
+    "src/langchain.ts",
+  ],
   format: ["cjs"],
   dts: true,
 };

@@ -16,6 +16,7 @@ import { requireToken } from "./auth.js";
 import type { BackendHealth, SandboxBackend } from "./backend.js";
 import { logDetail } from "./call.js";
 import { CallRegistry } from "./calls.js";
+import { type CorsOptions, resolveCors, withCors } from "./cors.js";
 import { type ExecRoutesContext, handleCancel, handleExec } from "./exec.js";
 import {
   type AdmissionOptions,
@@ -65,6 +66,11 @@ export interface BridgeOptions {
    * for (default: the default). Only for a backend that enforces network policies.
    */
   network?: NetworkOptions | undefined;
+  /**
+   * Web origins whose browser pages may call the bridge (CORS; default: none, and no CORS
+   * headers). A request from another origin is refused with 403 before anything runs.
+   */
+  cors?: CorsOptions | undefined;
   /** Working directory when a request names none (default `/workspace`). */
   defaultCwd?: string | undefined;
   /** SSE heartbeat interval in ms (default 10 000, at most 15 000). */
@@ -151,6 +157,7 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
     streamBufferBytes,
     network: resolveNetwork(options.network, options.backend.networkModes, options.backend.name),
   };
+  const corsOrigins = resolveCors(options.cors);
   const version = options.version ?? BRIDGE_VERSION;
   const openApi = JSON.stringify(openApiDocument());
   /** The last resort: a protocol error for whatever escaped a route (see `answerError`). */
@@ -187,7 +194,7 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
   app.notFound((c) => routeNotFound(app, c));
   app.onError(answer);
 
-  const fetch = async (request: Request, requestContext?: BridgeRequestContext) => {
+  const served = async (request: Request, requestContext?: BridgeRequestContext) => {
     try {
       return await app.fetch(request, {
         waitUntil: requestContext?.waitUntil ?? options.waitUntil,
@@ -198,6 +205,7 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
       return answer(error);
     }
   };
+  const fetch = corsOrigins === undefined ? served : withCors(served, corsOrigins);
   const handler = ((request: Request, requestContext?: BridgeRequestContext) =>
     fetch(request, requestContext)) as BridgeHandler;
   Object.defineProperties(handler, {

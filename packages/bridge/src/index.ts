@@ -16,6 +16,7 @@ export {
   MIN_TOKEN_LENGTH,
 } from "./bridge.js";
 export { CANCELLED_EXIT_CODE } from "./call.js";
+export type { CorsOptions } from "./cors.js";
 export {
   type AdmissionOptions,
   type AdmissionSettings,

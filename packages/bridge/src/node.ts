@@ -7,6 +7,7 @@ import { BRIDGE_TEXTS, requireIntegerAtLeast } from "@remote-task/internal";
 import type { Limits } from "@remote-task/protocol";
 import type { SandboxBackend } from "./backend.js";
 import { createBridge } from "./bridge.js";
+import type { CorsOptions } from "./cors.js";
 import {
   createDockerBackend,
   type DockerBackend,
@@ -48,6 +49,8 @@ export interface LocalBridgeOptions<B extends SandboxBackend = SandboxBackend> {
    * `none` for both); only with a backend that controls network access (local: bwrap).
    */
   network?: NetworkOptions | undefined;
+  /** Web origins whose browser pages may call the bridge (CORS; default: none). */
+  cors?: CorsOptions | undefined;
   heartbeatIntervalMs?: number | undefined;
   /** Most bytes of events queued for a streamed call's reader (default 256 KiB). */
   streamBufferBytes?: number | undefined;
@@ -271,6 +274,7 @@ export async function startLocalBridge<
       limits: options.limits,
       admission: options.admission,
       network: options.network,
+      cors: options.cors,
       heartbeatIntervalMs: options.heartbeatIntervalMs,
       streamBufferBytes: options.streamBufferBytes,
       logger: options.logger ?? stderrLogger,

@@ -1,11 +1,12 @@
 import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
-import packageJson from "../package.json" with { type: "json" };
+import { version } from "../package.json";
 import { healthCommand } from "./commands/health.js";
 import { runCommand } from "./commands/run.js";
 import { runManyCommand } from "./commands/run-many.js";
 import { serveCommand } from "./commands/serve.js";
 import { dockerOptions } from "./docker.js";
 import { EXIT } from "./exit-codes.js";
+import { loadMcpCommand } from "./mcp-loader.js";
 import { hostList, networkPolicy } from "./network.js";
 import { describeError } from "./report.js";
 import { LIMIT_OPTIONS, limitOptions } from "./sandbox-limits.js";
@@ -115,7 +116,7 @@ function refuseEmbeddedOnlyFlags(command: Command): void {
 function createProgram(onExit: (code: number) => void): Command {
   const program = new Command("remote-task")
     .description("Run shell commands in fresh, throwaway sandboxes through a remote-task bridge.")
-    .version(packageJson.version, "-v, --version")
+    .version(version, "-v, --version")
     .exitOverride()
     .enablePositionalOptions()
     .showHelpAfterError("(add --help for usage and examples)");
@@ -261,6 +262,11 @@ Examples:
       "private or loopback hosts calls with network may reach (e.g. 10.0.0.7:3141); never this bridge",
       hostList,
     )
+    .option(
+      "--cors-origin <origin>",
+      "let browser pages of this web origin call the bridge (CORS; repeat for more, e.g. https://app.example.com); other origins are refused",
+      (origin: string, previous: string[] = []) => [...previous, origin],
+    )
     .addHelpText(
       "after",
       `
@@ -315,8 +321,8 @@ Examples:
     .allowExcessArguments()
     .argument("[flags...]", "the flags of remote-task-mcp (see remote-task mcp --help)")
     .action(async (args: string[]) => {
-      const { runMcpCommand } = await import("@remote-task/tool/mcp");
       try {
+        const { runMcpCommand } = await loadMcpCommand();
         onExit(await runMcpCommand(args, "remote-task mcp"));
       } catch (error) {
         process.stderr.write(`remote-task: ${describeError(error)}\n`);

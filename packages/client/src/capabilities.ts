@@ -6,7 +6,8 @@
 import type { ExecRequest, HealthResponse } from "@remote-task/protocol";
 import type { Bridge } from "./bridges.js";
 import { DEFAULT_CONCURRENCY } from "./config.js";
-import { ForbiddenError, InvalidRequestError } from "./errors.js";
+import { ConnectionError, ForbiddenError, InvalidRequestError } from "./errors.js";
+import { crossOriginPage } from "./page-origin.js";
 
 /** The bridges' answers about the fields a call may carry, each asked once. */
 export class BridgeCapabilities {
@@ -22,9 +23,12 @@ export class BridgeCapabilities {
    * A bridge that does not know `network` or `stdin` may ignore them (the reference bridge does)
    * and run the command without the policy, or with empty input. Before the first call with
    * either, the bridge's `/health` is asked once whether it takes them; if not, nothing is sent.
+   * From a browser page on another origin, `/health` is asked before the first call of any kind
+   * (see page-origin.ts): when the browser cannot fetch it, the command is not sent.
    */
   async assertTakes(request: ExecRequest, bridge: Bridge): Promise<void> {
-    if (request.network === undefined && request.stdin === undefined) return;
+    const page = crossOriginPage(bridge.target.baseUrl);
+    if (request.network === undefined && request.stdin === undefined && page === undefined) return;
     let support = this.#support.get(bridge);
     if (support === undefined) {
       support = this.#health(bridge).catch((error: unknown) => {
@@ -33,7 +37,19 @@ export class BridgeCapabilities {
       });
       this.#support.set(bridge, support);
     }
-    const health = await support;
+    let health: HealthResponse;
+    try {
+      health = await support;
+    } catch (error) {
+      // See page-origin.ts: a browser's failed fetch of /health before the command is sent.
+      if (page !== undefined && ConnectionError.isInstance(error)) {
+        throw new ConnectionError(
+          `The browser could not fetch the bridge's /health from this page (origin ${page}): the bridge does not allow this origin (CORS; its deployer lists the origins whose pages may call it, e.g. \`remote-task serve --cors-origin ${page}\`), or it cannot be reached. The command was not sent.`,
+          { cause: error, retryable: false, mayHaveRun: false },
+        );
+      }
+      throw error;
+    }
     const protocol = health.protocol ?? 1;
     if (request.network !== undefined && health.network === undefined) {
       throw new ForbiddenError(

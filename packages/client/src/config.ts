@@ -306,7 +306,8 @@ export function resolveConfig(options: ClientOptions): ResolvedConfig {
       DEFAULT_IDLE_TIMEOUT_SECONDS,
     ),
     retry: resolveRetry(options.retry),
-    dispatcher: options.dispatcher,
+    // The public type describes a dispatcher by its shape only; undici's own type is the real one.
+    dispatcher: options.dispatcher as Dispatcher | undefined,
     fetch: options.fetch,
     maxResponseBytes: positiveInteger(
       "maxResponseBytes",

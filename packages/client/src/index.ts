@@ -35,4 +35,5 @@ export type {
   SettledTask,
   Task,
   TaskResult,
+  UndiciDispatcher,
 } from "./types.js";

@@ -1,7 +1,15 @@
 import type { HealthResponse, NetworkPolicy, Outcome, StreamEvent } from "@remote-task/protocol";
-import type { Dispatcher } from "undici";
 import type { RemoteTaskError } from "./errors.js";
 import type { StdinInput } from "./stdin.js";
+
+/**
+ * An undici `Dispatcher` (`Agent`, `Pool`, `ProxyAgent`, ...), described by the one method the
+ * client relies on, so these declarations need neither undici's types nor Node.js's (which
+ * undici's pull in): a browser or Worker project typechecks them with its own lib.
+ */
+export interface UndiciDispatcher {
+  dispatch(options: never, handler: never): boolean;
+}
 
 export interface RetryOptions {
   /** Most attempts in all, the first included (default 4). */
@@ -75,8 +83,11 @@ export interface ClientOptions extends Partial<BridgeOptions> {
   maxConnections?: number | undefined;
   /** Retry policy for what provably did not run; `false` disables retries. */
   retry?: RetryOptions | false | undefined;
-  /** undici dispatcher to send through (default: a keep-alive Agent owned by the client). */
-  dispatcher?: Dispatcher | undefined;
+  /**
+   * undici dispatcher to send through, such as an undici `Agent` or `ProxyAgent` (default: a
+   * keep-alive Agent owned by the client).
+   */
+  dispatcher?: UndiciDispatcher | undefined;
   /** A Fetch API implementation to use instead of undici (runtimes without undici, msw tests). */
   fetch?: typeof globalThis.fetch | undefined;
   /**

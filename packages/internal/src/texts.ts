@@ -29,6 +29,8 @@ export const BRIDGE_TEXTS = {
     `This client already has ${waiting} calls waiting for a slot, the most one client may, so the command did not run. Retry in ${retrySeconds} s (Retry-After), or send fewer calls at once.`,
   sandboxFailed:
     "The sandbox failed while running the command; the bridge log has details. Try again.",
+  originRefused: (origin: string) =>
+    `Requests from the web origin ${origin} are not allowed by this bridge's CORS settings, so the command did not run. The deployer lists the origins whose pages may call the bridge.`,
   notFound: (path: string, routes: string) => `No route ${path}; routes are ${routes}.`,
   methodNotAllowed: (path: string, allowed: string, method: string) =>
     `${path} accepts ${allowed}, not ${method}.`,

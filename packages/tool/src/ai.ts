@@ -1,5 +1,5 @@
 /**
- * `remote_task` for the Vercel AI SDK (`ai` ^7).
+ * `remote_task` for the Vercel AI SDK (`ai` 5, 6 and 7).
  *
  * Errors follow the AI SDK's split between a tool that worked and a tool that failed:
  * - the command ran (any exit code, or a timeout): `execute` returns the result and
@@ -25,6 +25,17 @@ import {
 export type RemoteTaskAiTool = Tool<RemoteTaskArgs, RemoteTaskToolResult>;
 
 /**
+ * The tool's result from what `toModelOutput` is called with: AI SDK 6 and 7 pass
+ * `{ toolCallId, input, output }`, AI SDK 5 (and Mastra, which calls tools that way) the output
+ * itself. The result always has `text` and `isError`, and never an `output` field.
+ */
+function toolResultOf(
+  options: { output: RemoteTaskToolResult } | RemoteTaskToolResult,
+): RemoteTaskToolResult {
+  return "output" in options ? options.output : options;
+}
+
+/**
  * An AI SDK tool running `remote_task`; put it in
  * `tools: { remote_task: createRemoteTaskAiTool() }`.
  */
@@ -38,10 +49,10 @@ export function createRemoteTaskAiTool(source: RemoteTaskToolSource = {}): Remot
       if (result.result === undefined) throw new RemoteTaskToolError(result);
       return result;
     },
-    toModelOutput: ({ output }) => ({
-      type: output.isError ? "error-text" : "text",
-      value: output.text,
-    }),
+    toModelOutput: (options) => {
+      const output = toolResultOf(options);
+      return { type: output.isError ? "error-text" : "text", value: output.text };
+    },
   });
 }
 

@@ -1,5 +1,5 @@
 /**
- * `remote_task` as a Model Context Protocol server (official `@modelcontextprotocol/sdk` ^1.32).
+ * `remote_task` as a Model Context Protocol server (official `@modelcontextprotocol/sdk` ^1.23).
  * MCP cancellation (`notifications/cancelled`) aborts the call, which stops the remote command;
  * every failure is a tool result with `isError: true`, never a protocol error.
  */
@@ -11,17 +11,13 @@ import { CallToolRequestSchema, ErrorCode, McpError } from "@modelcontextprotoco
 import { clientFromEnv, type RemoteTaskClient } from "@remote-task/client";
 import type { NetworkPolicy } from "@remote-task/protocol";
 import { version } from "../package.json";
-import type { RemoteTaskToolResult } from "./result.js";
+import { toCallToolResult } from "./result.js";
 import {
   createRemoteTaskTool,
   type EnvLike,
   type RemoteTaskTool,
   type RemoteTaskToolOptions,
 } from "./tool.js";
-
-function toCallResult(result: RemoteTaskToolResult) {
-  return { content: [{ type: "text" as const, text: result.text }], isError: result.isError };
-}
 
 /** Name the server reports in its MCP `serverInfo`. */
 export const MCP_SERVER_NAME = "remote-task";
@@ -76,7 +72,7 @@ export function createRemoteTaskMcpServer(options: RemoteTaskMcpServerOptions = 
         openWorldHint: true,
       },
     },
-    async (args, extra) => toCallResult(await core.execute(args, { signal: extra.signal })),
+    async (args, extra) => toCallToolResult(await core.execute(args, { signal: extra.signal })),
   );
   // The SDK checks arguments against the schema before the handler runs, with its own words
   // ("Input validation error: …"); the tool's check says the same as every other adapter
@@ -85,7 +81,7 @@ export function createRemoteTaskMcpServer(options: RemoteTaskMcpServerOptions = 
     if (request.params.name !== core.name) {
       throw new McpError(ErrorCode.InvalidParams, `Tool ${request.params.name} not found`);
     }
-    return toCallResult(await core.execute(request.params.arguments, { signal: extra.signal }));
+    return toCallToolResult(await core.execute(request.params.arguments, { signal: extra.signal }));
   });
   if (owned) {
     const client = owned;

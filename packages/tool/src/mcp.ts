@@ -1,5 +1,5 @@
 /**
- * `remote_task` as a Model Context Protocol server (official `@modelcontextprotocol/sdk` ^1.32):
+ * `remote_task` as a Model Context Protocol server (official `@modelcontextprotocol/sdk` ^1.23):
  * the server itself, and the command both `remote-task-mcp` and `remote-task mcp` run.
  */
 

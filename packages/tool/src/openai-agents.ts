@@ -1,5 +1,5 @@
 /**
- * `remote_task` for the OpenAI Agents SDK (`@openai/agents` >= 0.20): a function tool in strict
+ * `remote_task` for the OpenAI Agents SDK (`@openai/agents` >= 0.19): a function tool in strict
  * mode, whose `timeout: null` (what the model sends for "the default") means the tool's default.
  * The model reads the result text whatever happened (a non-zero exit, a timeout, a bridge
  * failure), as with the function-calling adapter; the run's abort signal stops the remote command.

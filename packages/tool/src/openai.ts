@@ -1,19 +1,11 @@
 /**
  * `remote_task` for OpenAI function calling: the tool definitions for the Chat Completions and
  * Responses APIs, and `handleToolCall()` turning a model's call into the message or input item to
- * send back. Only types come from the `openai` package; nothing here imports it at runtime.
- * Failures (invalid JSON arguments included) become output text, never a throw.
+ * send back. Nothing here imports the `openai` package, types included: the shapes below are the
+ * parts of its types this adapter reads or writes (the same in `openai` 5, 6 and 7), so a project
+ * without `openai` typechecks this entry too. Failures (invalid JSON arguments included) become
+ * output text, never a throw.
  */
-import type {
-  ChatCompletionFunctionTool,
-  ChatCompletionMessageToolCall,
-  ChatCompletionToolMessageParam,
-} from "openai/resources/chat/completions";
-import type {
-  FunctionTool,
-  ResponseFunctionToolCall,
-  ResponseInputItem,
-} from "openai/resources/responses/responses";
 import { errorResult, type RemoteTaskToolResult } from "./result.js";
 import { strictSchema, withoutNullTimeout } from "./strict-schema.js";
 import {
@@ -22,6 +14,53 @@ import {
   type RemoteTaskToolSource,
   toRemoteTaskTool,
 } from "./tool.js";
+
+/** A Chat Completions function tool definition (`ChatCompletionFunctionTool` in `openai`). */
+interface ChatCompletionFunctionTool {
+  type: "function";
+  function: {
+    name: string;
+    description: string;
+    parameters: Record<string, unknown>;
+    strict: boolean;
+  };
+}
+
+/** A Chat Completions tool call (`ChatCompletionMessageToolCall`: a function or custom call). */
+type ChatCompletionMessageToolCall =
+  | { id: string; type: "function"; function: { name: string; arguments: string } }
+  | { id: string; type: "custom"; custom: { name: string; input: string } };
+
+/** The `tool` message answering a Chat Completions tool call. */
+interface ChatCompletionToolMessageParam {
+  role: "tool";
+  tool_call_id: string;
+  content: string;
+}
+
+/** A Responses API function tool definition (`FunctionTool`). */
+interface FunctionTool {
+  type: "function";
+  name: string;
+  description: string;
+  parameters: Record<string, unknown>;
+  strict: boolean;
+}
+
+/** A Responses API `function_call` output item (`ResponseFunctionToolCall`). */
+interface ResponseFunctionToolCall {
+  type: "function_call";
+  call_id: string;
+  name: string;
+  arguments: string;
+}
+
+/** The input item answering a `function_call` (`FunctionCallOutput`). */
+interface FunctionCallOutput {
+  type: "function_call_output";
+  call_id: string;
+  output: string;
+}
 
 export type OpenAIToolOptions = {
   /**
@@ -49,7 +88,7 @@ export interface RemoteTaskOpenAITool {
   handleToolCall(
     call: ResponseFunctionToolCall,
     options?: ExecuteOptions,
-  ): Promise<ResponseInputItem.FunctionCallOutput>;
+  ): Promise<FunctionCallOutput>;
 }
 
 function parseArguments(text: string): { ok: true; value: unknown } | { ok: false } {
@@ -98,11 +137,11 @@ export function createRemoteTaskOpenAITool(
   async function handleToolCall(
     call: ResponseFunctionToolCall,
     execOptions?: ExecuteOptions,
-  ): Promise<ResponseInputItem.FunctionCallOutput>;
+  ): Promise<FunctionCallOutput>;
   async function handleToolCall(
     call: ChatCompletionMessageToolCall | ResponseFunctionToolCall,
     execOptions?: ExecuteOptions,
-  ): Promise<ChatCompletionToolMessageParam | ResponseInputItem.FunctionCallOutput> {
+  ): Promise<ChatCompletionToolMessageParam | FunctionCallOutput> {
     if (call.type === "function_call") {
       const result = await run(call.name, call.arguments, execOptions);
       return { type: "function_call_output", call_id: call.call_id, output: result.text };

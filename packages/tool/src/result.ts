@@ -81,3 +81,11 @@ export function clientTimeoutResult(timeoutSeconds: number): RemoteTaskToolResul
 export function errorResult(message: string): RemoteTaskToolResult {
   return { text: message, isError: true, status: "error" };
 }
+
+/**
+ * A result as an MCP `CallToolResult`: the text as one text block, `isError` for every status but
+ * `success` (the MCP server and the Claude Agent SDK's in-process tools).
+ */
+export function toCallToolResult(result: RemoteTaskToolResult) {
+  return { content: [{ type: "text" as const, text: result.text }], isError: result.isError };
+}

@@ -155,3 +155,26 @@ describe("AI SDK adapter (generateText with a mock model, real bridge)", () => {
     expect(Object.keys(remoteTaskToolSet(bridge.env))).toEqual(["remote_task"]);
   });
 });
+
+describe("AI SDK adapter: toModelOutput", () => {
+  const tool = createRemoteTaskAiTool({ env: {} });
+  const failed = { text: "exit code 1", isError: true, status: "failed" } as const;
+
+  it("takes AI SDK 7's options object ({ toolCallId, input, output })", async () => {
+    const shown = await tool.toModelOutput?.({
+      toolCallId: "call-1",
+      input: { command: "false", timeout: 120 },
+      output: failed,
+    });
+    expect(shown).toEqual({ type: "error-text", value: "exit code 1" });
+  });
+
+  it("takes the output itself, as AI SDK 5 and Mastra call it", async () => {
+    const call = tool.toModelOutput as unknown as (output: unknown) => unknown;
+    expect(await call(failed)).toEqual({ type: "error-text", value: "exit code 1" });
+    expect(await call({ text: "hi", isError: false, status: "success" })).toEqual({
+      type: "text",
+      value: "hi",
+    });
+  });
+});

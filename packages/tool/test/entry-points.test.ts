@@ -3,7 +3,13 @@ import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { bareImports, distFile, packageOf } from "./helpers/dist.js";
 
-const OPTIONAL_PEERS = ["ai", "@modelcontextprotocol/sdk", "@mariozechner/pi-agent-core", "openai"];
+const OPTIONAL_PEERS = [
+  "ai",
+  "@modelcontextprotocol/sdk",
+  "@mariozechner/pi-agent-core",
+  "openai",
+  "@langchain/core",
+];
 
 function packagesOf(entry: string): string[] {
   return [...new Set([...bareImports(entry)].map(packageOf))].sort();

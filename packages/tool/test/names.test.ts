@@ -1,6 +1,9 @@
 import { describe, expect, it } from "vitest";
 import * as ai from "../src/ai.js";
+import * as claude from "../src/claude.js";
 import * as core from "../src/index.js";
+import * as langchain from "../src/langchain.js";
+import * as mastra from "../src/mastra.js";
 import * as mcp from "../src/mcp.js";
 import * as openai from "../src/openai.js";
 import * as openaiAgents from "../src/openai-agents.js";
@@ -18,6 +21,12 @@ describe("adapter factory names", () => {
     expect(factories(openai)).toEqual(["createRemoteTaskOpenAITool"]);
     expect(factories(openaiAgents)).toEqual(["createRemoteTaskAgentsTool"]);
     expect(factories(pi)).toEqual(["createRemoteTaskAgentTool"]);
+    expect(factories(claude)).toEqual(["createRemoteTaskClaudeTool"]);
+    expect(factories(mastra)).toEqual(["createRemoteTaskSandbox"]);
+    expect(factories(langchain)).toEqual([
+      "createRemoteTaskBackend",
+      "createRemoteTaskLangChainTool",
+    ]);
   });
 
   it("have no deprecated aliases (nothing was published under the earlier names)", () => {

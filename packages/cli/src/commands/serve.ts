@@ -21,6 +21,7 @@ export interface ServeFlags extends DockerFlags, LimitFlags {
   networkDefault?: NetworkPolicy;
   networkCeiling?: NetworkPolicy;
   allowPrivate?: string[];
+  corsOrigin?: string[];
 }
 
 const MiB = 1024 * 1024;
@@ -76,6 +77,7 @@ export async function serveCommand(flags: ServeFlags): Promise<number> {
       logger: serveLogger,
       ...(token.value === undefined ? {} : { token: token.value }),
       ...(network === undefined ? {} : { network }),
+      ...(flags.corsOrigin === undefined ? {} : { cors: { origins: flags.corsOrigin } }),
     });
   } catch (error) {
     // A limit or network setting the backend cannot take (e.g. network with isolation none).
