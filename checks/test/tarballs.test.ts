@@ -339,7 +339,7 @@ describe("each tarball", () => {
 
   it("ships no file that can never load", () => {
     expect(packed.bridge.files.filter((f) => f.startsWith("dist/testing.c"))).toEqual([]);
-    expect(packed.tool.files.filter((f) => f.startsWith("dist/mcp-bin.c"))).toEqual([]);
+    expect(packed.cli.files.filter((f) => f.endsWith(".cjs"))).toEqual([]);
   });
 
   it("leaves the repository's packages as they were", () => {
@@ -575,11 +575,15 @@ describe("installed from the tarballs", () => {
     const bin = join(cli, "node_modules/remote-task/bin/remote-task.js");
     const run = node([bin, "run", "--local", "--", "echo", "without the MCP SDK"], cli);
     expect(run.stdout).toBe("without the MCP SDK\n");
+    const needs =
+      "the MCP server needs @modelcontextprotocol/sdk, which is not installed (no other command needs it). Install it where remote-task is installed: npm install -g @modelcontextprotocol/sdk";
     const mcp = node([bin, "mcp", "--local"], cli);
-    expect(mcp.stderr).toContain(
-      "remote-task mcp needs @modelcontextprotocol/sdk, which is not installed (no other command needs it). Install it where remote-task is installed: npm install -g @modelcontextprotocol/sdk",
-    );
+    expect(mcp.stderr).toContain(`remote-task: ${needs}`);
     expect(mcp.status).not.toBe(0);
+    const mcpBin = join(cli, "node_modules/remote-task/bin/remote-task-mcp.js");
+    const alone = node([mcpBin], cli);
+    expect(alone.stderr).toContain(`remote-task-mcp: ${needs}`);
+    expect(alone.status).not.toBe(0);
   });
 
   it("the Claude Agent SDK's createSdkMcpServer serves the claude adapter's tool, which runs", () => {
@@ -841,15 +845,6 @@ describe("installed from the tarballs", () => {
     expect(cjs.stdout).toBe("function\n");
   });
 
-  it("remote-task-mcp without the MCP SDK says which package to install", () => {
-    const bin = join(bare, "node_modules/@remote-task/tool/bin/remote-task-mcp.js");
-    const run = node([bin], bare);
-    expect(run.stderr).toBe(
-      "remote-task-mcp: the MCP server needs @modelcontextprotocol/sdk, which is not installed. Install it next to @remote-task/tool: npm install @modelcontextprotocol/sdk\n",
-    );
-    expect(run.status).toBe(1);
-  });
-
   // Runs where the machine's own Node.js is older than 22.19 (as on the machine this was built on).
   it.runIf(olderNode !== undefined)(
     "on an older Node.js, bins and client say which version they need",
@@ -866,13 +861,9 @@ describe("installed from the tarballs", () => {
         /^remote-task needs Node\.js >= 22\.19\.0; this is Node\.js \d+\.\d+\.\d+\.\n$/,
       );
       expect(cli.status).toBe(125);
-      const mcp = spawnSync(
-        old,
-        [join(bare, "node_modules/@remote-task/tool/bin/remote-task-mcp.js")],
-        {
-          encoding: "utf8",
-        },
-      );
+      const mcp = spawnSync(old, [join(full, "node_modules/remote-task/bin/remote-task-mcp.js")], {
+        encoding: "utf8",
+      });
       expect(mcp.stderr).toMatch(/^remote-task-mcp needs Node\.js >= 22\.19\.0/);
       expect(mcp.status).toBe(1);
       const script =

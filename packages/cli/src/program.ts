@@ -6,7 +6,7 @@ import { runManyCommand } from "./commands/run-many.js";
 import { serveCommand } from "./commands/serve.js";
 import { dockerOptions } from "./docker.js";
 import { EXIT } from "./exit-codes.js";
-import { loadMcpCommand } from "./mcp-loader.js";
+import { runMcpCommand } from "./mcp-command.js";
 import { hostList, networkPolicy } from "./network.js";
 import { describeError } from "./report.js";
 import { LIMIT_OPTIONS, limitOptions } from "./sandbox-limits.js";
@@ -322,7 +322,6 @@ Examples:
     .argument("[flags...]", "the flags of remote-task-mcp (see remote-task mcp --help)")
     .action(async (args: string[]) => {
       try {
-        const { runMcpCommand } = await loadMcpCommand();
         onExit(await runMcpCommand(args, "remote-task mcp"));
       } catch (error) {
         process.stderr.write(`remote-task: ${describeError(error)}\n`);
