@@ -460,10 +460,10 @@ describe("installed from the tarballs", () => {
   it("a CommonJS app requires the ai and pi adapters and gets working tools", () => {
     const script = `
       const { createRemoteTaskAiTool } = require("@remote-task/tool/ai");
-      const { createRemoteTaskAgentTool } = require("@remote-task/tool/pi");
+      const { createRemoteTaskPiTool } = require("@remote-task/tool/pi");
       const { jsonSchema } = require("ai");
       const aiTool = createRemoteTaskAiTool({ env: {} });
-      const piTool = createRemoteTaskAgentTool({ env: {} });
+      const piTool = createRemoteTaskPiTool({ env: {} });
       console.log(JSON.stringify([
         typeof jsonSchema,
         typeof aiTool.execute,
@@ -592,10 +592,10 @@ describe("installed from the tarballs", () => {
       import { Client } from "@modelcontextprotocol/sdk/client/index.js";
       import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
       import { silentLogger } from "@remote-task/bridge";
-      import { startLocalBridge } from "@remote-task/bridge/node";
+      import { startEmbeddedBridge } from "@remote-task/bridge/node";
       import { createClient } from "@remote-task/client";
       import { createRemoteTaskClaudeTool } from "@remote-task/tool/claude";
-      const bridge = await startLocalBridge({ logger: silentLogger });
+      const bridge = await startEmbeddedBridge({ logger: silentLogger });
       const client = createClient({ url: bridge.url, token: bridge.token });
       const server = createSdkMcpServer({
         name: "remote-task",
@@ -630,11 +630,11 @@ describe("installed from the tarballs", () => {
       import { Workspace } from "@mastra/core/workspace";
       import { MockLanguageModelV2 } from "ai/test";
       import { silentLogger } from "@remote-task/bridge";
-      import { startLocalBridge } from "@remote-task/bridge/node";
+      import { startEmbeddedBridge } from "@remote-task/bridge/node";
       import { createClient } from "@remote-task/client";
       import { createRemoteTaskAiTool } from "@remote-task/tool/ai";
       import { createRemoteTaskSandbox } from "@remote-task/tool/mastra";
-      const bridge = await startLocalBridge({ logger: silentLogger });
+      const bridge = await startEmbeddedBridge({ logger: silentLogger });
       const client = createClient({ url: bridge.url, token: bridge.token });
       const usage = { inputTokens: 1, outputTokens: 1, totalTokens: 2 };
       // A model that calls toolName with command once, then answers; and what it was sent back.
@@ -690,10 +690,10 @@ describe("installed from the tarballs", () => {
       import { createDeepAgent, isSandboxBackend } from "deepagents";
       import { createAgent } from "langchain";
       import { silentLogger } from "@remote-task/bridge";
-      import { startLocalBridge } from "@remote-task/bridge/node";
+      import { startEmbeddedBridge } from "@remote-task/bridge/node";
       import { createClient } from "@remote-task/client";
       import { createRemoteTaskBackend, createRemoteTaskLangChainTool } from "@remote-task/tool/langchain";
-      const bridge = await startLocalBridge({ logger: silentLogger });
+      const bridge = await startEmbeddedBridge({ logger: silentLogger });
       const client = createClient({ url: bridge.url, token: bridge.token });
       const toolMessage = (result) => {
         const message = result.messages.find((m) => m.type === "tool");
@@ -751,10 +751,10 @@ describe("installed from the tarballs", () => {
       import { generateText, stepCountIs } from "ai";
       import { ${mock} } from "ai/test";
       import { silentLogger } from "@remote-task/bridge";
-      import { startLocalBridge } from "@remote-task/bridge/node";
+      import { startEmbeddedBridge } from "@remote-task/bridge/node";
       import { createClient } from "@remote-task/client";
       import { createRemoteTaskAiTool } from "@remote-task/tool/ai";
-      const bridge = await startLocalBridge({ logger: silentLogger });
+      const bridge = await startEmbeddedBridge({ logger: silentLogger });
       const client = createClient({ url: bridge.url, token: bridge.token });
       const usage = ${usage};
       const call = { type: "tool-call", toolCallId: "call-1", toolName: "remote_task",
@@ -787,11 +787,11 @@ describe("installed from the tarballs", () => {
       import { Client } from "@modelcontextprotocol/sdk/client/index.js";
       import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
       import { silentLogger } from "@remote-task/bridge";
-      import { startLocalBridge } from "@remote-task/bridge/node";
+      import { startEmbeddedBridge } from "@remote-task/bridge/node";
       import { createClient } from "@remote-task/client";
       import { createRemoteTaskMcpServer } from "@remote-task/tool/mcp";
-      import { createRemoteTaskAgentsTool } from "@remote-task/tool/openai-agents";
-      const bridge = await startLocalBridge({ logger: silentLogger });
+      import { createRemoteTaskOpenAIAgentsTool } from "@remote-task/tool/openai-agents";
+      const bridge = await startEmbeddedBridge({ logger: silentLogger });
       const client = createClient({ url: bridge.url, token: bridge.token });
       const server = createRemoteTaskMcpServer({ client });
       const [serverSide, clientSide] = InMemoryTransport.createLinkedPair();
@@ -800,7 +800,7 @@ describe("installed from the tarballs", () => {
       await mcp.connect(clientSide);
       const { tools } = await mcp.listTools();
       const called = await mcp.callTool({ name: "remote_task", arguments: { command: "echo from mcp" } });
-      const invoked = await createRemoteTaskAgentsTool({ client }).invoke(
+      const invoked = await createRemoteTaskOpenAIAgentsTool({ client }).invoke(
         new RunContext(),
         JSON.stringify({ command: "echo from agents", timeout: null }),
       );

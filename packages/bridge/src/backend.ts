@@ -92,7 +92,7 @@ export interface SandboxBackend {
   /**
    * Optional, for a backend whose calls may reach the network: never let a sandbox connect to
    * `endpoint` (where the bridge itself listens: its port on any address of this machine). The
-   * Node host (`startLocalBridge`) calls it with its own address.
+   * Node host (`startEmbeddedBridge`) calls it with its own address.
    */
   excludeFromEgress?(endpoint: { host: string; port: number }): void;
 }

@@ -19,7 +19,7 @@ import { type BridgeLogger, stderrLogger } from "./logger.js";
 import type { NetworkOptions } from "./network.js";
 import { errorBody, errorResponse } from "./responses.js";
 
-export interface LocalBridgeOptions<B extends SandboxBackend = SandboxBackend> {
+export interface EmbeddedBridgeOptions<B extends SandboxBackend = SandboxBackend> {
   /** Port to listen on (default: a random free port). */
   port?: number | undefined;
   /** Interface to listen on (default `127.0.0.1`). */
@@ -87,7 +87,7 @@ export interface ConnectionLimits {
 
 export type ConnectionLimitOptions = { [K in keyof ConnectionLimits]?: number | undefined };
 
-export interface LocalBridge<B extends SandboxBackend = SandboxBackend> {
+export interface EmbeddedBridge<B extends SandboxBackend = SandboxBackend> {
   /** Base URL, e.g. `http://127.0.0.1:41234`. */
   url: string;
   /** The bearer token clients must send (empty when unauthenticated). */
@@ -252,9 +252,9 @@ async function readyDockerBackend(options: DockerBackendOptions): Promise<Docker
 }
 
 /** Serves a bridge over HTTP on loopback; the embedded default for development and tests. */
-export async function startLocalBridge<
+export async function startEmbeddedBridge<
   B extends SandboxBackend = ReturnType<typeof createLocalBackend>,
->(options: LocalBridgeOptions<B> = {}): Promise<LocalBridge<B>> {
+>(options: EmbeddedBridgeOptions<B> = {}): Promise<EmbeddedBridge<B>> {
   const connectionLimits = resolveConnectionLimits(options.connections);
   const host = options.host ?? "127.0.0.1";
   const unauthenticated = options.allowUnauthenticated === true;

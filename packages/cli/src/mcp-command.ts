@@ -85,10 +85,10 @@ function usageError(program: string, message: string): number {
   return 2;
 }
 
-/** The embedded bridge; `startLocalBridge` owns its backend and closes it with the bridge. */
-async function startEmbeddedBridge({ isolation, docker }: Embedded) {
-  const { startLocalBridge } = await import("@remote-task/bridge/node");
-  return startLocalBridge({
+/** The embedded bridge; `startEmbeddedBridge` owns its backend and closes it with the bridge. */
+async function startMcpBridge({ isolation, docker }: Embedded) {
+  const { startEmbeddedBridge } = await import("@remote-task/bridge/node");
+  return startEmbeddedBridge({
     ...(docker === undefined ? { local: { isolation } } : { docker }),
     // stdout is the MCP channel. The tool reports each call's failure to the model; only what
     // it cannot see (an unexpected backend failure, a failed cleanup) goes to stderr.
@@ -169,11 +169,11 @@ export async function runMcpCommand(args: readonly string[], program: string): P
     return 0;
   }
   const { runMcpStdio } = await loadMcpServer();
-  let bridge: Awaited<ReturnType<typeof startEmbeddedBridge>> | undefined;
+  let bridge: Awaited<ReturnType<typeof startMcpBridge>> | undefined;
   try {
     bridge =
       flags.local || flags.docker !== undefined
-        ? await startEmbeddedBridge({
+        ? await startMcpBridge({
             isolation: (flags.isolation ?? "auto") as Isolation,
             docker:
               flags.docker === undefined

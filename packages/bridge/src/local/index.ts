@@ -59,7 +59,7 @@ export interface LocalBackend extends SandboxBackend {
   stats(): LocalBackendStats;
   /**
    * Never let a sandbox connect to `endpoint` (where the bridge itself listens: its port on any
-   * address of this machine). `startLocalBridge` calls it with its own address.
+   * address of this machine). `startEmbeddedBridge` calls it with its own address.
    */
   excludeFromEgress(endpoint: Endpoint): void;
   /** Stops every sandbox and removes everything the backend made. Idempotent. */

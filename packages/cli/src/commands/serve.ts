@@ -1,6 +1,6 @@
 import type { DockerBackend } from "@remote-task/bridge/docker";
 import type { LocalBackend } from "@remote-task/bridge/local";
-import type { LocalBridge } from "@remote-task/bridge/node";
+import type { EmbeddedBridge } from "@remote-task/bridge/node";
 import type { NetworkPolicy, SandboxReport } from "@remote-task/protocol";
 import type { Command } from "commander";
 import { type DockerFlags, dockerBackendOptions, dockerOptions } from "../docker.js";
@@ -59,15 +59,15 @@ async function serveCommand(flags: ServeFlags): Promise<number> {
   const base = dockerBackendOptions(flags, sandboxLimits(flags));
   const docker = base === undefined ? undefined : { ...base, ...egress, logger: serveLogger };
   if (docker === undefined && flags.isolation === "none") warnIsolationNone();
-  const { startLocalBridge } = await import("@remote-task/bridge/node");
+  const { startEmbeddedBridge } = await import("@remote-task/bridge/node");
   const network =
     flags.networkDefault === undefined && flags.networkCeiling === undefined
       ? undefined
       : { default: flags.networkDefault, ceiling: flags.networkCeiling };
-  let bridge: LocalBridge<LocalBackend | DockerBackend>;
+  let bridge: EmbeddedBridge<LocalBackend | DockerBackend>;
   try {
     // The bridge creates its backend and closes it again when it closes.
-    bridge = await startLocalBridge<LocalBackend | DockerBackend>({
+    bridge = await startEmbeddedBridge<LocalBackend | DockerBackend>({
       docker,
       local: {
         isolation: flags.isolation,
