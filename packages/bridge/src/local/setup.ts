@@ -111,18 +111,9 @@ export const EXIT_WAIT_MS = 2_000;
 /** Most helper processes starting sandboxes side by side (see spawner.ts). */
 const HELPERS = 4;
 
-/** What a backend set up once and every call uses. */
-export interface LocalHost {
-  readonly isolation: LocalIsolation;
-  readonly limits: SandboxLimits;
-  readonly allowPrivate: readonly ParsedHostPattern[];
-  readonly tmpRoot: string;
-  readonly onTmpfs: boolean;
-  readonly killGraceMs: number;
+/** How every command of a backend is started: sandbox.ts builds each call's spawn request from it. */
+export interface CommandLaunch {
   readonly bwrapPath: string;
-  /** The sandboxes' host uids (the bridge runs as root), else undefined. */
-  readonly uids: UidRange | undefined;
-  readonly stateDir: string;
   /** Entries of the host's `/etc` visible inside bubblewrap. */
   readonly etcEntries: readonly string[];
   /** The bubblewrap arguments every sandbox shares. */
@@ -138,24 +129,36 @@ export interface LocalHost {
    * undefined otherwise or without Perl.
    */
   readonly keyrings: { perl: string; program: string; privateIpc: boolean } | undefined;
-  /** Modes of `network` the backend enforces (none without bubblewrap). */
-  readonly networkModes: NetworkMode[] | undefined;
-  readonly cgroups: CgroupSet | undefined;
   /** The shell commands run with: bash where the host has it, else `/bin/sh` (shell.ts). */
   readonly shell: { path: string; args: string[] };
+  /** `ulimit`s for what no cgroup enforces (per process, or per uid for the process count). */
+  readonly ulimits: ReadonlyArray<readonly [string, number]>;
+}
+
+/** What a backend set up once and every call uses. */
+export interface LocalHost {
+  readonly isolation: LocalIsolation;
+  readonly limits: SandboxLimits;
+  readonly allowPrivate: readonly ParsedHostPattern[];
+  readonly onTmpfs: boolean;
+  readonly killGraceMs: number;
+  /** The sandboxes' host uids (the bridge runs as root), else undefined. */
+  readonly uids: UidRange | undefined;
+  readonly stateDir: string;
+  /** How each command is started (bubblewrap or the plain shell, and their settings). */
+  readonly launch: CommandLaunch;
+  /** Modes of `network` the backend enforces (none without bubblewrap). */
+  readonly networkModes: NetworkMode[] | undefined;
   /**
    * `/bin/sh`'s `ulimit` flag for the process count, where the uid's rlimit enforces it (for
    * `killUid`'s check).
    */
   readonly processFlag: string | undefined;
-  /** `ulimit`s for what no cgroup enforces (per process, or per uid for the process count). */
-  readonly ulimits: ReadonlyArray<readonly [string, number]>;
   readonly report: SandboxReport;
   readonly spawner: Spawner;
   readonly pool: SlotPool;
   /** Resolves once what dead predecessors left behind is swept. */
   readonly ready: Promise<void>;
-  readonly logger: BridgeLogger;
   /**
    * Hands a slot whose processes are all gone out again; under isolation none with a uid per
    * sandbox, first removes what its last call left in the host's shared directories.
@@ -316,7 +319,7 @@ function networkModesFor(
  * Isolation none with a uid per sandbox: how each command starts with fresh keyrings (and an IPC
  * namespace where this process may make one); what stays shared is said as a warning.
  */
-function freshKeyrings(logger: BridgeLogger): LocalHost["keyrings"] {
+function freshKeyrings(logger: BridgeLogger): CommandLaunch["keyrings"] {
   const perl = findPerl();
   const privateIpc = perl !== undefined && canUnshareIpc(perl);
   const program = freshKeyringsProgram(process.arch, privateIpc);
@@ -461,26 +464,25 @@ export function setUpLocalHost(options: LocalBackendOptions = {}): LocalHost {
     isolation,
     limits,
     allowPrivate,
-    tmpRoot,
     onTmpfs,
     killGraceMs,
-    bwrapPath: options.bwrapPath ?? "bwrap",
     uids,
     stateDir,
-    etcEntries,
-    bwrapBase,
-    keyrings,
-    seccompFilter: isolation === "bwrap" ? sandboxSeccompFilter()?.toString("base64") : undefined,
+    launch: {
+      bwrapPath: options.bwrapPath ?? "bwrap",
+      etcEntries,
+      bwrapBase,
+      seccompFilter: isolation === "bwrap" ? sandboxSeccompFilter()?.toString("base64") : undefined,
+      keyrings,
+      shell,
+      ulimits,
+    },
     networkModes,
-    cgroups,
-    shell,
     processFlag,
-    ulimits,
     report: sandboxReport(isolation, limits, uids, cgroups, shellProcessFlag),
     spawner,
     pool,
     ready,
-    logger,
     async releaseSlot(slot) {
       if (isolation === "none" && slot.uid !== undefined) await removeLeftovers(slot.uid);
       pool.release(slot);
