@@ -865,7 +865,7 @@ describe("installed from the tarballs", () => {
         encoding: "utf8",
       });
       expect(mcp.stderr).toMatch(/^remote-task-mcp needs Node\.js >= 22\.19\.0/);
-      expect(mcp.status).toBe(1);
+      expect(mcp.status).toBe(125);
       const script =
         'try { require("@remote-task/client").createClient({ url: "http://127.0.0.1:1" }) } catch (e) { console.log(e.name + ": " + e.message) }';
       const client = spawnSync(old, ["-e", script], { cwd: bare, encoding: "utf8" });
