@@ -112,7 +112,7 @@ export const EXIT_WAIT_MS = 2_000;
 const HELPERS = 4;
 
 /** How every command of a backend is started: sandbox.ts builds each call's spawn request from it. */
-export interface CommandLaunch {
+interface CommandLaunch {
   readonly bwrapPath: string;
   /** Entries of the host's `/etc` visible inside bubblewrap. */
   readonly etcEntries: readonly string[];
