@@ -1,7 +1,7 @@
 // The main job, end to end on the embedded local bridge: fan-out through the client with
 // progress, a large output tail-truncated with the notice, a timeout, and one call through the
 // `remote_task` tool. Exits non-zero if anything does not behave as described.
-import { startLocalBridge } from "@remote-task/bridge/node";
+import { startEmbeddedBridge } from "@remote-task/bridge/node";
 import { createClient, formatOutput } from "@remote-task/client";
 import { createRemoteTaskTool } from "@remote-task/tool";
 
@@ -14,7 +14,7 @@ const line = (text = "") => process.stdout.write(`${text}\n`);
 const seconds = (ms) => `${(ms / 1000).toFixed(2)}s`;
 
 // Per-call log lines would drown the report; problems still reach stderr.
-const bridge = await startLocalBridge({
+const bridge = await startEmbeddedBridge({
   logger: (entry) => entry.level === "error" && console.error(JSON.stringify(entry)),
 });
 const client = createClient({ url: bridge.url, token: bridge.token });

@@ -19,8 +19,8 @@ const RUNS = [
   },
   {
     dir: "packages/tool",
-    // These load the built bins and entry points.
-    slow: ["test/mcp-bin.test.ts", "test/mcp.test.ts", "test/entry-points.test.ts"],
+    // These load the built entry points.
+    slow: ["test/mcp.test.ts", "test/entry-points.test.ts"],
   },
   {
     dir: "packages/bridge",

@@ -339,7 +339,7 @@ describe("each tarball", () => {
 
   it("ships no file that can never load", () => {
     expect(packed.bridge.files.filter((f) => f.startsWith("dist/testing.c"))).toEqual([]);
-    expect(packed.tool.files.filter((f) => f.startsWith("dist/mcp-bin.c"))).toEqual([]);
+    expect(packed.cli.files.filter((f) => f.endsWith(".cjs"))).toEqual([]);
   });
 
   it("leaves the repository's packages as they were", () => {
@@ -460,10 +460,10 @@ describe("installed from the tarballs", () => {
   it("a CommonJS app requires the ai and pi adapters and gets working tools", () => {
     const script = `
       const { createRemoteTaskAiTool } = require("@remote-task/tool/ai");
-      const { createRemoteTaskAgentTool } = require("@remote-task/tool/pi");
+      const { createRemoteTaskPiTool } = require("@remote-task/tool/pi");
       const { jsonSchema } = require("ai");
       const aiTool = createRemoteTaskAiTool({ env: {} });
-      const piTool = createRemoteTaskAgentTool({ env: {} });
+      const piTool = createRemoteTaskPiTool({ env: {} });
       console.log(JSON.stringify([
         typeof jsonSchema,
         typeof aiTool.execute,
@@ -575,11 +575,15 @@ describe("installed from the tarballs", () => {
     const bin = join(cli, "node_modules/remote-task/bin/remote-task.js");
     const run = node([bin, "run", "--local", "--", "echo", "without the MCP SDK"], cli);
     expect(run.stdout).toBe("without the MCP SDK\n");
+    const needs =
+      "the MCP server needs @modelcontextprotocol/sdk, which is not installed (no other command needs it). Install it where remote-task is installed: npm install -g @modelcontextprotocol/sdk";
     const mcp = node([bin, "mcp", "--local"], cli);
-    expect(mcp.stderr).toContain(
-      "remote-task mcp needs @modelcontextprotocol/sdk, which is not installed (no other command needs it). Install it where remote-task is installed: npm install -g @modelcontextprotocol/sdk",
-    );
+    expect(mcp.stderr).toContain(`remote-task: ${needs}`);
     expect(mcp.status).not.toBe(0);
+    const mcpBin = join(cli, "node_modules/remote-task/bin/remote-task-mcp.js");
+    const alone = node([mcpBin], cli);
+    expect(alone.stderr).toContain(`remote-task-mcp: ${needs}`);
+    expect(alone.status).not.toBe(0);
   });
 
   it("the Claude Agent SDK's createSdkMcpServer serves the claude adapter's tool, which runs", () => {
@@ -588,10 +592,10 @@ describe("installed from the tarballs", () => {
       import { Client } from "@modelcontextprotocol/sdk/client/index.js";
       import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
       import { silentLogger } from "@remote-task/bridge";
-      import { startLocalBridge } from "@remote-task/bridge/node";
+      import { startEmbeddedBridge } from "@remote-task/bridge/node";
       import { createClient } from "@remote-task/client";
       import { createRemoteTaskClaudeTool } from "@remote-task/tool/claude";
-      const bridge = await startLocalBridge({ logger: silentLogger });
+      const bridge = await startEmbeddedBridge({ logger: silentLogger });
       const client = createClient({ url: bridge.url, token: bridge.token });
       const server = createSdkMcpServer({
         name: "remote-task",
@@ -626,11 +630,11 @@ describe("installed from the tarballs", () => {
       import { Workspace } from "@mastra/core/workspace";
       import { MockLanguageModelV2 } from "ai/test";
       import { silentLogger } from "@remote-task/bridge";
-      import { startLocalBridge } from "@remote-task/bridge/node";
+      import { startEmbeddedBridge } from "@remote-task/bridge/node";
       import { createClient } from "@remote-task/client";
       import { createRemoteTaskAiTool } from "@remote-task/tool/ai";
       import { createRemoteTaskSandbox } from "@remote-task/tool/mastra";
-      const bridge = await startLocalBridge({ logger: silentLogger });
+      const bridge = await startEmbeddedBridge({ logger: silentLogger });
       const client = createClient({ url: bridge.url, token: bridge.token });
       const usage = { inputTokens: 1, outputTokens: 1, totalTokens: 2 };
       // A model that calls toolName with command once, then answers; and what it was sent back.
@@ -686,10 +690,10 @@ describe("installed from the tarballs", () => {
       import { createDeepAgent, isSandboxBackend } from "deepagents";
       import { createAgent } from "langchain";
       import { silentLogger } from "@remote-task/bridge";
-      import { startLocalBridge } from "@remote-task/bridge/node";
+      import { startEmbeddedBridge } from "@remote-task/bridge/node";
       import { createClient } from "@remote-task/client";
       import { createRemoteTaskBackend, createRemoteTaskLangChainTool } from "@remote-task/tool/langchain";
-      const bridge = await startLocalBridge({ logger: silentLogger });
+      const bridge = await startEmbeddedBridge({ logger: silentLogger });
       const client = createClient({ url: bridge.url, token: bridge.token });
       const toolMessage = (result) => {
         const message = result.messages.find((m) => m.type === "tool");
@@ -747,10 +751,10 @@ describe("installed from the tarballs", () => {
       import { generateText, stepCountIs } from "ai";
       import { ${mock} } from "ai/test";
       import { silentLogger } from "@remote-task/bridge";
-      import { startLocalBridge } from "@remote-task/bridge/node";
+      import { startEmbeddedBridge } from "@remote-task/bridge/node";
       import { createClient } from "@remote-task/client";
       import { createRemoteTaskAiTool } from "@remote-task/tool/ai";
-      const bridge = await startLocalBridge({ logger: silentLogger });
+      const bridge = await startEmbeddedBridge({ logger: silentLogger });
       const client = createClient({ url: bridge.url, token: bridge.token });
       const usage = ${usage};
       const call = { type: "tool-call", toolCallId: "call-1", toolName: "remote_task",
@@ -783,11 +787,11 @@ describe("installed from the tarballs", () => {
       import { Client } from "@modelcontextprotocol/sdk/client/index.js";
       import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
       import { silentLogger } from "@remote-task/bridge";
-      import { startLocalBridge } from "@remote-task/bridge/node";
+      import { startEmbeddedBridge } from "@remote-task/bridge/node";
       import { createClient } from "@remote-task/client";
       import { createRemoteTaskMcpServer } from "@remote-task/tool/mcp";
-      import { createRemoteTaskAgentsTool } from "@remote-task/tool/openai-agents";
-      const bridge = await startLocalBridge({ logger: silentLogger });
+      import { createRemoteTaskOpenAIAgentsTool } from "@remote-task/tool/openai-agents";
+      const bridge = await startEmbeddedBridge({ logger: silentLogger });
       const client = createClient({ url: bridge.url, token: bridge.token });
       const server = createRemoteTaskMcpServer({ client });
       const [serverSide, clientSide] = InMemoryTransport.createLinkedPair();
@@ -796,7 +800,7 @@ describe("installed from the tarballs", () => {
       await mcp.connect(clientSide);
       const { tools } = await mcp.listTools();
       const called = await mcp.callTool({ name: "remote_task", arguments: { command: "echo from mcp" } });
-      const invoked = await createRemoteTaskAgentsTool({ client }).invoke(
+      const invoked = await createRemoteTaskOpenAIAgentsTool({ client }).invoke(
         new RunContext(),
         JSON.stringify({ command: "echo from agents", timeout: null }),
       );
@@ -841,15 +845,6 @@ describe("installed from the tarballs", () => {
     expect(cjs.stdout).toBe("function\n");
   });
 
-  it("remote-task-mcp without the MCP SDK says which package to install", () => {
-    const bin = join(bare, "node_modules/@remote-task/tool/bin/remote-task-mcp.js");
-    const run = node([bin], bare);
-    expect(run.stderr).toBe(
-      "remote-task-mcp: the MCP server needs @modelcontextprotocol/sdk, which is not installed. Install it next to @remote-task/tool: npm install @modelcontextprotocol/sdk\n",
-    );
-    expect(run.status).toBe(1);
-  });
-
   // Runs where the machine's own Node.js is older than 22.19 (as on the machine this was built on).
   it.runIf(olderNode !== undefined)(
     "on an older Node.js, bins and client say which version they need",
@@ -866,15 +861,11 @@ describe("installed from the tarballs", () => {
         /^remote-task needs Node\.js >= 22\.19\.0; this is Node\.js \d+\.\d+\.\d+\.\n$/,
       );
       expect(cli.status).toBe(125);
-      const mcp = spawnSync(
-        old,
-        [join(bare, "node_modules/@remote-task/tool/bin/remote-task-mcp.js")],
-        {
-          encoding: "utf8",
-        },
-      );
+      const mcp = spawnSync(old, [join(full, "node_modules/remote-task/bin/remote-task-mcp.js")], {
+        encoding: "utf8",
+      });
       expect(mcp.stderr).toMatch(/^remote-task-mcp needs Node\.js >= 22\.19\.0/);
-      expect(mcp.status).toBe(1);
+      expect(mcp.status).toBe(125);
       const script =
         'try { require("@remote-task/client").createClient({ url: "http://127.0.0.1:1" }) } catch (e) { console.log(e.name + ": " + e.message) }';
       const client = spawnSync(old, ["-e", script], { cwd: bare, encoding: "utf8" });

@@ -1,7 +1,7 @@
 import { defineConfig } from "tsup";
 
 export default defineConfig({
-  entry: ["src/bin.ts"],
+  entry: ["src/bin.ts", "src/mcp-bin.ts"],
   format: ["esm"],
   sourcemap: true,
   clean: true,

@@ -37,20 +37,7 @@ const esm: Options = {
   ],
   format: ["esm"],
   dts: true,
-  // The bin's build writes to dist/ at the same time: this one leaves its files alone.
-  clean: ["!mcp-bin.js", "!mcp-bin.js.map"],
-};
-
-/**
- * The bin, ESM only (bin/remote-task-mcp.js runs it). It loads the MCP adapter through the
- * package's own `./mcp` export, so that code is not bundled twice; its `#!/usr/bin/env node` line
- * stays on this entry only.
- */
-const bin: Options = {
-  ...common,
-  entry: ["src/mcp-bin.ts"],
-  format: ["esm"],
-  external: [...peers, "@remote-task/tool"],
+  clean: true,
 };
 
 /**
@@ -77,4 +64,4 @@ const cjs: Options = {
   dts: true,
 };
 
-export default defineConfig((options) => (options.env?.ENTRY === "cjs" ? cjs : [esm, bin]));
+export default defineConfig((options) => (options.env?.ENTRY === "cjs" ? cjs : esm));

@@ -4,7 +4,7 @@
  */
 import type { BridgeLogEntry } from "@remote-task/bridge";
 import { createLocalBackend } from "@remote-task/bridge/local";
-import { startLocalBridge } from "@remote-task/bridge/node";
+import { startEmbeddedBridge } from "@remote-task/bridge/node";
 import type { BridgeProcessConfig, BridgeProcessReply, BridgeProcessRequest } from "./ipc.js";
 
 const config = JSON.parse(process.env.RT_BRIDGE_CONFIG ?? "{}") as BridgeProcessConfig;
@@ -12,7 +12,7 @@ const backend = createLocalBackend({ isolation: config.isolation, tmpRoot: confi
 const gc = (globalThis as { gc?: () => void }).gc;
 
 const send = (reply: BridgeProcessReply) => process.send?.(reply);
-const bridge = await startLocalBridge({
+const bridge = await startEmbeddedBridge({
   backend,
   token: config.token,
   logger: (entry: BridgeLogEntry) => send({ type: "log", line: JSON.stringify(entry) }),

@@ -6,8 +6,8 @@
 import { connect, type Socket } from "node:net";
 import {
   type ConnectionLimitOptions,
-  type LocalBridge,
-  startLocalBridge,
+  type EmbeddedBridge,
+  startEmbeddedBridge,
 } from "@remote-task/bridge/node";
 import { createFakeBackend } from "@remote-task/bridge/testing";
 import { execResultSchema } from "@remote-task/protocol";
@@ -16,7 +16,7 @@ import { waitFor } from "./support/bridge.js";
 
 const TOKEN = "connections-test-token-0123456789";
 
-let bridge: LocalBridge | undefined;
+let bridge: EmbeddedBridge | undefined;
 const sockets: Socket[] = [];
 
 afterEach(async () => {
@@ -25,8 +25,8 @@ afterEach(async () => {
   bridge = undefined;
 });
 
-async function start(connections: ConnectionLimitOptions): Promise<LocalBridge> {
-  bridge = await startLocalBridge({
+async function start(connections: ConnectionLimitOptions): Promise<EmbeddedBridge> {
+  bridge = await startEmbeddedBridge({
     backend: createFakeBackend(),
     token: TOKEN,
     logger: () => {},
@@ -119,9 +119,9 @@ describe("the Node host's connection limits", () => {
       { headersTimeoutMs: 1.5 },
       { requestTimeoutMs: 1_000, headersTimeoutMs: 2_000 },
     ]) {
-      await expect(startLocalBridge({ backend: createFakeBackend(), connections })).rejects.toThrow(
-        TypeError,
-      );
+      await expect(
+        startEmbeddedBridge({ backend: createFakeBackend(), connections }),
+      ).rejects.toThrow(TypeError);
     }
   });
 });

@@ -9,7 +9,7 @@ import {
   DEFAULT_EGRESS_LIMITS,
   type EgressProxyOptions,
   startEgressProxy,
-} from "../../packages/bridge/src/local/egress.js";
+} from "../../packages/bridge/src/host/egress.js";
 import { parseHostPattern } from "../../packages/bridge/src/network.js";
 import { makeTmpRoot } from "./support/tmp-root.js";
 

@@ -2,7 +2,7 @@
 // argv[2]: JSON BridgeChildConfig. Answers `url` with {url, token}.
 import { silentLogger } from "@remote-task/bridge";
 import { createLocalBackend } from "@remote-task/bridge/local";
-import { startLocalBridge } from "@remote-task/bridge/node";
+import { startEmbeddedBridge } from "@remote-task/bridge/node";
 import { createFakeBackend } from "@remote-task/bridge/testing";
 import type { BridgeChildConfig } from "../lib/bridges.ts";
 import { gcClock, serveRpc } from "../lib/proc.ts";
@@ -18,7 +18,7 @@ const gcMs = gcClock();
 const admission =
   config.admission ??
   (config.backend === "fake" ? { maxConcurrent: 100_000, maxQueued: 0 } : undefined);
-const bridge = await startLocalBridge({ backend, logger: silentLogger, admission });
+const bridge = await startEmbeddedBridge({ backend, logger: silentLogger, admission });
 
 serveRpc({
   url: () => ({ url: bridge.url, token: bridge.token, isolation: backend.isolation }),

@@ -12,13 +12,13 @@ import {
   DEFAULT_SANDBOX_UIDS,
   type LocalBackend,
 } from "@remote-task/bridge/local";
+import { SANDBOX_WORKSPACE } from "../../../packages/bridge/src/host/cwd.ts";
 // The backend's own bubblewrap flags, so the bare side runs the very same sandbox.
 import {
   bwrapArgs,
   bwrapBaseArgs,
   SANDBOX_GROUP,
   SANDBOX_PASSWD,
-  SANDBOX_WORKSPACE,
 } from "../../../packages/bridge/src/local/bwrap.ts";
 import { sandboxSeccompFilter } from "../../../packages/bridge/src/local/seccomp.ts";
 import { findShell } from "../../../packages/bridge/src/local/shell.ts";

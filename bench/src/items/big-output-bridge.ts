@@ -96,6 +96,118 @@ async function bwrapCallMs(): Promise<{ ms: number; bridge: BridgeProcess } | { 
 
 const p50 = (values: number[]) => summarize(values).p50;
 
+/** The 256 MB row again through a bwrap bridge, when one runs here at a usable speed: a note. */
+async function measureBwrap(
+  options: BenchOptions,
+  pipe: ChildRpc,
+  notes: string[],
+  raw: unknown[],
+): Promise<void> {
+  const probe = await bwrapCallMs();
+  if ("error" in probe) {
+    notes.push(`bubblewrap: not measured, a bwrap bridge could not run here (${probe.error}).`);
+  } else {
+    try {
+      if (probe.ms > 500) {
+        notes.push(
+          `bubblewrap: not measured; one trivial call through a bwrap bridge takes ${round(probe.ms, 0)} ms here (the per-call teardown is slow), so its big-output figures would measure the teardown, not the output path.`,
+        );
+      } else {
+        const bytes = 256 * MB;
+        const runs = options.quick ? 1 : 3;
+        const w: BridgeRun[] = [];
+        const p: PipeRun[] = [];
+        for (let i = 0; i < runs; i++) {
+          p.push(await bareThroughPipe(pipe, printCommand(bytes)));
+          w.push(await execThroughBridge(probe.bridge, printCommand(bytes)));
+        }
+        const ws = summarize(w.map((r) => r.ms));
+        const ps = summarize(p.map((r) => r.ms));
+        notes.push(
+          `bubblewrap (isolation "bwrap", trivial call ${round(probe.ms, 0)} ms): ${sizeLabel(bytes)} x ${runs} in ${round(ws.p50, 0)} ms p50 vs bare pipe ${round(ps.p50, 0)} ms (ratio ${round(ps.p50 / ws.p50, 2)}), bridge RSS growth max ${mib(Math.max(...w.map((r) => r.growth)))} MiB.`,
+        );
+        raw.push({ isolation: "bwrap", bytes, runs, bridge: w, pipe: p });
+      }
+    } finally {
+      await probe.bridge.stop();
+    }
+  }
+}
+
+/** The item's tables and notes from what `run` measured. */
+function itemResult(measured: {
+  met: boolean;
+  rows: Table["rows"];
+  gcRows: Table["rows"];
+  freshGrowth: number;
+  fixedNotes: string[];
+  busyNote: string;
+  notes: string[];
+  raw: unknown[];
+}): ItemResult {
+  const { met, rows, gcRows, freshGrowth, fixedNotes, busyNote, notes, raw } = measured;
+  const last = rows.at(-1);
+  const lastGc = gcRows.at(-1);
+  return {
+    id: "3",
+    title: "Big output through the bridge (local backend)",
+    target: `bridge RSS growth < 64 MiB at 1 GB and flat in size; throughput >= ${THROUGHPUT_TARGET * 100}% of a bare pipe`,
+    met,
+    headline: `at ${last?.[0]}: RSS growth ${last?.[9]} MiB per call, ${mib(freshGrowth)} MiB in a fresh process, throughput ${last?.[7]} x bare pipe (${lastGc?.[13]} x with a 1 MiB young generation)`,
+    tables: [
+      {
+        columns: [
+          "output",
+          "runs",
+          "bare pipe p50 ms",
+          "bridge p50 ms",
+          "bridge p99 ms",
+          "bare MB/s",
+          "bridge MB/s",
+          "throughput ratio (bare p50 / bridge p50)",
+          "bridge RSS before MiB",
+          "bridge peak RSS growth MiB (max)",
+          "bare pipe RSS growth MiB (max)",
+          "retained MiB",
+        ],
+        rows,
+      },
+      {
+        caption: `Where the time goes: CPU and garbage collection per call (p50) of the bare reader, the bridge, and the same bridge started with \`${SMALL_YOUNG_GENERATION}\`, all measured in the same interleaved runs.`,
+        columns: [
+          "output",
+          "bare CPU ms",
+          "bare full GCs",
+          "bare young GCs",
+          "bare GC ms",
+          "bridge CPU ms",
+          "bridge full GCs",
+          "bridge young GCs",
+          "bridge GC ms",
+          "small-young bridge CPU ms",
+          "small-young full GCs",
+          "small-young young GCs",
+          "small-young GC ms",
+          "throughput ratio, small-young bridge",
+          "small-young RSS growth MiB (max)",
+        ],
+        rows: gcRows,
+      },
+    ],
+    notes: [
+      'Command: `yes <63 characters> | head -c N` (64-byte lines). Bridge: `startEmbeddedBridge` with `createLocalBackend({isolation: "none"})` in its own process; each call is one JSON `POST /exec` read whole by a bare undici request from the parent. Baseline: another Node process runs the same command with `child_process.spawn` and reads stdout, discarding it.',
+      "RSS: the process's VmHWM is reset (`/proc/<pid>/clear_refs` = 5) before each call and read after it (and VmRSS sampled every 5 ms), growth = peak - RSS before the call. The command's own processes are not counted. The process was warmed up first, so growth is what one more call adds to a running bridge.",
+      "CPU ms: user + system time of the process during the call (/proc/<pid>/stat, 10 ms ticks). GC: collections and their pause time reported by a `gc` PerformanceObserver in the process (incremental marking steps are not in the pause time).",
+      "Why the bridge is slower than the bare reader: every chunk read from the pipe is a fresh Buffer (a 20-64 KiB ArrayBuffer outside the JS heap). The bare reader's process keeps a small young generation, so frequent cheap young collections free those buffers. The bridge is a server with a larger heap; V8 has grown its young generation, young collections become rare, the buffers' external memory piles up and V8 falls back to full mark-compact collections to free them (the full-GC columns), which costs CPU on every megabyte. The same bridge with a 1 MiB young generation frees them young again: compare its columns.",
+      "Runs of the three readers are interleaved (order rotated every run) after one warm-up each.",
+      ...fixedNotes,
+      busyNote,
+      ...notes,
+    ],
+    raw,
+  };
+}
+
 async function run(options: BenchOptions): Promise<ItemResult> {
   const plan: Array<{ bytes: number; runs: number }> = options.quick
     ? [
@@ -235,100 +347,13 @@ async function run(options: BenchOptions): Promise<ItemResult> {
     );
     raw.push({ freshProcesses: fresh });
 
-    const probe = await bwrapCallMs();
-    if ("error" in probe) {
-      notes.push(`bubblewrap: not measured, a bwrap bridge could not run here (${probe.error}).`);
-    } else {
-      try {
-        if (probe.ms > 500) {
-          notes.push(
-            `bubblewrap: not measured; one trivial call through a bwrap bridge takes ${round(probe.ms, 0)} ms here (the per-call teardown is slow), so its big-output figures would measure the teardown, not the output path.`,
-          );
-        } else {
-          const bytes = 256 * MB;
-          const runs = options.quick ? 1 : 3;
-          const w: BridgeRun[] = [];
-          const p: PipeRun[] = [];
-          for (let i = 0; i < runs; i++) {
-            p.push(await bareThroughPipe(pipe, printCommand(bytes)));
-            w.push(await execThroughBridge(probe.bridge, printCommand(bytes)));
-          }
-          const ws = summarize(w.map((r) => r.ms));
-          const ps = summarize(p.map((r) => r.ms));
-          notes.push(
-            `bubblewrap (isolation "bwrap", trivial call ${round(probe.ms, 0)} ms): ${sizeLabel(bytes)} x ${runs} in ${round(ws.p50, 0)} ms p50 vs bare pipe ${round(ps.p50, 0)} ms (ratio ${round(ps.p50 / ws.p50, 2)}), bridge RSS growth max ${mib(Math.max(...w.map((r) => r.growth)))} MiB.`,
-          );
-          raw.push({ isolation: "bwrap", bytes, runs, bridge: w, pipe: p });
-        }
-      } finally {
-        await probe.bridge.stop();
-      }
-    }
+    await measureBwrap(options, pipe, notes, raw);
   } finally {
     await pipe.stop();
     await smallYoung.stop();
     await bridge.stop();
   }
-  const last = rows.at(-1);
-  const lastGc = gcRows.at(-1);
-  return {
-    id: "3",
-    title: "Big output through the bridge (local backend)",
-    target: `bridge RSS growth < 64 MiB at 1 GB and flat in size; throughput >= ${THROUGHPUT_TARGET * 100}% of a bare pipe`,
-    met,
-    headline: `at ${last?.[0]}: RSS growth ${last?.[9]} MiB per call, ${mib(freshGrowth)} MiB in a fresh process, throughput ${last?.[7]} x bare pipe (${lastGc?.[13]} x with a 1 MiB young generation)`,
-    tables: [
-      {
-        columns: [
-          "output",
-          "runs",
-          "bare pipe p50 ms",
-          "bridge p50 ms",
-          "bridge p99 ms",
-          "bare MB/s",
-          "bridge MB/s",
-          "throughput ratio (bare p50 / bridge p50)",
-          "bridge RSS before MiB",
-          "bridge peak RSS growth MiB (max)",
-          "bare pipe RSS growth MiB (max)",
-          "retained MiB",
-        ],
-        rows,
-      },
-      {
-        caption: `Where the time goes: CPU and garbage collection per call (p50) of the bare reader, the bridge, and the same bridge started with \`${SMALL_YOUNG_GENERATION}\`, all measured in the same interleaved runs.`,
-        columns: [
-          "output",
-          "bare CPU ms",
-          "bare full GCs",
-          "bare young GCs",
-          "bare GC ms",
-          "bridge CPU ms",
-          "bridge full GCs",
-          "bridge young GCs",
-          "bridge GC ms",
-          "small-young bridge CPU ms",
-          "small-young full GCs",
-          "small-young young GCs",
-          "small-young GC ms",
-          "throughput ratio, small-young bridge",
-          "small-young RSS growth MiB (max)",
-        ],
-        rows: gcRows,
-      },
-    ],
-    notes: [
-      'Command: `yes <63 characters> | head -c N` (64-byte lines). Bridge: `startLocalBridge` with `createLocalBackend({isolation: "none"})` in its own process; each call is one JSON `POST /exec` read whole by a bare undici request from the parent. Baseline: another Node process runs the same command with `child_process.spawn` and reads stdout, discarding it.',
-      "RSS: the process's VmHWM is reset (`/proc/<pid>/clear_refs` = 5) before each call and read after it (and VmRSS sampled every 5 ms), growth = peak - RSS before the call. The command's own processes are not counted. The process was warmed up first, so growth is what one more call adds to a running bridge.",
-      "CPU ms: user + system time of the process during the call (/proc/<pid>/stat, 10 ms ticks). GC: collections and their pause time reported by a `gc` PerformanceObserver in the process (incremental marking steps are not in the pause time).",
-      "Why the bridge is slower than the bare reader: every chunk read from the pipe is a fresh Buffer (a 20-64 KiB ArrayBuffer outside the JS heap). The bare reader's process keeps a small young generation, so frequent cheap young collections free those buffers. The bridge is a server with a larger heap; V8 has grown its young generation, young collections become rare, the buffers' external memory piles up and V8 falls back to full mark-compact collections to free them (the full-GC columns), which costs CPU on every megabyte. The same bridge with a 1 MiB young generation frees them young again: compare its columns.",
-      "Runs of the three readers are interleaved (order rotated every run) after one warm-up each.",
-      ...fixedNotes,
-      busyNote,
-      ...notes,
-    ],
-    raw,
-  };
+  return itemResult({ met, rows, gcRows, freshGrowth, fixedNotes, busyNote, notes, raw });
 }
 
 export const bigOutputBridge: BenchItem = { id: "bridge-output", title: "Big output, bridge", run };

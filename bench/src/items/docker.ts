@@ -6,7 +6,7 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { silentLogger } from "@remote-task/bridge";
 import { createDockerBackend, DEFAULT_DOCKER_LIMITS } from "@remote-task/bridge/docker";
-import { startLocalBridge } from "@remote-task/bridge/node";
+import { startEmbeddedBridge } from "@remote-task/bridge/node";
 import { createClient } from "@remote-task/client";
 import type { BenchItem, BenchOptions, ItemResult, Table } from "../lib/report.ts";
 import { round, type Summary, summarize } from "../lib/stats.ts";
@@ -87,7 +87,7 @@ async function measure(options: BenchOptions) {
   const batch = options.quick ? 32 : 96;
   const backend = createDockerBackend({ image: e.image, engine: e.host, ulimits: e.ulimits });
   await backend.ready;
-  const bridge = await startLocalBridge({ backend, logger: silentLogger });
+  const bridge = await startEmbeddedBridge({ backend, logger: silentLogger });
   const client = createClient({ url: bridge.url, token: bridge.token });
   // The same without the pool: every call makes its container.
   const coldBackend = createDockerBackend({
@@ -97,7 +97,7 @@ async function measure(options: BenchOptions) {
     pool: 0,
   });
   await coldBackend.ready;
-  const coldBridge = await startLocalBridge({ backend: coldBackend, logger: silentLogger });
+  const coldBridge = await startEmbeddedBridge({ backend: coldBackend, logger: silentLogger });
   const coldClient = createClient({ url: coldBridge.url, token: coldBridge.token });
   const args = bareArgs(e, DEFAULT_DOCKER_LIMITS);
   const env = { ...process.env, CONTAINERS_CONF: `${e.dir}/containers.conf` };
@@ -213,7 +213,7 @@ async function runItem(options: BenchOptions): Promise<ItemResult> {
     headline: `p50 ${round(p50Ratio, 2)}x bare podman run, ${CONCURRENCY}-way ${round(rateRatio, 2)}x`,
     tables: [latency, throughput],
     notes: [
-      `Command \`${COMMAND}\`. Bridge: \`startLocalBridge\` with \`createDockerBackend\` (its default pool of 2 containers made ahead; default limits: ${m.sandbox.memoryBytes?.max !== undefined ? m.sandbox.memoryBytes.max / MiB : "?"} MiB, ${m.sandbox.processes?.max} processes) in the runner's process, on the engine of scripts/docker-engine.mjs (Podman's API service, runc); client \`client.run\` in the same process. Bare: \`podman run --rm\` of the same image with the same limits, tmpfs, user, capabilities and network none, on the same storage.`,
+      `Command \`${COMMAND}\`. Bridge: \`startEmbeddedBridge\` with \`createDockerBackend\` (its default pool of 2 containers made ahead; default limits: ${m.sandbox.memoryBytes?.max !== undefined ? m.sandbox.memoryBytes.max / MiB : "?"} MiB, ${m.sandbox.processes?.max} processes) in the runner's process, on the engine of scripts/docker-engine.mjs (Podman's API service, runc); client \`client.run\` in the same process. Bare: \`podman run --rm\` of the same image with the same limits, tmpfs, user, capabilities and network none, on the same storage.`,
       "One at a time: the three series in rotating order, after warm-up. 16 at a time: `runMany` against 16 workers each running `podman run --rm` in turn.",
     ],
     raw: m,

@@ -232,7 +232,7 @@ async function run(options: BenchOptions): Promise<ItemResult> {
     headline,
     tables: [latency, throughput],
     notes: [
-      `Command \`${COMMAND}\`. Bridge: \`startLocalBridge\` with \`createLocalBackend({isolation})\` (default limits, as /health reports them below) in its own process; client: \`client.run\` in the runner. Bare: \`child_process.spawn\` in a process of its own, timed from spawn to the closed output, as the same unprivileged uid when root, for bwrap with the backend's own flags (no cgroup). "The backend alone" drives the backend in that same process without HTTP.`,
+      `Command \`${COMMAND}\`. Bridge: \`startEmbeddedBridge\` with \`createLocalBackend({isolation})\` (default limits, as /health reports them below) in its own process; client: \`client.run\` in the runner. Bare: \`child_process.spawn\` in a process of its own, timed from spawn to the closed output, as the same unprivileged uid when root, for bwrap with the backend's own flags (no cgroup). "The backend alone" drives the backend in that same process without HTTP.`,
       `One at a time: ${options.quick ? 10 : 40} warm-up rounds, then the four series in rotating order every round. ${CONCURRENCY} at a time: \`runMany\` of ${options.quick ? 64 : 320} calls against the same number of bare spawns, ${options.quick ? 1 : 3} round(s), median.`,
       ...gap,
       ...results.map((m) => `${m.isolation}: /health sandbox ${JSON.stringify(m.sandbox)}`),

@@ -2,12 +2,12 @@
 // Usage (after `npm run build -w @remote-task/bridge`):
 //   node packages/bridge/scripts/measure-memory.mjs [bytes=200000000] [json|sse] [auto|bwrap|none]
 import { createLocalBackend } from "../dist/local.js";
-import { startLocalBridge } from "../dist/node.js";
+import { startEmbeddedBridge } from "../dist/node.js";
 
 const bytes = Number(process.argv[2] ?? 200_000_000);
 const mode = process.argv[3] ?? "json";
 const isolation = process.argv[4] ?? "auto";
-const bridge = await startLocalBridge({
+const bridge = await startEmbeddedBridge({
   backend: createLocalBackend({ isolation }),
   logger: () => {},
 });

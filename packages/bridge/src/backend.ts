@@ -89,6 +89,12 @@ export interface SandboxBackend {
    * quickly; a rejection leaves the fields out and is logged as `internal_error`.
    */
   health?(): Promise<BackendHealth>;
+  /**
+   * Optional, for a backend whose calls may reach the network: never let a sandbox connect to
+   * `endpoint` (where the bridge itself listens: its port on any address of this machine). The
+   * Node host (`startEmbeddedBridge`) calls it with its own address.
+   */
+  excludeFromEgress?(endpoint: { host: string; port: number }): void;
 }
 
 export type BackendErrorCode = "invalid_request" | "capacity_exceeded" | "sandbox_error";

@@ -1,4 +1,8 @@
-import { BRIDGE_TEXTS, WHOLE_WORD_SECRET_LENGTH } from "@remote-task/internal";
+import {
+  BRIDGE_TEXTS,
+  requireIntegerAtLeast,
+  WHOLE_WORD_SECRET_LENGTH,
+} from "@remote-task/internal";
 import {
   DEFAULT_CWD,
   type HealthResponse,
@@ -133,11 +137,7 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
     );
   }
   const streamBufferBytes = options.streamBufferBytes ?? DEFAULT_STREAM_BUFFER_BYTES;
-  if (!Number.isSafeInteger(streamBufferBytes) || streamBufferBytes < 1) {
-    throw new TypeError(
-      `streamBufferBytes must be a whole number of at least 1; got ${streamBufferBytes}.`,
-    );
-  }
+  requireIntegerAtLeast("streamBufferBytes", streamBufferBytes, 1);
   const token = options.token === "" ? undefined : options.token;
   const logger = neverThrows(options.logger ?? jsonLineLogger);
   if (token !== undefined && token.length < MIN_TOKEN_LENGTH) {

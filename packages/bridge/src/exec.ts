@@ -1,4 +1,4 @@
-import { BRIDGE_TEXTS, issuesInWords } from "@remote-task/internal";
+import { BRIDGE_TEXTS, fromBase64, issuesInWords } from "@remote-task/internal";
 import {
   type CancelResponse,
   cancelRequestSchema,
@@ -97,9 +97,7 @@ function stdinBytes(stdin: ExecRequest["stdin"], limits: Limits): Uint8Array | u
   if (typeof stdin === "string") {
     bytes = encoder.encode(stdin);
   } else {
-    const binary = atob(stdin.base64);
-    bytes = new Uint8Array(binary.length);
-    for (let i = 0; i < binary.length; i++) bytes[i] = binary.charCodeAt(i);
+    bytes = fromBase64(stdin.base64);
   }
   const maxBytes = limits.maxStdinBytes ?? 0;
   if (bytes.byteLength > maxBytes) {

@@ -1,3 +1,4 @@
+import { requireIntegerAtLeast } from "@remote-task/internal";
 import { DISPLAY_MAX_BYTES, type Limits, limitsSchema } from "@remote-task/protocol";
 
 /** Limits a bridge enforces when none are configured; reported by `GET /health`. */
@@ -134,11 +135,7 @@ function machineCores(): number {
 }
 
 function wholeNumber(name: string, value: number | undefined, least: number): void {
-  if (value !== undefined && (!Number.isSafeInteger(value) || value < least)) {
-    throw new TypeError(
-      `admission.${name} must be a whole number of at least ${least}; got ${value}.`,
-    );
-  }
+  if (value !== undefined) requireIntegerAtLeast(`admission.${name}`, value, least);
 }
 
 /**

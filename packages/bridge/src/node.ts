@@ -3,7 +3,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo, Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import { getRequestListener } from "@hono/node-server";
-import { BRIDGE_TEXTS } from "@remote-task/internal";
+import { BRIDGE_TEXTS, requireIntegerAtLeast } from "@remote-task/internal";
 import type { Limits } from "@remote-task/protocol";
 import type { SandboxBackend } from "./backend.js";
 import { createBridge } from "./bridge.js";
@@ -14,12 +14,12 @@ import {
   type DockerBackendOptions,
 } from "./docker/index.js";
 import type { AdmissionOptions } from "./limits.js";
-import { createLocalBackend, type LocalBackend, type LocalBackendOptions } from "./local/index.js";
+import { createLocalBackend, type LocalBackendOptions } from "./local/index.js";
 import { type BridgeLogger, stderrLogger } from "./logger.js";
 import type { NetworkOptions } from "./network.js";
 import { errorBody, errorResponse } from "./responses.js";
 
-export interface LocalBridgeOptions<B extends SandboxBackend = SandboxBackend> {
+export interface EmbeddedBridgeOptions<B extends SandboxBackend = SandboxBackend> {
   /** Port to listen on (default: a random free port). */
   port?: number | undefined;
   /** Interface to listen on (default `127.0.0.1`). */
@@ -87,7 +87,7 @@ export interface ConnectionLimits {
 
 export type ConnectionLimitOptions = { [K in keyof ConnectionLimits]?: number | undefined };
 
-export interface LocalBridge<B extends SandboxBackend = SandboxBackend> {
+export interface EmbeddedBridge<B extends SandboxBackend = SandboxBackend> {
   /** Base URL, e.g. `http://127.0.0.1:41234`. */
   url: string;
   /** The bearer token clients must send (empty when unauthenticated). */
@@ -114,10 +114,7 @@ function resolveConnectionLimits(options: ConnectionLimitOptions = {}): Connecti
   for (const key of Object.keys(limits) as Array<keyof ConnectionLimits>) {
     const value = options[key];
     if (value === undefined) continue;
-    if (!Number.isSafeInteger(value) || value < 1) {
-      throw new TypeError(`connections.${key} must be a whole number of at least 1; got ${value}.`);
-    }
-    limits[key] = value;
+    limits[key] = requireIntegerAtLeast(`connections.${key}`, value, 1);
   }
   if (limits.requestTimeoutMs < limits.headersTimeoutMs) {
     throw new TypeError(
@@ -255,9 +252,9 @@ async function readyDockerBackend(options: DockerBackendOptions): Promise<Docker
 }
 
 /** Serves a bridge over HTTP on loopback; the embedded default for development and tests. */
-export async function startLocalBridge<
+export async function startEmbeddedBridge<
   B extends SandboxBackend = ReturnType<typeof createLocalBackend>,
->(options: LocalBridgeOptions<B> = {}): Promise<LocalBridge<B>> {
+>(options: EmbeddedBridgeOptions<B> = {}): Promise<EmbeddedBridge<B>> {
   const connectionLimits = resolveConnectionLimits(options.connections);
   const host = options.host ?? "127.0.0.1";
   const unauthenticated = options.allowUnauthenticated === true;
@@ -323,7 +320,7 @@ export async function startLocalBridge<
   server.on("clientError", answerClientError);
   const { port } = server.address() as AddressInfo;
   // A sandbox with network access must still not reach the bridge that runs it.
-  (backend as Partial<Pick<LocalBackend, "excludeFromEgress">>).excludeFromEgress?.({ host, port });
+  backend.excludeFromEgress?.({ host, port });
 
   let closing: Promise<void> | undefined;
   return {

@@ -8,14 +8,14 @@ import {
 import { referenceExecRequest } from "@remote-task/protocol/fixtures";
 import fc from "fast-check";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { type LocalBridge, startLocalBridge } from "../src/node.js";
+import { type EmbeddedBridge, startEmbeddedBridge } from "../src/node.js";
 import { createFakeBackend } from "../src/testing/index.js";
 import { memoryLogger } from "./helpers.js";
 
-let bridge: LocalBridge;
+let bridge: EmbeddedBridge;
 const logger = memoryLogger();
 beforeAll(async () => {
-  bridge = await startLocalBridge({
+  bridge = await startEmbeddedBridge({
     backend: createFakeBackend(),
     logger,
     limits: { maxRequestBytes: 4_096, maxTimeoutSeconds: 2 },

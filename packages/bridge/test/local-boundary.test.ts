@@ -12,6 +12,7 @@ import { chmod, mkdtemp, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { type ExecResult, execResultSchema, healthResponseSchema } from "@remote-task/protocol";
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
+import { newInstanceName } from "../src/host/ownership.js";
 import { silentLogger } from "../src/index.js";
 import {
   createLocalBackend,
@@ -19,9 +20,8 @@ import {
   DEFAULT_SANDBOX_UIDS,
   type LocalBackendOptions,
 } from "../src/local/index.js";
-import { newInstanceName } from "../src/local/ownership.js";
 import { sweepUidClaims, uidClaimsDir } from "../src/local/slots.js";
-import { startLocalBridge } from "../src/node.js";
+import { startEmbeddedBridge } from "../src/node.js";
 import {
   eventually,
   expectError,
@@ -41,7 +41,7 @@ const MiB = 1024 * 1024;
 async function localBridge(options: LocalBackendOptions) {
   const tmpRoot = await makeTmpRoot("rt-boundary-");
   const backend = createLocalBackend({ killGraceMs: 300, tmpRoot, ...options });
-  const bridge = await startLocalBridge({ backend, logger: silentLogger });
+  const bridge = await startEmbeddedBridge({ backend, logger: silentLogger });
   const post = (body: Record<string, unknown>, signal?: AbortSignal) =>
     fetch(`${bridge.url}/exec`, {
       method: "POST",
@@ -605,7 +605,7 @@ describe.skipIf(!existsSync("/dev/shm"))(
       const tmpRoot = await mkdtemp(join("/dev/shm", "rt-tmpfs-test-"));
       await chmod(tmpRoot, 0o711);
       const backend = createLocalBackend({ isolation: "none", tmpRoot });
-      const bridge = await startLocalBridge({ backend, logger: silentLogger });
+      const bridge = await startEmbeddedBridge({ backend, logger: silentLogger });
       try {
         for (const command of [
           "true",

@@ -1,15 +1,15 @@
 import fc from "fast-check";
 import ipaddr from "ipaddr.js";
 import { describe, expect, it } from "vitest";
-import { isPublicAddress, parseHostPattern } from "../src/index.js";
 import {
   chooseAddress,
   type EgressRules,
   egressRules,
   screenDestination,
   unresolved,
-} from "../src/local/egress-policy.js";
-import { parseHosts } from "../src/local/resolver.js";
+} from "../src/host/egress-policy.js";
+import { parseHosts } from "../src/host/resolver.js";
+import { isPublicAddress, parseHostPattern } from "../src/index.js";
 import { embeddedIPv4 } from "../src/network.js";
 
 const PUBLIC = "93.184.216.34";

@@ -6,9 +6,9 @@ import { createServer as createHttpServer, request } from "node:http";
 import { connect, createServer, type Server, type Socket } from "node:net";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type EgressProxy, startEgressProxy } from "../src/host/egress.js";
+import { RELAY_MAX_CONNECTIONS, relayArgs } from "../src/host/relay.js";
 import { parseHostPattern } from "../src/index.js";
-import { type EgressProxy, startEgressProxy } from "../src/local/egress.js";
-import { RELAY_MAX_CONNECTIONS, relayArgs } from "../src/local/relay.js";
 import { makeTmpRoot } from "./helpers.js";
 
 /** A loopback TCP server that counts connections and answers `pong` to anything. */

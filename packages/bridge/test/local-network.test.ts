@@ -10,7 +10,11 @@ import {
   type LocalBackend,
   type LocalBackendOptions,
 } from "../src/local/index.js";
-import { type LocalBridge, type LocalBridgeOptions, startLocalBridge } from "../src/node.js";
+import {
+  type EmbeddedBridge,
+  type EmbeddedBridgeOptions,
+  startEmbeddedBridge,
+} from "../src/node.js";
 import { descendantsWith, eventually, expectError, freshId, makeTmpRoot } from "./helpers.js";
 import { bwrap, bwrapRequired } from "./isolation.js";
 
@@ -45,7 +49,7 @@ async function namedServer(
 }
 
 interface Host {
-  bridge: LocalBridge<LocalBackend>;
+  bridge: EmbeddedBridge<LocalBackend>;
   backend: LocalBackend;
   port: number;
   post(body: Record<string, unknown>): Promise<Response>;
@@ -55,11 +59,11 @@ interface Host {
 
 async function localHost(
   local: LocalBackendOptions,
-  network: LocalBridgeOptions["network"],
+  network: EmbeddedBridgeOptions["network"],
 ): Promise<Host> {
   const tmpRoot = await makeTmpRoot("rt-net-");
   const backend = createLocalBackend({ killGraceMs: 300, tmpRoot, ...local });
-  const bridge = await startLocalBridge({ backend, logger: silentLogger, network });
+  const bridge = await startEmbeddedBridge({ backend, logger: silentLogger, network });
   const post = (body: Record<string, unknown>) =>
     fetch(`${bridge.url}/exec`, {
       method: "POST",
@@ -364,7 +368,7 @@ describe("isolation none controls no network", () => {
   it("refuses a network option for the bridge, and leaves nothing behind", async () => {
     const tmpRoot = await makeTmpRoot("rt-net-");
     await expect(
-      startLocalBridge({
+      startEmbeddedBridge({
         local: { isolation: "none", tmpRoot },
         logger: silentLogger,
         network: { ceiling: "open" },

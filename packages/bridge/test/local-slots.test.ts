@@ -2,7 +2,7 @@ import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect, it } from "vitest";
-import { newInstanceName } from "../src/local/ownership.js";
+import { newInstanceName } from "../src/host/ownership.js";
 import { SlotPool } from "../src/local/slots.js";
 
 it("hands free slots out least recently used first", async () => {

@@ -4,7 +4,7 @@ import { type ExecResult, execResultSchema } from "@remote-task/protocol";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { silentLogger } from "../src/index.js";
 import { createLocalBackend, type LocalBackend } from "../src/local/index.js";
-import { type LocalBridge, startLocalBridge } from "../src/node.js";
+import { type EmbeddedBridge, startEmbeddedBridge } from "../src/node.js";
 import { expectError, freshId, leftoverCallDirs, makeTmpRoot } from "./helpers.js";
 import { isolationModes } from "./isolation.js";
 
@@ -13,13 +13,13 @@ const MiB = 1024 * 1024;
 describe.each(isolationModes)("stdin on the local backend, $title", ({ mode, skip }) => {
   let tmpRoot: string;
   let backend: LocalBackend;
-  let bridge: LocalBridge<LocalBackend>;
+  let bridge: EmbeddedBridge<LocalBackend>;
 
   beforeAll(async () => {
     if (skip) return;
     tmpRoot = await makeTmpRoot("rt-stdin-");
     backend = createLocalBackend({ isolation: mode, killGraceMs: 300, tmpRoot });
-    bridge = await startLocalBridge({ backend, logger: silentLogger });
+    bridge = await startEmbeddedBridge({ backend, logger: silentLogger });
   });
 
   afterAll(async () => {

@@ -10,7 +10,7 @@ import {
   isolationNoneGaps,
   type LocalBackend,
 } from "../src/local/index.js";
-import { type LocalBridge, startLocalBridge } from "../src/node.js";
+import { type EmbeddedBridge, startEmbeddedBridge } from "../src/node.js";
 import {
   eventually,
   expectError,
@@ -143,7 +143,7 @@ describe("isolation option", () => {
 describe.each(isolationModes)("local backend, $title", ({ mode, skip }) => {
   let tmpRoot: string;
   let backend: LocalBackend;
-  let bridge: LocalBridge<LocalBackend>;
+  let bridge: EmbeddedBridge<LocalBackend>;
   const secret = `host-secret-${Math.random().toString(36).slice(2)}`;
 
   beforeAll(async () => {
@@ -151,7 +151,7 @@ describe.each(isolationModes)("local backend, $title", ({ mode, skip }) => {
     process.env.REMOTE_TASK_TEST_HOST_SECRET = secret;
     tmpRoot = await makeTmpRoot("rt-local-test-");
     backend = createLocalBackend({ isolation: mode, tmpRoot, killGraceMs: 300 });
-    bridge = await startLocalBridge({ backend, logger: silentLogger });
+    bridge = await startEmbeddedBridge({ backend, logger: silentLogger });
   });
   afterAll(async () => {
     if (skip) return;

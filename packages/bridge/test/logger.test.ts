@@ -1,6 +1,6 @@
 import { afterEach, expect, it, vi } from "vitest";
 import { createBridge, MIN_TOKEN_LENGTH } from "../src/index.js";
-import { startLocalBridge } from "../src/node.js";
+import { startEmbeddedBridge } from "../src/node.js";
 import { createFakeBackend } from "../src/testing/index.js";
 import { memoryLogger } from "./helpers.js";
 
@@ -20,7 +20,7 @@ it("the Node host logs to stderr by default, leaving stdout to the embedding pro
     return true;
   });
   vi.spyOn(console, "log").mockImplementation((...args) => stdout.push(args.join(" ")));
-  const bridge = await startLocalBridge({ token: "logger-test-token" });
+  const bridge = await startEmbeddedBridge({ token: "logger-test-token" });
   try {
     const response = await fetch(`${bridge.url}/exec`, {
       method: "POST",

@@ -5,7 +5,7 @@ import { referenceExecRequest, referenceExecResponse } from "@remote-task/protoc
 import { afterEach, describe, expect, it } from "vitest";
 import type { ExecSpec, SandboxBackend } from "../src/index.js";
 import { createLocalBackend } from "../src/local/index.js";
-import { type LocalBridge, startLocalBridge } from "../src/node.js";
+import { type EmbeddedBridge, startEmbeddedBridge } from "../src/node.js";
 import { createFakeBackend } from "../src/testing/index.js";
 import {
   events,
@@ -20,18 +20,18 @@ import {
 } from "./helpers.js";
 import { bwrap, bwrapRequired } from "./isolation.js";
 
-const open: LocalBridge[] = [];
+const open: EmbeddedBridge[] = [];
 afterEach(async () => {
   for (const bridge of open.splice(0)) await bridge.close();
 });
 
-async function start(options: Parameters<typeof startLocalBridge>[0] = {}) {
-  const bridge = await startLocalBridge({ logger: memoryLogger(), ...options });
+async function start(options: Parameters<typeof startEmbeddedBridge>[0] = {}) {
+  const bridge = await startEmbeddedBridge({ logger: memoryLogger(), ...options });
   open.push(bridge);
   return bridge;
 }
 
-function post(bridge: LocalBridge, path: string, body: unknown, init: RequestInit = {}) {
+function post(bridge: EmbeddedBridge, path: string, body: unknown, init: RequestInit = {}) {
   return fetch(`${bridge.url}${path}`, {
     method: "POST",
     ...init,
@@ -45,7 +45,7 @@ function post(bridge: LocalBridge, path: string, body: unknown, init: RequestIni
 }
 
 /** A raw connection that sends `POST /exec` headers for a body of `length` bytes, and `sent` of them. */
-function partialUpload(bridge: LocalBridge, length: number, sent: string): Promise<Socket> {
+function partialUpload(bridge: EmbeddedBridge, length: number, sent: string): Promise<Socket> {
   const { port } = new URL(bridge.url);
   return new Promise((resolve) => {
     const socket = connect(Number(port), "127.0.0.1", () => {
@@ -58,7 +58,7 @@ function partialUpload(bridge: LocalBridge, length: number, sent: string): Promi
   });
 }
 
-describe("startLocalBridge", () => {
+describe("startEmbeddedBridge", () => {
   it("closes an upload slower than minUploadBytesPerSecond once it has had headersTimeoutMs", {
     timeout: 60_000,
   }, async () => {
@@ -213,7 +213,7 @@ describe("startLocalBridge", () => {
 
   it("configures its default backend with `local`, reports it on /health and closes it", async () => {
     const tmpRoot = await makeTmpRoot("rt-node-local-");
-    const bridge = await startLocalBridge({
+    const bridge = await startEmbeddedBridge({
       logger: memoryLogger(),
       local: { isolation: "none", tmpRoot, limits: { memoryBytes: 256 * 1024 * 1024 } },
     });
@@ -283,7 +283,7 @@ describe("startLocalBridge", () => {
 
   it("close() cancels calls in flight, destroys their sandboxes and stops listening", async () => {
     const backend = createLocalBackend({ isolation: "none", killGraceMs: 200 });
-    const bridge = await startLocalBridge({ backend, logger: memoryLogger() });
+    const bridge = await startEmbeddedBridge({ backend, logger: memoryLogger() });
     const { command, marker } = markedSleep();
     const json = post(bridge, "/exec", { sandboxId: freshId(), command });
     const stream = await post(

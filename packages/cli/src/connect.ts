@@ -1,4 +1,4 @@
-import type { LocalBridge } from "@remote-task/bridge/node";
+import type { EmbeddedBridge } from "@remote-task/bridge/node";
 import {
   type ClientOptions,
   ConfigurationError,
@@ -47,16 +47,16 @@ function timing(flags: ConnectionFlags): Partial<ClientOptions> {
 }
 
 /**
- * Starts the embedded local bridge in this process; `startLocalBridge` creates its backend and
+ * Starts the embedded local bridge in this process; `startEmbeddedBridge` creates its backend and
  * closes it again with the bridge. Whoever runs it is its deployer: the network asked for on the
  * command line is its ceiling, and the hosts it names may be private or loopback ones. Options it refuses (a `TypeError`) are a {@link UsageError}.
  */
-export async function startEmbeddedBridge(
+export async function startBridgeFromFlags(
   flags: Pick<ConnectionFlags, "isolation" | "network" | "maxOutputBytes"> &
     DockerFlags &
     LimitFlags,
-): Promise<LocalBridge> {
-  const { startLocalBridge } = await import("@remote-task/bridge/node");
+): Promise<EmbeddedBridge> {
+  const { startEmbeddedBridge } = await import("@remote-task/bridge/node");
   const isolation = flags.isolation ?? "auto";
   const limits = sandboxLimits(flags);
   // Whoever starts it is its deployer: hosts named in --network may be private or loopback
@@ -67,7 +67,7 @@ export async function startEmbeddedBridge(
   const docker = base === undefined ? undefined : { ...base, ...egress };
   if (docker === undefined && isolation === "none") warnIsolationNone();
   try {
-    return await startLocalBridge({
+    return await startEmbeddedBridge({
       ...(docker === undefined ? { local: { isolation, limits, ...egress } } : { docker }),
       // As deployer, --max-output-bytes above the default raises the embedded bridge's own cap.
       ...(flags.maxOutputBytes !== undefined && flags.maxOutputBytes > DEFAULT_MAX_OUTPUT_BYTES
@@ -92,7 +92,7 @@ const EMBEDDED_FLAGS = {
 
 /** The embedded bridge and a client for it; the bridge is closed again if the client fails. */
 async function connectLocal(flags: ConnectionFlags): Promise<Connection> {
-  const bridge = await startEmbeddedBridge(flags);
+  const bridge = await startBridgeFromFlags(flags);
   let client: RemoteTaskClient;
   try {
     client = createClient({

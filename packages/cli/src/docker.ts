@@ -53,7 +53,7 @@ export function dockerOptions(command: Command): Command {
 }
 
 /**
- * The docker backend's options for the flags (`startLocalBridge` creates the backend, checks the
+ * The docker backend's options for the flags (`startEmbeddedBridge` creates the backend, checks the
  * engine and image, and closes it with the bridge), or undefined without `--docker`.
  */
 export function dockerBackendOptions(

@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { silentLogger } from "@remote-task/bridge";
 import type { LocalBackend } from "@remote-task/bridge/local";
-import { type LocalBridge, startLocalBridge } from "@remote-task/bridge/node";
+import { type EmbeddedBridge, startEmbeddedBridge } from "@remote-task/bridge/node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   BIN,
@@ -17,7 +17,7 @@ import {
   startTestBridge,
 } from "./helpers.js";
 
-let bridge: LocalBridge<LocalBackend>;
+let bridge: EmbeddedBridge<LocalBackend>;
 let env: NodeJS.ProcessEnv;
 
 beforeAll(async () => {
@@ -125,7 +125,7 @@ describe("notes on what was shown", () => {
   });
 
   it("--max-output-bytes keeps more from a bridge whose deployer allows it", async () => {
-    const roomy = await startLocalBridge({
+    const roomy = await startEmbeddedBridge({
       logger: silentLogger,
       limits: { maxOutputBytes: 8 * MiB },
     });

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import type { LocalBackend } from "@remote-task/bridge/local";
-import type { LocalBridge } from "@remote-task/bridge/node";
+import type { EmbeddedBridge } from "@remote-task/bridge/node";
 import { execResultSchema, PROTOCOL_VERSION } from "@remote-task/protocol";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
@@ -20,7 +20,7 @@ import {
   startTestBridge,
 } from "./helpers.js";
 
-let bridge: LocalBridge<LocalBackend>;
+let bridge: EmbeddedBridge<LocalBackend>;
 let env: NodeJS.ProcessEnv;
 
 beforeAll(async () => {

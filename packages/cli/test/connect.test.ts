@@ -2,7 +2,7 @@ import { existsSync } from "node:fs";
 import type { LocalBackend } from "@remote-task/bridge/local";
 import { ConfigurationError } from "@remote-task/client";
 import { expect, it } from "vitest";
-import { connect, startEmbeddedBridge } from "../src/connect.js";
+import { connect, startBridgeFromFlags } from "../src/connect.js";
 
 const servers = () => process.getActiveResourcesInfo().filter((r) => r === "TCPServerWrap").length;
 
@@ -33,7 +33,7 @@ it("leaves the embedded bridge listening until the connection is closed", async 
 });
 
 it("closes the backend the embedded bridge created: its state directory is gone", async () => {
-  const bridge = await startEmbeddedBridge({ isolation: "none" });
+  const bridge = await startBridgeFromFlags({ isolation: "none" });
   const { stateDir } = bridge.backend as LocalBackend;
   expect(existsSync(stateDir)).toBe(true);
   await bridge.close();

@@ -4,7 +4,7 @@ import { createServer } from "node:net";
 import { fileURLToPath } from "node:url";
 import { silentLogger } from "@remote-task/bridge";
 import type { LocalBackend } from "@remote-task/bridge/local";
-import { type LocalBridge, startLocalBridge } from "@remote-task/bridge/node";
+import { type EmbeddedBridge, startEmbeddedBridge } from "@remote-task/bridge/node";
 
 export const BIN = fileURLToPath(new URL("../bin/remote-task.js", import.meta.url));
 
@@ -76,10 +76,10 @@ export async function closedPort(): Promise<number> {
 
 /** The real embedded bridge, quiet, and an environment pointing the command line at it. */
 export async function startTestBridge(): Promise<{
-  bridge: LocalBridge<LocalBackend>;
+  bridge: EmbeddedBridge<LocalBackend>;
   env: NodeJS.ProcessEnv;
 }> {
-  const bridge = await startLocalBridge({ logger: silentLogger });
+  const bridge = await startEmbeddedBridge({ logger: silentLogger });
   const env = cleanEnv({
     CLOUDFLARE_SANDBOX_URL: bridge.url,
     CLOUDFLARE_SANDBOX_TOKEN: bridge.token,

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { loadMcpCommand, MCP_SDK_MISSING } from "../src/mcp-loader.js";
+import { loadMcpServer, MCP_SDK_MISSING } from "../src/mcp-loader.js";
 
 /** An import failure as Node.js reports a package that is not installed. */
 function notFound(name: string) {
@@ -9,21 +9,21 @@ function notFound(name: string) {
   );
 }
 
-describe("remote-task mcp without the MCP SDK", () => {
+describe("the MCP command without the MCP SDK", () => {
   it("names the package to install", async () => {
     await expect(
-      loadMcpCommand(() => Promise.reject(notFound("@modelcontextprotocol/sdk"))),
+      loadMcpServer(() => Promise.reject(notFound("@modelcontextprotocol/sdk"))),
     ).rejects.toThrow(MCP_SDK_MISSING);
     expect(MCP_SDK_MISSING).toContain("npm install -g @modelcontextprotocol/sdk");
   });
 
   it("passes any other failure on as it is", async () => {
     const other = notFound("something-else");
-    await expect(loadMcpCommand(() => Promise.reject(other))).rejects.toBe(other);
+    await expect(loadMcpServer(() => Promise.reject(other))).rejects.toBe(other);
   });
 
-  it("loads the MCP command when the SDK is installed", async () => {
-    const mcp = await loadMcpCommand();
-    expect(typeof mcp.runMcpCommand).toBe("function");
+  it("loads the MCP server when the SDK is installed", async () => {
+    const mcp = await loadMcpServer();
+    expect(typeof mcp.runMcpStdio).toBe("function");
   });
 });

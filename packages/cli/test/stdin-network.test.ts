@@ -10,7 +10,7 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { silentLogger } from "@remote-task/bridge";
 import type { LocalBackend } from "@remote-task/bridge/local";
-import { type LocalBridge, startLocalBridge } from "@remote-task/bridge/node";
+import { type EmbeddedBridge, startEmbeddedBridge } from "@remote-task/bridge/node";
 import { type ErrorBody, type ExecRequest, execRequestSchema } from "@remote-task/protocol";
 import { fullHealthResponse } from "@remote-task/protocol/fixtures";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
@@ -297,9 +297,9 @@ describe.skipIf(!existsSync("/usr/bin/curl"))("run --local --network with a loop
 });
 
 describe("against the embedded local bridge", () => {
-  let bridge: LocalBridge<LocalBackend>;
+  let bridge: EmbeddedBridge<LocalBackend>;
   beforeAll(async () => {
-    bridge = await startLocalBridge({ logger: silentLogger });
+    bridge = await startEmbeddedBridge({ logger: silentLogger });
   });
   afterAll(async () => {
     await bridge?.close();

@@ -1,15 +1,15 @@
 import { chmod, mkdtemp, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { type LocalBridge, startLocalBridge } from "@remote-task/bridge/node";
+import { type EmbeddedBridge, startEmbeddedBridge } from "@remote-task/bridge/node";
 import { createFakeBackend } from "@remote-task/bridge/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { serveToken } from "../src/token.js";
 import { cleanEnv, runCli } from "./helpers.js";
 
-let bridge: LocalBridge;
+let bridge: EmbeddedBridge;
 beforeAll(async () => {
-  bridge = await startLocalBridge({ backend: createFakeBackend(), logger: () => {} });
+  bridge = await startEmbeddedBridge({ backend: createFakeBackend(), logger: () => {} });
 });
 afterAll(() => bridge.close());
 

@@ -1,10 +1,10 @@
 import { silentLogger } from "@remote-task/bridge";
-import { startLocalBridge } from "@remote-task/bridge/node";
+import { startEmbeddedBridge } from "@remote-task/bridge/node";
 import { createClient, formatOutput } from "@remote-task/client";
 
 // A bridge on loopback; each call runs in a fresh, throwaway temporary directory. It logs one
 // JSON line per call to stderr; `silentLogger` drops them (leave `logger` out to see them).
-const bridge = await startLocalBridge({ logger: silentLogger });
+const bridge = await startEmbeddedBridge({ logger: silentLogger });
 const client = createClient({ url: bridge.url, token: bridge.token });
 
 const result = await client.run("echo hello from $(pwd); exit 3");

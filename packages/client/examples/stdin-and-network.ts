@@ -1,8 +1,8 @@
 import { silentLogger } from "@remote-task/bridge";
-import { startLocalBridge } from "@remote-task/bridge/node";
+import { startEmbeddedBridge } from "@remote-task/bridge/node";
 import { createClient, ForbiddenError } from "@remote-task/client";
 
-const bridge = await startLocalBridge({ logger: silentLogger });
+const bridge = await startEmbeddedBridge({ logger: silentLogger });
 const client = createClient({ url: bridge.url, token: bridge.token });
 
 // Text goes to the command's standard input as UTF-8; bytes (Uint8Array, ArrayBuffer) unchanged.

@@ -1,3 +1,4 @@
+import { requireIntegerAtLeast } from "@remote-task/internal";
 import {
   assertSandboxIdPrefix,
   DEFAULT_CWD,
@@ -89,10 +90,7 @@ function nonNegativeNumber(name: string, value: number | undefined, fallback: nu
 
 function positiveInteger(name: string, value: number | undefined, fallback: number): number {
   if (value === undefined) return fallback;
-  if (!Number.isSafeInteger(value) || value <= 0) {
-    throw new ConfigurationError(`${name} must be a positive integer.`);
-  }
-  return value;
+  return requireIntegerAtLeast(name, value, 1, (message) => new ConfigurationError(message));
 }
 
 /**

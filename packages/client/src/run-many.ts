@@ -6,6 +6,7 @@
  * halves (at most once per window) when a bridge refuses a call for capacity. A refused call is not
  * lost: it waits for room (see `bridges.ts`) and the window shrinks so no more pile up behind it.
  */
+import { requireIntegerAtLeast } from "@remote-task/internal";
 import { DEFAULT_CONCURRENCY, MAX_DEFAULT_FAN_OUT } from "./config.js";
 import { AbortError, ConfigurationError, RemoteTaskError } from "./errors.js";
 import type {
@@ -81,9 +82,7 @@ export async function runMany(
   freeCapacity: () => Promise<number | undefined>,
 ): Promise<SettledTask[]> {
   const ceiling = options.concurrency ?? MAX_DEFAULT_FAN_OUT;
-  if (!Number.isSafeInteger(ceiling) || ceiling < 1) {
-    throw new ConfigurationError("concurrency must be a positive integer.");
-  }
+  requireIntegerAtLeast("concurrency", ceiling, 1, (message) => new ConfigurationError(message));
   const normalized: Task[] = tasks.map((task) =>
     typeof task === "string" ? { command: task } : task,
   );

@@ -1,19 +1,8 @@
+import { toBase64 } from "@remote-task/internal";
 import type { ExecRequest } from "@remote-task/protocol";
 
 /** What a call may give as its command's standard input: text (sent as UTF-8) or bytes. */
 export type StdinInput = string | Uint8Array | ArrayBuffer;
-
-/** Bytes per `String.fromCharCode` call: well under every engine's argument limit. */
-const CHUNK = 0x8000;
-
-/** Standard base64 of `bytes`, with the Web platform's `btoa` (no `Buffer` needed). */
-function base64Of(bytes: Uint8Array): string {
-  let binary = "";
-  for (let start = 0; start < bytes.byteLength; start += CHUNK) {
-    binary += String.fromCharCode(...bytes.subarray(start, start + CHUNK));
-  }
-  return btoa(binary);
-}
 
 /** The request's `stdin` field and its size in bytes, or why `stdin` cannot be sent. */
 export type StdinField =
@@ -46,5 +35,5 @@ export function stdinField(stdin: unknown): StdinField {
   if (bytes === undefined) {
     return { ok: false, message: "must be a string, a Uint8Array or an ArrayBuffer" };
   }
-  return { ok: true, value: { base64: base64Of(bytes) }, bytes: bytes.byteLength };
+  return { ok: true, value: { base64: toBase64(bytes) }, bytes: bytes.byteLength };
 }

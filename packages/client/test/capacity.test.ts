@@ -4,7 +4,7 @@
  */
 
 import { silentLogger } from "@remote-task/bridge";
-import { startLocalBridge } from "@remote-task/bridge/node";
+import { startEmbeddedBridge } from "@remote-task/bridge/node";
 import { createFakeBackend, type FakeBackend } from "@remote-task/bridge/testing";
 import { HttpResponse, http } from "msw";
 import { afterEach, describe, expect, it } from "vitest";
@@ -221,8 +221,8 @@ describe("two real bridges, the first at capacity (loopback)", () => {
   async function pair(first: { maxConcurrent: number; maxQueued: number }) {
     const backends: FakeBackend[] = [createFakeBackend(), createFakeBackend()];
     const started = await Promise.all([
-      startLocalBridge({ backend: backends[0], admission: first, logger: silentLogger }),
-      startLocalBridge({
+      startEmbeddedBridge({ backend: backends[0], admission: first, logger: silentLogger }),
+      startEmbeddedBridge({
         backend: backends[1],
         admission: { maxConcurrent: 64, maxQueued: 256 },
         logger: silentLogger,

@@ -72,7 +72,7 @@ describe("createClient options", () => {
     [{ url: "https://b.test", token: "two words" }, /token must be a string without whitespace/],
     [
       { url: "https://b.test", maxResponseBytes: 1.5 },
-      /maxResponseBytes must be a positive integer/,
+      /maxResponseBytes must be an integer of at least 1/,
     ],
     [{ url: "https://b.test", maxConnections: 0 }, /maxConnections/],
     [{ url: "https://b.test", retry: { maxAttempts: 0 } }, /retry.maxAttempts/],

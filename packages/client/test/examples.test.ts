@@ -45,9 +45,9 @@ describe("the README stdin and network example", () => {
 
   // Runs once the embedded bridge takes stdin (it reports `limits.maxStdinBytes`).
   it("runs against the embedded bridge", async (context) => {
-    const { startLocalBridge } = await import("@remote-task/bridge/node");
+    const { startEmbeddedBridge } = await import("@remote-task/bridge/node");
     const { silentLogger } = await import("@remote-task/bridge");
-    const probe = await startLocalBridge({ logger: silentLogger });
+    const probe = await startEmbeddedBridge({ logger: silentLogger });
     const health = await (
       await fetch(`${probe.url}/health`, { headers: { authorization: `Bearer ${probe.token}` } })
     ).json();

@@ -1,7 +1,7 @@
 import { execFileSync } from "node:child_process";
 import { silentLogger } from "@remote-task/bridge";
 import { createLocalBackend } from "@remote-task/bridge/local";
-import { startLocalBridge } from "@remote-task/bridge/node";
+import { startEmbeddedBridge } from "@remote-task/bridge/node";
 import { formatOutput, PROTOCOL_VERSION, truncateTail } from "@remote-task/protocol";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
@@ -12,12 +12,14 @@ import {
 } from "../src/index.js";
 import { eventually, failure } from "./helpers/assertions.js";
 
-type Bridge = Awaited<ReturnType<typeof startLocalBridge<ReturnType<typeof createLocalBackend>>>>;
+type Bridge = Awaited<
+  ReturnType<typeof startEmbeddedBridge<ReturnType<typeof createLocalBackend>>>
+>;
 let bridge: Bridge;
 let client: RemoteTaskClient;
 
 beforeAll(async () => {
-  bridge = await startLocalBridge({
+  bridge = await startEmbeddedBridge({
     backend: createLocalBackend({ isolation: "auto" }),
     limits: { maxOutputBytes: 256 * 1024 },
     logger: silentLogger,
@@ -161,7 +163,7 @@ describe("against the embedded local bridge (loopback, real commands)", () => {
 
   it("a stream() consumer that falls behind is told how much it missed; the result is whole", async () => {
     const total = 16 * 1024 * 1024;
-    const small = await startLocalBridge({
+    const small = await startEmbeddedBridge({
       backend: createLocalBackend({ isolation: "none" }),
       limits: { maxOutputBytes: total },
       streamBufferBytes: 16 * 1024,

@@ -1,6 +1,8 @@
 export { type RaceAbortOptions, raceAbort } from "./abort.js";
+export { fromBase64, toBase64 } from "./base64.js";
 export { brandClass, hasBrand } from "./brand.js";
 export { concatBytes } from "./bytes.js";
+export { requireIntegerAtLeast } from "./checks.js";
 export {
   issuesInWords,
   issuesOf,

@@ -66,6 +66,20 @@ export const BRIDGE_TEXTS = {
     `stdin is ${bytes} bytes; this bridge takes at most ${maxBytes}, so the command did not run.`,
 } as const;
 
+/** Texts every backend sends alike; a backend's own list refers to them by name. */
+export const SANDBOX_TEXTS = {
+  /** A `cwd` that does not exist in the sandbox is refused, never created (every backend). */
+  missingCwd: (cwd: string) =>
+    `cwd ${cwd} is not a directory in the sandbox, so the command did not run. ` +
+    "Use an existing directory (default /workspace), or create it first: mkdir -p <dir> && cd <dir> && ...",
+  /** A container backend's container did not start; with the reason (already safe to show). */
+  notStarted: (reason: string) =>
+    `The sandbox's container could not be started, so the command did not run (${reason}).`,
+  /** A backend asked to start a sandbox id it already runs. */
+  alreadyExists: (sandboxId: string) =>
+    `Sandbox ${sandboxId} already exists on this bridge; use a fresh sandbox id.`,
+} as const;
+
 /** Texts of the Cloudflare backend (apps/worker). */
 export const CLOUDFLARE_TEXTS = {
   containersDisabled:
@@ -77,16 +91,12 @@ export const CLOUDFLARE_TEXTS = {
     "could be placed). Try again shortly.",
   stopped: "The command was stopped before it finished.",
   closedEarly: "The sandbox closed the output stream before the command exited.",
-  /** With the reason the container did not start (already safe to show). */
-  notStarted: (reason: string) =>
-    `The sandbox's container could not be started, so the command did not run (${reason}).`,
+  notStarted: SANDBOX_TEXTS.notStarted,
   notReady: (timeoutSeconds: number) =>
     `The sandbox's container did not become ready within the call's timeout (${timeoutSeconds} s), ` +
     "so the command did not run. Cold starts can take several seconds: allow a longer " +
     "timeoutSeconds, or retry.",
-  missingCwd: (cwd: string) =>
-    `cwd ${cwd} is not a directory in the sandbox, so the command did not run. ` +
-    "Use an existing directory (default /workspace), or create it first: mkdir -p <dir> && cd <dir> && ...",
+  missingCwd: SANDBOX_TEXTS.missingCwd,
   /** With the platform's (redacted) words for how the stream broke. */
   brokenStream: (detail: string) =>
     "The connection to the sandbox broke while the command ran (its container may have " +
@@ -105,11 +115,11 @@ export const DOCKER_TEXTS = {
     `The container engine has no image ${image}, so the command did not run; build or pull it first (docker build -t ${image} . / docker pull ${image}).`,
   closed: "The docker backend is closed, so the command did not run.",
   endedEarly: "The call ended before the command started, so the command did not run.",
-  notStarted: CLOUDFLARE_TEXTS.notStarted,
+  notStarted: SANDBOX_TEXTS.notStarted,
   /** With the container's exit status and what it printed, when there was any. */
   noShell: (image: string, code: number | undefined, output: string) =>
     `The container of image ${image} ended before its shell ran (exit ${code ?? "unknown"}${output ? `: ${output}` : ""}), so the command did not run; the image needs /bin/sh.`,
-  missingCwd: CLOUDFLARE_TEXTS.missingCwd,
+  missingCwd: SANDBOX_TEXTS.missingCwd,
   noRelay: (reason: string) =>
     `The container's network relay could not be set up, so the command did not run: ${reason}`,
   /** With the engine's hard process-count limit: the value to pass. */
@@ -143,14 +153,9 @@ export const OWN_TEXTS: readonly string[] = [
   ...new Set(
     [
       ...Object.values(BRIDGE_TEXTS),
+      ...Object.values(SANDBOX_TEXTS),
       ...Object.values(CLOUDFLARE_TEXTS),
       ...Object.values(DOCKER_TEXTS),
     ].flatMap(fixedParts),
   ),
 ];
-
-/** Texts every backend sends alike. */
-export const SANDBOX_TEXTS = {
-  /** A `cwd` that does not exist in the sandbox is refused, never created (every backend). */
-  missingCwd: CLOUDFLARE_TEXTS.missingCwd,
-};

@@ -1,7 +1,9 @@
 import { describe, expect, it } from "vitest";
 import { raceAbort } from "../src/abort.js";
+import { fromBase64, toBase64 } from "../src/base64.js";
 import { brandClass, hasBrand } from "../src/brand.js";
 import { concatBytes } from "../src/bytes.js";
+import { requireIntegerAtLeast } from "../src/checks.js";
 import { issuesOf, summarizeIssues } from "../src/issues.js";
 import { retryAfterHeader } from "../src/retry-after.js";
 import { MAX_TIMER_MS, timerDelay } from "../src/timers.js";
@@ -143,5 +145,30 @@ describe("concatBytes", () => {
     expect(concatBytes([one])).toBe(one);
     expect([...concatBytes([one, new Uint8Array([]), new Uint8Array([3])])]).toEqual([1, 2, 3]);
     expect(concatBytes([]).byteLength).toBe(0);
+  });
+});
+
+describe("toBase64 and fromBase64", () => {
+  it("round-trip every byte value and inputs longer than one chunk", () => {
+    const every = Uint8Array.from({ length: 256 }, (_, i) => i);
+    expect(toBase64(every)).toBe(Buffer.from(every).toString("base64"));
+    expect(fromBase64(toBase64(every))).toEqual(every);
+    const long = new Uint8Array(100_000).map((_, i) => (i * 7) % 256);
+    expect(toBase64(long)).toBe(Buffer.from(long).toString("base64"));
+    expect(fromBase64(Buffer.from(long).toString("base64"))).toEqual(long);
+    expect(toBase64(new Uint8Array())).toBe("");
+  });
+});
+
+describe("requireIntegerAtLeast", () => {
+  it("returns an integer at or above the least and refuses anything else in one wording", () => {
+    expect(requireIntegerAtLeast("n", 3, 3)).toBe(3);
+    for (const bad of [2, 3.5, Number.NaN, "4", undefined]) {
+      expect(() => requireIntegerAtLeast("limits.n", bad, 3)).toThrow(
+        new TypeError(`limits.n must be an integer of at least 3; got ${String(bad)}.`),
+      );
+    }
+    class OwnError extends Error {}
+    expect(() => requireIntegerAtLeast("n", 0, 1, (m) => new OwnError(m))).toThrow(OwnError);
   });
 });

@@ -6,7 +6,7 @@ import {
   shorten,
   WHOLE_WORD_SECRET_LENGTH,
 } from "../src/redact.js";
-import { BRIDGE_TEXTS, CLOUDFLARE_TEXTS, OWN_TEXTS } from "../src/texts.js";
+import { BRIDGE_TEXTS, CLOUDFLARE_TEXTS, OWN_TEXTS, SANDBOX_TEXTS } from "../src/texts.js";
 
 describe("redact", () => {
   it("replaces a secret as written and JSON-escaped", () => {
@@ -89,6 +89,7 @@ describe("the project's own texts", () => {
       [CLOUDFLARE_TEXTS.containersDisabled, []],
       [CLOUDFLARE_TEXTS.failed(undefined, ""), []],
       [CLOUDFLARE_TEXTS.failed("SOME_CODE", ""), ["SOME_CODE"]],
+      [SANDBOX_TEXTS.alreadyExists("mikan-task-1"), ["mikan-task-1"]],
     ];
     for (const [text, values] of texts) {
       const words = text

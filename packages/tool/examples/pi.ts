@@ -1,13 +1,13 @@
 // pi-agent-core: an AgentTool for the Agent.
 import { Agent } from "@mariozechner/pi-agent-core";
 import { getModel } from "@mariozechner/pi-ai";
-import { remoteTaskAgentTools } from "@remote-task/tool/pi";
+import { remoteTaskPiTools } from "@remote-task/tool/pi";
 
 const agent = new Agent({
   initialState: {
     systemPrompt: "You can run throwaway shell commands with remote_task.",
     model: getModel("anthropic", "claude-sonnet-4-5"),
-    tools: remoteTaskAgentTools(), // [] when no bridge is configured
+    tools: remoteTaskPiTools(), // [] when no bridge is configured
   },
 });
 agent.subscribe((event) => {

@@ -4,7 +4,6 @@ export {
   remoteTaskDescription,
 } from "./description.js";
 export { RemoteTaskToolError } from "./errors.js";
-export { networkFromFlag } from "./network-flag.js";
 export {
   ABORTED_TEXT,
   type RemoteTaskStatus,

@@ -14,12 +14,16 @@ import {
   toRemoteTaskTool,
 } from "./tool.js";
 
-export type RemoteTaskAgentsTool = FunctionTool<unknown, ReturnType<typeof strictSchema>, string>;
+export type RemoteTaskOpenAIAgentsTool = FunctionTool<
+  unknown,
+  ReturnType<typeof strictSchema>,
+  string
+>;
 
 /** A function tool running `remote_task`; add it to an `Agent`'s `tools`. */
-export function createRemoteTaskAgentsTool(
+export function createRemoteTaskOpenAIAgentsTool(
   source: RemoteTaskToolSource = {},
-): RemoteTaskAgentsTool {
+): RemoteTaskOpenAIAgentsTool {
   const core = toRemoteTaskTool(source);
   return tool({
     name: core.name,
@@ -30,13 +34,13 @@ export function createRemoteTaskAgentsTool(
       const result = await core.execute(withoutNullTimeout(input), { signal: details?.signal });
       return result.text;
     },
-  }) as RemoteTaskAgentsTool;
+  }) as RemoteTaskOpenAIAgentsTool;
 }
 
 /** `[remote_task]` when `env` configures a bridge, otherwise `[]`. */
-export function remoteTaskAgentsTools(
+export function remoteTaskOpenAIAgentsTools(
   env?: EnvLike,
   options: Omit<RemoteTaskToolOptions, "client" | "env"> = {},
-): RemoteTaskAgentsTool[] {
-  return isRemoteTaskAvailable(env) ? [createRemoteTaskAgentsTool({ ...options, env })] : [];
+): RemoteTaskOpenAIAgentsTool[] {
+  return isRemoteTaskAvailable(env) ? [createRemoteTaskOpenAIAgentsTool({ ...options, env })] : [];
 }

@@ -26,10 +26,10 @@ export interface RemoteTaskDetails {
 
 type AgentToolSchema = AgentTool["parameters"];
 
-export type RemoteTaskAgentTool = AgentTool<AgentToolSchema, RemoteTaskDetails>;
+export type RemoteTaskPiTool = AgentTool<AgentToolSchema, RemoteTaskDetails>;
 
 /** An `AgentTool` running `remote_task`; add it to the agent's `tools`. */
-export function createRemoteTaskAgentTool(source: RemoteTaskToolSource = {}): RemoteTaskAgentTool {
+export function createRemoteTaskPiTool(source: RemoteTaskToolSource = {}): RemoteTaskPiTool {
   const core = toRemoteTaskTool(source);
   return {
     name: core.name,
@@ -47,9 +47,9 @@ export function createRemoteTaskAgentTool(source: RemoteTaskToolSource = {}): Re
 }
 
 /** `[remote_task]` when `env` configures a bridge, otherwise `[]`. */
-export function remoteTaskAgentTools(
+export function remoteTaskPiTools(
   env?: EnvLike,
   options: Omit<RemoteTaskToolOptions, "client" | "env"> = {},
-): RemoteTaskAgentTool[] {
-  return isRemoteTaskAvailable(env) ? [createRemoteTaskAgentTool({ ...options, env })] : [];
+): RemoteTaskPiTool[] {
+  return isRemoteTaskAvailable(env) ? [createRemoteTaskPiTool({ ...options, env })] : [];
 }

@@ -1,5 +1,4 @@
-import { execFile } from "node:child_process";
-import { promisify } from "node:util";
+import { pathToFileURL } from "node:url";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import {
   getDefaultEnvironment,
@@ -9,17 +8,17 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestBridge, type TestBridge } from "./helpers/bridge.js";
 import { distFile } from "./helpers/dist.js";
 
-const run = promisify(execFile);
-
 let bridge: TestBridge;
 let client: Client;
 
 beforeAll(async () => {
   bridge = await startTestBridge();
-  // The built bin as an MCP host would start it: a child process configured by environment.
+  // The built entry served on stdio as the command line's MCP command serves it: a child process
+  // configured by environment.
+  const serve = `import { runMcpStdio } from ${JSON.stringify(pathToFileURL(distFile("mcp.js")).href)}; await runMcpStdio();`;
   const transport = new StdioClientTransport({
     command: process.execPath,
-    args: [distFile("mcp-bin.js")],
+    args: ["--input-type=module", "-e", serve],
     env: { ...getDefaultEnvironment(), ...bridge.env },
     stderr: "pipe",
   });
@@ -37,7 +36,7 @@ function textOf(result: Awaited<ReturnType<Client["callTool"]>>): string {
   return content.map((c) => c.text ?? "").join("");
 }
 
-describe("MCP stdio server (real SDK client, built bin, real bridge)", () => {
+describe("MCP stdio server (real SDK client, built entry, real bridge)", () => {
   it("lists remote_task with its schema and annotations", async () => {
     const { tools } = await client.listTools();
     expect(tools).toHaveLength(1);
@@ -120,19 +119,5 @@ describe("MCP stdio server (real SDK client, built bin, real bridge)", () => {
     );
     expect(results.map(textOf)).toEqual(["1\n1\n", "1\n2\n", "1\n3\n"]);
     expect(new Set(bridge.started.slice(before).map((s) => s.sandboxId)).size).toBe(3);
-  });
-});
-
-describe("remote-task-mcp without configuration", () => {
-  it("exits non-zero with a clear message on stderr", async () => {
-    const env = { ...getDefaultEnvironment() };
-    const failure = await run(process.execPath, [distFile("mcp-bin.js")], { env }).then(
-      () => undefined,
-      (error: { code?: number; stderr?: string }) => error,
-    );
-    expect(failure?.code).toBe(125);
-    expect(failure?.stderr).toBe(
-      "remote-task-mcp: CLOUDFLARE_SANDBOX_URL is not set. Set it (or MIKAN_CLOUDFLARE_SANDBOX_URL) to the bridge's base URL.\n",
-    );
   });
 });

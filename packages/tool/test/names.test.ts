@@ -19,8 +19,8 @@ describe("adapter factory names", () => {
     expect(factories(ai)).toEqual(["createRemoteTaskAiTool"]);
     expect(factories(mcp)).toEqual(["createRemoteTaskMcpServer"]);
     expect(factories(openai)).toEqual(["createRemoteTaskOpenAITool"]);
-    expect(factories(openaiAgents)).toEqual(["createRemoteTaskAgentsTool"]);
-    expect(factories(pi)).toEqual(["createRemoteTaskAgentTool"]);
+    expect(factories(openaiAgents)).toEqual(["createRemoteTaskOpenAIAgentsTool"]);
+    expect(factories(pi)).toEqual(["createRemoteTaskPiTool"]);
     expect(factories(claude)).toEqual(["createRemoteTaskClaudeTool"]);
     expect(factories(mastra)).toEqual(["createRemoteTaskSandbox"]);
     expect(factories(langchain)).toEqual([
@@ -33,5 +33,7 @@ describe("adapter factory names", () => {
     expect("remoteTaskTool" in ai).toBe(false);
     expect("createMcpServer" in mcp).toBe(false);
     expect("createRemoteTaskOpenAI" in openai).toBe(false);
+    expect("createRemoteTaskAgentTool" in pi).toBe(false);
+    expect("createRemoteTaskAgentsTool" in openaiAgents).toBe(false);
   });
 });

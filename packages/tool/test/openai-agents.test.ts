@@ -9,7 +9,10 @@ import {
   Usage,
 } from "@openai/agents";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createRemoteTaskAgentsTool, remoteTaskAgentsTools } from "../src/openai-agents.js";
+import {
+  createRemoteTaskOpenAIAgentsTool,
+  remoteTaskOpenAIAgentsTools,
+} from "../src/openai-agents.js";
 import { startTestBridge, type TestBridge } from "./helpers/bridge.js";
 
 let bridge: TestBridge;
@@ -70,7 +73,7 @@ async function runAgent(args: object): Promise<string> {
   const agent = new Agent({
     name: "tester",
     model,
-    tools: [createRemoteTaskAgentsTool({ client: bridge.client })],
+    tools: [createRemoteTaskOpenAIAgentsTool({ client: bridge.client })],
   });
   const result = await new Runner({ tracingDisabled: true }).run(agent, "run it");
   expect(model.seen).toHaveLength(1);
@@ -80,7 +83,7 @@ async function runAgent(args: object): Promise<string> {
 
 describe("OpenAI Agents SDK adapter", () => {
   it("is a strict function tool named remote_task with a nullable timeout", () => {
-    const agentsTool = createRemoteTaskAgentsTool({ env: {} });
+    const agentsTool = createRemoteTaskOpenAIAgentsTool({ env: {} });
     expect(agentsTool.type).toBe("function");
     expect(agentsTool.name).toBe("remote_task");
     expect(agentsTool.strict).toBe(true);
@@ -107,7 +110,7 @@ describe("OpenAI Agents SDK adapter", () => {
   });
 
   it("passes the run's abort signal: the remote command stops", async () => {
-    const agentsTool = createRemoteTaskAgentsTool({ client: bridge.client });
+    const agentsTool = createRemoteTaskOpenAIAgentsTool({ client: bridge.client });
     const controller = new AbortController();
     const started = bridge.nextStart();
     const call = agentsTool.invoke(
@@ -121,7 +124,7 @@ describe("OpenAI Agents SDK adapter", () => {
   });
 
   it("is offered only when the environment configures a bridge", () => {
-    expect(remoteTaskAgentsTools({})).toEqual([]);
-    expect(remoteTaskAgentsTools(bridge.env).map((t) => t.name)).toEqual(["remote_task"]);
+    expect(remoteTaskOpenAIAgentsTools({})).toEqual([]);
+    expect(remoteTaskOpenAIAgentsTools(bridge.env).map((t) => t.name)).toEqual(["remote_task"]);
   });
 });

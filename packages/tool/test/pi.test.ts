@@ -6,7 +6,7 @@ import {
   type ToolResultMessage,
 } from "@mariozechner/pi-ai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createRemoteTaskAgentTool, remoteTaskAgentTools } from "../src/pi.js";
+import { createRemoteTaskPiTool, remoteTaskPiTools } from "../src/pi.js";
 import { startTestBridge, type TestBridge } from "./helpers/bridge.js";
 
 let bridge: TestBridge;
@@ -25,7 +25,7 @@ async function runAgent(args: Record<string, unknown>, onStart?: (agent: Agent) 
     initialState: {
       systemPrompt: "",
       model: faux.getModel(),
-      tools: [createRemoteTaskAgentTool({ client: bridge.client })],
+      tools: [createRemoteTaskPiTool({ client: bridge.client })],
     },
   });
   faux.setResponses([
@@ -87,8 +87,8 @@ describe("pi-agent-core adapter (Agent with the faux provider, real bridge)", ()
     expect(bridge.live()).toBe(0);
   });
 
-  it("remoteTaskAgentTools offers the tool only with a configured bridge", () => {
-    expect(remoteTaskAgentTools({})).toEqual([]);
-    expect(remoteTaskAgentTools(bridge.env).map((t) => t.name)).toEqual(["remote_task"]);
+  it("remoteTaskPiTools offers the tool only with a configured bridge", () => {
+    expect(remoteTaskPiTools({})).toEqual([]);
+    expect(remoteTaskPiTools(bridge.env).map((t) => t.name)).toEqual(["remote_task"]);
   });
 });

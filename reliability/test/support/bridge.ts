@@ -1,7 +1,7 @@
 import { readdir, rm } from "node:fs/promises";
 import type { AdmissionOptions, BridgeLogEntry, BridgeLogger } from "@remote-task/bridge";
 import { createLocalBackend, type LocalBackend } from "@remote-task/bridge/local";
-import { type LocalBridge, startLocalBridge } from "@remote-task/bridge/node";
+import { type EmbeddedBridge, startEmbeddedBridge } from "@remote-task/bridge/node";
 import type { Limits } from "@remote-task/protocol";
 import { leftoverDirs, makeTmpRoot } from "./tmp-root.js";
 
@@ -22,7 +22,7 @@ class LogCapture {
 }
 
 export interface TestBridge {
-  bridge: LocalBridge<LocalBackend>;
+  bridge: EmbeddedBridge<LocalBackend>;
   backend: LocalBackend;
   logs: LogCapture;
   tmpRoot: string;
@@ -51,7 +51,7 @@ export async function startTestBridge(options: TestBridgeOptions = {}): Promise<
     killGraceMs: options.killGraceMs ?? 500,
   });
   const logs = new LogCapture();
-  const bridge = await startLocalBridge({
+  const bridge = await startEmbeddedBridge({
     backend,
     logger: logs.logger,
     token: options.token,

@@ -6,8 +6,8 @@
  */
 
 import type { ExecSpec } from "../backend.js";
-import { checkPathLength, refuseNul } from "../local/cwd.js";
-import type { SandboxLimits } from "../local/limits.js";
+import { checkPathLength, refuseNul, SANDBOX_WORKSPACE } from "../host/cwd.js";
+import type { SandboxLimits } from "../host/limits.js";
 
 /** Per-container limits of the docker backend. */
 export interface DockerLimits extends SandboxLimits {
@@ -19,13 +19,11 @@ export interface DockerLimits extends SandboxLimits {
 
 /** Labels on every container this backend creates. */
 export const LABELS = {
-  /** The backend instance that owns it (see local/ownership.ts): a dead owner's are swept. */
+  /** The backend instance that owns it (see host/ownership.ts): a dead owner's are swept. */
   owner: "remote-task.owner",
   /** The machine the owner runs on: only a bridge on the same machine can tell it is dead. */
   host: "remote-task.host",
 } as const;
-
-const SANDBOX_WORKSPACE = "/workspace";
 
 /** A POSIX shell word that stands for `text` exactly. */
 function shellQuote(text: string): string {

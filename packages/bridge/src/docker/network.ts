@@ -1,9 +1,9 @@
 /**
  * Network policy for the docker backend. Every container is made with network `none`: it has only
- * a loopback interface and no route anywhere. A call with `open` or an allowlist gets the local
- * backend's egress proxy (local/egress.ts: the same decisions, the same private-range and
- * bridge-address refusals) on a unix socket of the host, and the local backend's relay
- * (local/relay.ts), run on the host inside the container's network namespace only
+ * a loopback interface and no route anywhere. A call with `open` or an allowlist gets the
+ * shared egress proxy (host/egress.ts: the same decisions, the same private-range and
+ * bridge-address refusals) on a unix socket of the host, and the shared relay
+ * (host/relay.ts), run on the host inside the container's network namespace only
  * (`nsenter --net`), as an unprivileged uid, listening on the container's 127.0.0.1 and carrying
  * every connection to that socket by its path. The relay dies with the bridge (parent-death
  * signal) and is killed when the call ends. This needs the engine's containers on this very
@@ -14,9 +14,9 @@
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { accessSync, chmodSync, chownSync, constants, readFileSync, rmSync } from "node:fs";
 import type { NetworkPolicy } from "@remote-task/protocol";
-import { type EgressProxy, startEgressProxy } from "../local/egress.js";
-import type { Endpoint } from "../local/egress-policy.js";
-import { proxyEnvironment, relayArgs } from "../local/relay.js";
+import { type EgressProxy, startEgressProxy } from "../host/egress.js";
+import type { Endpoint } from "../host/egress-policy.js";
+import { proxyEnvironment, relayArgs } from "../host/relay.js";
 import type { ParsedHostPattern } from "../network.js";
 import type { EngineEndpoint } from "./engine.js";
 

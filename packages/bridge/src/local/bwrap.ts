@@ -1,8 +1,6 @@
 import { spawnSync } from "node:child_process";
 import { existsSync, lstatSync, readlinkSync, realpathSync, statSync } from "node:fs";
-
-/** Where the sandbox's working directory is mounted inside bubblewrap. */
-export const SANDBOX_WORKSPACE = "/workspace";
+import { SANDBOX_WORKSPACE } from "../host/cwd.js";
 
 /** The command's uid and gid inside the sandbox (any host uid maps to it). */
 const SANDBOX_UID = 1000;

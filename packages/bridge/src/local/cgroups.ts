@@ -13,7 +13,7 @@
 import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
 import { readdir, rmdir } from "node:fs/promises";
 import { join } from "node:path";
-import { isInstanceName, ownerAlive } from "./ownership.js";
+import { isInstanceName, ownerAlive } from "../host/ownership.js";
 import { pollUntil, signal } from "./processes.js";
 
 type Controller = "pids" | "memory";

@@ -8,8 +8,9 @@
  */
 import type { SandboxReport } from "@remote-task/protocol";
 import { BackendError, type SandboxBackend } from "../backend.js";
-import type { Endpoint } from "./egress-policy.js";
-import { cleanUpAtExit } from "./ownership.js";
+import type { Endpoint } from "../host/egress-policy.js";
+import { InFlight, type InFlightCounts } from "../host/in-flight.js";
+import { cleanUpAtExit } from "../host/ownership.js";
 import { settleWithin } from "./processes.js";
 import { type Sandbox, startSandbox } from "./sandbox.js";
 import {
@@ -21,10 +22,14 @@ import {
 import { removeCallDir } from "./state-dir.js";
 import { releaseWhenDrained, terminate } from "./teardown.js";
 
+export type { EgressOptions } from "../host/egress.js";
+export type { Endpoint } from "../host/egress-policy.js";
+export {
+  DEFAULT_SANDBOX_LIMITS,
+  DEFAULT_SANDBOX_UIDS,
+  type SandboxLimits,
+} from "../host/limits.js";
 export { DEFAULT_ETC_ENTRIES } from "./bwrap.js";
-export type { EgressOptions } from "./egress.js";
-export type { Endpoint } from "./egress-policy.js";
-export { DEFAULT_SANDBOX_LIMITS, DEFAULT_SANDBOX_UIDS, type SandboxLimits } from "./limits.js";
 export { isolationNoneGaps } from "./notes.js";
 export {
   IsolationUnavailableError,
@@ -34,11 +39,7 @@ export {
 } from "./setup.js";
 export type { UidRange } from "./slots.js";
 
-export interface LocalBackendStats {
-  /** Sandboxes started and not yet destroyed. */
-  live: number;
-  started: number;
-  destroyed: number;
+export interface LocalBackendStats extends InFlightCounts {
   /** Slots of destroyed sandboxes not handed out again yet (their last processes or leftovers). */
   draining: number;
 }
@@ -58,7 +59,7 @@ export interface LocalBackend extends SandboxBackend {
   stats(): LocalBackendStats;
   /**
    * Never let a sandbox connect to `endpoint` (where the bridge itself listens: its port on any
-   * address of this machine). `startLocalBridge` calls it with its own address.
+   * address of this machine). `startEmbeddedBridge` calls it with its own address.
    */
   excludeFromEgress(endpoint: Endpoint): void;
   /** Stops every sandbox and removes everything the backend made. Idempotent. */
@@ -74,9 +75,7 @@ export interface LocalBackend extends SandboxBackend {
 export function createLocalBackend(options: LocalBackendOptions = {}): LocalBackend {
   const host = setUpLocalHost(options);
   const bridgeEndpoints: Endpoint[] = [];
-  const sandboxes = new Map<string, Sandbox>();
-  let started = 0;
-  let destroyed = 0;
+  const sandboxes = new InFlight<Sandbox>();
   let calls = 0;
   let closed = false;
   const draining = new Set<Promise<void>>();
@@ -108,8 +107,7 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
             await settleWithin(done, host.killGraceMs);
           }
         }
-        sandboxes.delete(sandboxId);
-        destroyed++;
+        sandboxes.remove(sandboxId);
       }
       if (!gone) {
         throw new BackendError(
@@ -131,15 +129,8 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
     health: async () => ({ sandbox: host.report }),
 
     async start(spec) {
-      if (sandboxes.has(spec.sandboxId)) {
-        throw new BackendError(
-          "sandbox_error",
-          `Sandbox ${spec.sandboxId} already exists on this bridge; use a fresh sandbox id.`,
-        );
-      }
       const sandbox: Sandbox = { exited: Promise.resolve(), startup: Promise.resolve() };
-      sandboxes.set(spec.sandboxId, sandbox);
-      started++;
+      sandboxes.add(spec.sandboxId, sandbox);
       const running = startSandbox(host, spec, sandbox, {
         serial: ++calls,
         bridgeEndpoints: () => bridgeEndpoints,
@@ -153,7 +144,7 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
     destroy,
 
     liveSandboxes: () => sandboxes.size,
-    stats: () => ({ live: sandboxes.size, started, destroyed, draining: draining.size }),
+    stats: () => ({ ...sandboxes.counts(), draining: draining.size }),
     excludeFromEgress(endpoint) {
       bridgeEndpoints.push({ host: endpoint.host, port: endpoint.port });
     },
@@ -162,7 +153,7 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
       if (closed) return;
       closed = true;
       await host.ready;
-      await Promise.allSettled([...sandboxes.keys()].map(destroy));
+      await Promise.allSettled(sandboxes.ids().map(destroy));
       // Give the last slots a moment to drain, so their uids go back free.
       await settleWithin(Promise.allSettled(draining), host.killGraceMs + EXIT_WAIT_MS);
       unregisterExit();

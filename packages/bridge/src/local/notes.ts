@@ -1,6 +1,6 @@
 import type { OutputChunk } from "../backend.js";
+import type { SandboxLimits } from "../host/limits.js";
 import type { CgroupSlot } from "./cgroups.js";
-import type { SandboxLimits } from "./limits.js";
 
 const MiB = 1024 * 1024;
 

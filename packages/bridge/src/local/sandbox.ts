@@ -7,15 +7,20 @@
 import { chmodSync, chownSync } from "node:fs";
 import { join } from "node:path";
 import { BackendError, type ExecSpec, type RunningCommand } from "../backend.js";
-import { bwrapArgs, isDirectoryInside, SANDBOX_WORKSPACE } from "./bwrap.js";
-import { refuseNul, resolveCwd } from "./cwd.js";
-import { type EgressProxy, startEgressProxy } from "./egress.js";
-import type { Endpoint } from "./egress-policy.js";
+import { refuseNul, resolveCwd, SANDBOX_WORKSPACE } from "../host/cwd.js";
+import { type EgressProxy, startEgressProxy } from "../host/egress.js";
+import type { Endpoint } from "../host/egress-policy.js";
+import {
+  proxyEnvironment,
+  relayPrelude,
+  SANDBOX_NODE,
+  SANDBOX_PROXY_SOCKET,
+} from "../host/relay.js";
+import { bwrapArgs, isDirectoryInside } from "./bwrap.js";
 import { ENV_FD } from "./keyring.js";
 import { limitNotes } from "./notes.js";
 import { mergeOutput } from "./output.js";
 import { exitStatus, signal } from "./processes.js";
-import { proxyEnvironment, relayPrelude, SANDBOX_NODE, SANDBOX_PROXY_SOCKET } from "./relay.js";
 import type { LocalHost } from "./setup.js";
 import { GATE_FD, shellScript } from "./shell.js";
 import type { Slot } from "./slots.js";
@@ -67,14 +72,14 @@ function plainShell(
   uid: number | undefined,
 ): Pick<SpawnRequest, "file" | "args" | "env" | "extraPipes" | "inputs" | "uid"> {
   const asUid = uid === undefined ? {} : { uid };
-  if (host.keyrings === undefined)
+  if (host.launch.keyrings === undefined)
     return { file: argv[0] as string, args: argv.slice(1), env, extraPipes: 1, ...asUid };
   const entries = Object.entries(env).map(([name, value]) => `${name}=${value}\0`);
   // With a private IPC namespace the program starts as root and takes the uid itself, after.
-  const privateIpc = host.keyrings.privateIpc && uid !== undefined;
+  const privateIpc = host.launch.keyrings.privateIpc && uid !== undefined;
   return {
-    file: host.keyrings.perl,
-    args: ["-e", host.keyrings.program, "--", ...(privateIpc ? [String(uid)] : []), ...argv],
+    file: host.launch.keyrings.perl,
+    args: ["-e", host.launch.keyrings.program, "--", ...(privateIpc ? [String(uid)] : []), ...argv],
     env: {},
     extraPipes: ENV_FD - 2,
     inputs: [{ fd: ENV_FD, data: entries.join("") }],
@@ -107,28 +112,28 @@ function spawnRequest(
   const request: SpawnRequest =
     host.isolation === "bwrap"
       ? {
-          file: host.bwrapPath,
+          file: host.launch.bwrapPath,
           // The request's env reaches only the sandboxed command: bwrap itself runs on the host
           // with a bare PATH (a request's LD_PRELOAD must not load into it), and the variables
           // travel through a pipe (--args 3), not the command line that `ps` shows.
           args: [
             "--args",
             "3",
-            ...bwrapArgs(host.bwrapBase, {
+            ...bwrapArgs(host.launch.bwrapBase, {
               cwd: cwd.inside,
               binds,
               infoFd: 4,
               blockFd: 5,
-              ...(host.seccompFilter === undefined ? {} : { seccompFd: 6 }),
+              ...(host.launch.seccompFilter === undefined ? {} : { seccompFd: 6 }),
             }),
             "--",
-            host.shell.path,
-            ...host.shell.args,
+            host.launch.shell.path,
+            ...host.launch.shell.args,
             shellScript(spec.command, {
               gate: false,
-              ulimits: host.ulimits,
+              ulimits: host.launch.ulimits,
               setup: binds.length > 0 ? relayPrelude() : [],
-              privileged: host.shell.args.includes("-p"),
+              privileged: host.launch.shell.args.includes("-p"),
             }),
           ],
           cwd: host.stateDir,
@@ -137,9 +142,9 @@ function spawnRequest(
           extraPipes: 4,
           inputs: [
             { fd: 3, data: `${settings.join("\0")}\0` },
-            ...(host.seccompFilter === undefined
+            ...(host.launch.seccompFilter === undefined
               ? []
-              : [{ fd: 6, data: host.seccompFilter, base64: true }]),
+              : [{ fd: 6, data: host.launch.seccompFilter, base64: true }]),
           ],
           infoFd: 4,
           gate: { fd: 5, data: "x" },
@@ -149,12 +154,12 @@ function spawnRequest(
           ...plainShell(
             host,
             [
-              host.shell.path,
-              ...host.shell.args,
+              host.launch.shell.path,
+              ...host.launch.shell.args,
               shellScript(spec.command, {
                 gate: true,
-                ulimits: host.ulimits,
-                privileged: host.shell.args.includes("-p"),
+                ulimits: host.launch.ulimits,
+                privileged: host.launch.shell.args.includes("-p"),
               }),
             ],
             env,
@@ -204,7 +209,7 @@ export async function startSandbox(
 ): Promise<RunningCommand> {
   refuseNul(spec);
   const bwrap = host.isolation === "bwrap";
-  const cwd = resolveCwd(spec.cwd, bwrap, (dir) => isDirectoryInside(dir, host.etcEntries));
+  const cwd = resolveCwd(spec.cwd, bwrap, (dir) => isDirectoryInside(dir, host.launch.etcEntries));
   await host.ready;
   if (call.closed()) throw new BackendError("sandbox_error", "The local backend is closed.");
   const slot = host.pool.acquire();

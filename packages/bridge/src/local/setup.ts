@@ -10,9 +10,18 @@ import { chmodSync, closeSync, mkdirSync, rmSync, statSync, writeFileSync } from
 import { availableParallelism } from "node:os";
 import { dirname, join } from "node:path";
 import { brandClass } from "@remote-task/internal";
-import { hostPatternSchema, type SandboxReport } from "@remote-task/protocol";
+import type { SandboxReport } from "@remote-task/protocol";
+import type { EgressOptions } from "../host/egress.js";
+import {
+  checkUidRange,
+  DEFAULT_SANDBOX_UIDS,
+  resolveSandboxLimits,
+  type SandboxLimits,
+} from "../host/limits.js";
+import { checkedPatterns, stderrWarnings } from "../host/options.js";
+import { newInstanceName } from "../host/ownership.js";
 import type { BridgeLogger } from "../logger.js";
-import { type NetworkMode, type ParsedHostPattern, parseHostPattern } from "../network.js";
+import type { NetworkMode, ParsedHostPattern } from "../network.js";
 import {
   bwrapBaseArgs,
   DEFAULT_ETC_ENTRIES,
@@ -22,16 +31,8 @@ import {
 } from "./bwrap.js";
 import { type CgroupSet, createCgroupSet, sweepCgroups } from "./cgroups.js";
 import { inheritedDescriptors, openDevNull, sandboxStdio } from "./descriptors.js";
-import type { EgressOptions } from "./egress.js";
 import { canUnshareIpc, findPerl, freshKeyringsProgram } from "./keyring.js";
 import { removeLeftovers } from "./leftovers.js";
-import {
-  checkUidRange,
-  DEFAULT_SANDBOX_UIDS,
-  resolveSandboxLimits,
-  type SandboxLimits,
-} from "./limits.js";
-import { newInstanceName } from "./ownership.js";
 import { sandboxSeccompFilter } from "./seccomp.js";
 import { findShell, processLimitFlag } from "./shell.js";
 import {
@@ -104,29 +105,15 @@ export class IsolationUnavailableError extends Error {
   }
 }
 
-/** The default logger of a backend used on its own: warnings as plain lines on stderr. */
-export const stderrWarnings: BridgeLogger = (entry) => {
-  if (entry.event === "warning") process.stderr.write(`remote-task: warning: ${entry.detail}\n`);
-};
-
 const DEFAULT_KILL_GRACE_MS = 2_000;
 /** How long after SIGKILL the last process of a sandbox may take to disappear. */
 export const EXIT_WAIT_MS = 2_000;
 /** Most helper processes starting sandboxes side by side (see spawner.ts). */
 const HELPERS = 4;
 
-/** What a backend set up once and every call uses. */
-export interface LocalHost {
-  readonly isolation: LocalIsolation;
-  readonly limits: SandboxLimits;
-  readonly allowPrivate: readonly ParsedHostPattern[];
-  readonly tmpRoot: string;
-  readonly onTmpfs: boolean;
-  readonly killGraceMs: number;
+/** How every command of a backend is started: sandbox.ts builds each call's spawn request from it. */
+interface CommandLaunch {
   readonly bwrapPath: string;
-  /** The sandboxes' host uids (the bridge runs as root), else undefined. */
-  readonly uids: UidRange | undefined;
-  readonly stateDir: string;
   /** Entries of the host's `/etc` visible inside bubblewrap. */
   readonly etcEntries: readonly string[];
   /** The bubblewrap arguments every sandbox shares. */
@@ -142,24 +129,36 @@ export interface LocalHost {
    * undefined otherwise or without Perl.
    */
   readonly keyrings: { perl: string; program: string; privateIpc: boolean } | undefined;
-  /** Modes of `network` the backend enforces (none without bubblewrap). */
-  readonly networkModes: NetworkMode[] | undefined;
-  readonly cgroups: CgroupSet | undefined;
   /** The shell commands run with: bash where the host has it, else `/bin/sh` (shell.ts). */
   readonly shell: { path: string; args: string[] };
+  /** `ulimit`s for what no cgroup enforces (per process, or per uid for the process count). */
+  readonly ulimits: ReadonlyArray<readonly [string, number]>;
+}
+
+/** What a backend set up once and every call uses. */
+export interface LocalHost {
+  readonly isolation: LocalIsolation;
+  readonly limits: SandboxLimits;
+  readonly allowPrivate: readonly ParsedHostPattern[];
+  readonly onTmpfs: boolean;
+  readonly killGraceMs: number;
+  /** The sandboxes' host uids (the bridge runs as root), else undefined. */
+  readonly uids: UidRange | undefined;
+  readonly stateDir: string;
+  /** How each command is started (bubblewrap or the plain shell, and their settings). */
+  readonly launch: CommandLaunch;
+  /** Modes of `network` the backend enforces (none without bubblewrap). */
+  readonly networkModes: NetworkMode[] | undefined;
   /**
    * `/bin/sh`'s `ulimit` flag for the process count, where the uid's rlimit enforces it (for
    * `killUid`'s check).
    */
   readonly processFlag: string | undefined;
-  /** `ulimit`s for what no cgroup enforces (per process, or per uid for the process count). */
-  readonly ulimits: ReadonlyArray<readonly [string, number]>;
   readonly report: SandboxReport;
   readonly spawner: Spawner;
   readonly pool: SlotPool;
   /** Resolves once what dead predecessors left behind is swept. */
   readonly ready: Promise<void>;
-  readonly logger: BridgeLogger;
   /**
    * Hands a slot whose processes are all gone out again; under isolation none with a uid per
    * sandbox, first removes what its last call left in the host's shared directories.
@@ -188,19 +187,6 @@ function relayUnavailable(root: boolean): string | undefined {
     return `${process.execPath} has mode ${(mode & 0o777).toString(8)}: the sandboxes' uids cannot run it.`;
   }
   return undefined;
-}
-
-/** The deployer's `egress.allowPrivate`, checked (a clear TypeError names the bad one). */
-export function checkedPatterns(patterns: readonly string[] | undefined): ParsedHostPattern[] {
-  return (patterns ?? []).map((pattern, index) => {
-    const parsed = hostPatternSchema.safeParse(pattern);
-    if (!parsed.success) {
-      throw new TypeError(
-        `egress.allowPrivate[${index}] (${JSON.stringify(pattern)}) is not a host pattern: ${parsed.error.issues[0]?.message ?? "invalid"}.`,
-      );
-    }
-    return parseHostPattern(parsed.data);
-  });
 }
 
 /** The state directory with the sandboxes' passwd and group files. */
@@ -311,6 +297,85 @@ function sandboxReport(
   };
 }
 
+/** Only bubblewrap gives a sandbox a network namespace of its own; without it nothing is enforced. */
+function networkModesFor(
+  isolation: LocalIsolation,
+  root: boolean,
+  logger: BridgeLogger,
+): NetworkMode[] | undefined {
+  if (isolation !== "bwrap") return undefined;
+  const reason = relayUnavailable(root);
+  if (reason !== undefined) {
+    logger({
+      event: "warning",
+      level: "warn",
+      detail: `sandboxes get no network access at all (network "none" only): ${reason}`,
+    });
+  }
+  return reason === undefined ? ["none", "allow", "open"] : ["none"];
+}
+
+/**
+ * Isolation none with a uid per sandbox: how each command starts with fresh keyrings (and an IPC
+ * namespace where this process may make one); what stays shared is said as a warning.
+ */
+function freshKeyrings(logger: BridgeLogger): CommandLaunch["keyrings"] {
+  const perl = findPerl();
+  const privateIpc = perl !== undefined && canUnshareIpc(perl);
+  const program = freshKeyringsProgram(process.arch, privateIpc);
+  if (perl !== undefined && program !== undefined) {
+    if (!privateIpc)
+      logger({
+        event: "warning",
+        level: "warn",
+        detail:
+          "System V and POSIX IPC objects (message queues, shared memory, semaphores) are shared between the calls given the same uid: this process may not make an IPC namespace (CAP_SYS_ADMIN).",
+      });
+    return { perl, program, privateIpc };
+  }
+  logger({
+    event: "warning",
+    level: "warn",
+    detail: `kernel keyrings are shared between the calls given the same uid: ${perl === undefined ? "no perl here to start each command with fresh keyrings" : `keyctl's number is not known on ${process.arch}`}.`,
+  });
+  return undefined;
+}
+
+/**
+ * The shell commands run with, and the `ulimit`s for what no cgroup enforces (per process, or
+ * per uid for the process count).
+ */
+function shellLimits(
+  isolation: LocalIsolation,
+  limits: SandboxLimits,
+  cgroups: CgroupSet | undefined,
+  uids: UidRange | undefined,
+  logger: BridgeLogger,
+) {
+  const shell = findShell();
+  if (shell.path === "/bin/sh") {
+    logger({
+      event: "warning",
+      level: "warn",
+      detail:
+        "bash is not installed here: commands run with /bin/sh, where bash's [[ ... ]], {a,b} and arrays do not work.",
+    });
+  }
+  const nprocByRlimit = cgroups?.enforcement.pids === undefined && uids !== undefined;
+  const processFlag = nprocByRlimit ? processLimitFlag() : undefined;
+  const shellProcessFlag = nprocByRlimit ? processLimitFlag(shell.path) : undefined;
+  // The open files of each process, low: the host's file table is shared and unlimited per uid.
+  const ulimits: [string, number][] = [["-n", limits.openFiles]];
+  if (shellProcessFlag !== undefined) ulimits.push([shellProcessFlag, limits.processes]);
+  if (cgroups?.enforcement.memory === undefined)
+    ulimits.push(["-d", Math.floor(limits.memoryBytes / 1024)]);
+  // `ulimit -f` counts 1024-byte blocks in bash, 512-byte ones in POSIX shells.
+  const fileBlock = shell.path.endsWith("/bash") ? 1024 : 512;
+  if (isolation === "none") ulimits.push(["-f", Math.floor(limits.workspaceBytes / fileBlock)]);
+
+  return { shell, processFlag, shellProcessFlag, ulimits };
+}
+
 /** Sets up a backend's host side; throws on bad options or unusable isolation, leaving nothing. */
 export function setUpLocalHost(options: LocalBackendOptions = {}): LocalHost {
   const logger = options.logger ?? stderrWarnings;
@@ -359,65 +424,17 @@ export function setUpLocalHost(options: LocalBackendOptions = {}): LocalHost {
     throw error;
   }
 
-  // Only bubblewrap gives a sandbox a network namespace of its own; without it nothing is enforced.
-  let networkModes: NetworkMode[] | undefined;
-  if (isolation === "bwrap") {
-    const reason = relayUnavailable(root);
-    if (reason !== undefined) {
-      logger({
-        event: "warning",
-        level: "warn",
-        detail: `sandboxes get no network access at all (network "none" only): ${reason}`,
-      });
-    }
-    networkModes = reason === undefined ? ["none", "allow", "open"] : ["none"];
-  }
+  const networkModes = networkModesFor(isolation, root, logger);
 
-  let keyrings: LocalHost["keyrings"];
-  if (isolation === "none" && uids !== undefined) {
-    const perl = findPerl();
-    const privateIpc = perl !== undefined && canUnshareIpc(perl);
-    const program = freshKeyringsProgram(process.arch, privateIpc);
-    if (perl !== undefined && program !== undefined) {
-      keyrings = { perl, program, privateIpc };
-      if (!privateIpc)
-        logger({
-          event: "warning",
-          level: "warn",
-          detail:
-            "System V and POSIX IPC objects (message queues, shared memory, semaphores) are shared between the calls given the same uid: this process may not make an IPC namespace (CAP_SYS_ADMIN).",
-        });
-    } else {
-      logger({
-        event: "warning",
-        level: "warn",
-        detail: `kernel keyrings are shared between the calls given the same uid: ${perl === undefined ? "no perl here to start each command with fresh keyrings" : `keyctl's number is not known on ${process.arch}`}.`,
-      });
-    }
-  }
-
+  const keyrings = isolation === "none" && uids !== undefined ? freshKeyrings(logger) : undefined;
   const cgroups = options.cgroups === false ? undefined : createCgroupSet(instance);
-  const shell = findShell();
-  if (shell.path === "/bin/sh") {
-    logger({
-      event: "warning",
-      level: "warn",
-      detail:
-        "bash is not installed here: commands run with /bin/sh, where bash's [[ ... ]], {a,b} and arrays do not work.",
-    });
-  }
-  const nprocByRlimit = cgroups?.enforcement.pids === undefined && uids !== undefined;
-  const processFlag = nprocByRlimit ? processLimitFlag() : undefined;
-  const shellProcessFlag = nprocByRlimit ? processLimitFlag(shell.path) : undefined;
-  // The open files of each process, low: the host's file table is shared and unlimited per uid.
-  const ulimits: [string, number][] = [["-n", limits.openFiles]];
-  if (shellProcessFlag !== undefined) ulimits.push([shellProcessFlag, limits.processes]);
-  if (cgroups?.enforcement.memory === undefined)
-    ulimits.push(["-d", Math.floor(limits.memoryBytes / 1024)]);
-  // `ulimit -f` counts 1024-byte blocks in bash, 512-byte ones in POSIX shells.
-  const fileBlock = shell.path.endsWith("/bash") ? 1024 : 512;
-  if (isolation === "none") ulimits.push(["-f", Math.floor(limits.workspaceBytes / fileBlock)]);
-
+  const { shell, processFlag, shellProcessFlag, ulimits } = shellLimits(
+    isolation,
+    limits,
+    cgroups,
+    uids,
+    logger,
+  );
   const devNull = openDevNull();
   // Every descriptor this process inherited is /dev/null in the helper, hence in every sandbox.
   const spawner = new Spawner(
@@ -447,26 +464,25 @@ export function setUpLocalHost(options: LocalBackendOptions = {}): LocalHost {
     isolation,
     limits,
     allowPrivate,
-    tmpRoot,
     onTmpfs,
     killGraceMs,
-    bwrapPath: options.bwrapPath ?? "bwrap",
     uids,
     stateDir,
-    etcEntries,
-    bwrapBase,
-    keyrings,
-    seccompFilter: isolation === "bwrap" ? sandboxSeccompFilter()?.toString("base64") : undefined,
+    launch: {
+      bwrapPath: options.bwrapPath ?? "bwrap",
+      etcEntries,
+      bwrapBase,
+      seccompFilter: isolation === "bwrap" ? sandboxSeccompFilter()?.toString("base64") : undefined,
+      keyrings,
+      shell,
+      ulimits,
+    },
     networkModes,
-    cgroups,
-    shell,
     processFlag,
-    ulimits,
     report: sandboxReport(isolation, limits, uids, cgroups, shellProcessFlag),
     spawner,
     pool,
     ready,
-    logger,
     async releaseSlot(slot) {
       if (isolation === "none" && slot.uid !== undefined) await removeLeftovers(slot.uid);
       pool.release(slot);

@@ -3,8 +3,8 @@ import { lstatSync, mkdirSync, symlinkSync, unlinkSync } from "node:fs";
 import { readdir, readlink, unlink } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { ownerAlive } from "../host/ownership.js";
 import type { CgroupSet, CgroupSlot } from "./cgroups.js";
-import { ownerAlive } from "./ownership.js";
 import { killUid, pollUntil } from "./processes.js";
 import { processLimitFlag } from "./shell.js";
 

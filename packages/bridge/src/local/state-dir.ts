@@ -2,8 +2,8 @@ import { chownSync, mkdirSync, rmdirSync, statfsSync, statSync } from "node:fs";
 import { chmod, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
-import type { SandboxLimits } from "./limits.js";
-import { isInstanceName, ownerAlive } from "./ownership.js";
+import type { SandboxLimits } from "../host/limits.js";
+import { isInstanceName, ownerAlive } from "../host/ownership.js";
 
 /**
  * The directory a backend owns, `<tmpRoot>/remote-task-<instance>`: its passwd and group files,

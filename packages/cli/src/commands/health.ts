@@ -1,9 +1,11 @@
+import type { Command } from "commander";
 import { type Connection, type ConnectionFlags, connect } from "../connect.js";
 import { EXIT } from "../exit-codes.js";
+import { connectionOptions, type OnExit, refuseEmbeddedOnlyFlags } from "../flags.js";
 import { describeError, exitCodeOfError } from "../report.js";
 
 /** `remote-task health`: prints the bridge's `/health`; resolves to the exit code. */
-export async function healthCommand(flags: ConnectionFlags & { json?: boolean }): Promise<number> {
+async function healthCommand(flags: ConnectionFlags & { json?: boolean }): Promise<number> {
   let connection: Connection;
   try {
     connection = await connect(flags);
@@ -41,4 +43,25 @@ export async function healthCommand(flags: ConnectionFlags & { json?: boolean })
   } finally {
     await connection.close();
   }
+}
+
+/** `remote-task health`: its flags, help and handler. */
+export function declareHealth(program: Command, onExit: OnExit): void {
+  connectionOptions(
+    program
+      .command("health")
+      .description("Check a bridge: protocol, backend, isolation and limits.")
+      .option("--json", "print the health answer as JSON"),
+  )
+    .addHelpText(
+      "after",
+      `
+Examples:
+  $ remote-task health --url http://127.0.0.1:8787 --token "$TOKEN"
+  $ remote-task health --local`,
+    )
+    .action(async (flags, command: Command) => {
+      refuseEmbeddedOnlyFlags(command);
+      onExit(await healthCommand(flags));
+    });
 }

@@ -11,8 +11,18 @@ import {
   type SettledTask,
 } from "@remote-task/client";
 import { DEFAULT_TIMEOUT_SECONDS, type NetworkPolicy } from "@remote-task/protocol";
+import type { Command } from "commander";
 import { type Connection, type ConnectionFlags, connect } from "../connect.js";
 import { EXIT } from "../exit-codes.js";
+import {
+  connectionOptions,
+  maxOutputOption,
+  networkOption,
+  type OnExit,
+  positiveInteger,
+  refuseEmbeddedOnlyFlags,
+  timingOptions,
+} from "../flags.js";
 import {
   abortOnInterrupt,
   interruptedExitCode,
@@ -31,7 +41,7 @@ import {
   shownOutput,
 } from "../report.js";
 
-export interface RunManyFlags extends ConnectionFlags {
+interface RunManyFlags extends ConnectionFlags {
   concurrency?: number | undefined;
   file?: string;
   json?: boolean;
@@ -156,7 +166,7 @@ function printHuman(
 }
 
 /** Fans the commands out, prints results in input order, and returns the exit code. */
-export async function runManyCommand(flags: RunManyFlags): Promise<number> {
+async function runManyCommand(flags: RunManyFlags): Promise<number> {
   const input = await readInput(flags);
   if (input === undefined) return EXIT.usage;
   const commands = parseCommands(input);
@@ -249,4 +259,41 @@ export async function runManyCommand(flags: RunManyFlags): Promise<number> {
     interrupt.dispose();
     await connection?.close();
   }
+}
+
+/** `remote-task run-many`: its flags, help and handler. */
+export function declareRunMany(program: Command, onExit: OnExit): void {
+  connectionOptions(
+    timingOptions(
+      networkOption(program.command("run-many"), "each command")
+        .description("Run one command per line (from --file or stdin), each in its own sandbox.")
+        .option(
+          "--concurrency <n>",
+          "most tasks in flight at once (default: as many as the bridge says it can take, up to 64)",
+          positiveInteger,
+        )
+        .option("--file <path>", "read commands from this file instead of stdin"),
+      "per-task timeout in seconds (default 120)",
+    )
+      .option("--json", "print all results as a JSON array")
+      .addOption(maxOutputOption(false)),
+  )
+    .addHelpText(
+      "after",
+      `
+Each line is one shell command line (pipes and ; work). Blank lines and lines starting with #
+are skipped. Results print in input order, numbered from 1 ([1] in the text, "task": 1 in the
+JSON); a progress bar shows on stderr when it is a terminal. A long command is shortened in its
+header line (the JSON keeps it whole). Exit code 1 when any task failed; a failure every task
+would meet (no bridge, a refused token, a refused --network) stops the run once, with that
+failure's code; Ctrl-C stops it (130; tasks not run to their end are counted apart).
+
+Examples:
+  $ printf 'echo one\\necho two\\nexit 3\\n' | remote-task run-many --local
+  $ remote-task run-many --local --concurrency 32 --file tasks.txt --json > results.json`,
+    )
+    .action(async (flags, command: Command) => {
+      refuseEmbeddedOnlyFlags(command);
+      onExit(await runManyCommand(flags));
+    });
 }

@@ -1,8 +1,18 @@
 import { type OutputEvent, RemoteTaskError } from "@remote-task/client";
 import type { NetworkPolicy } from "@remote-task/protocol";
 import { DEFAULT_TIMEOUT_SECONDS, formatSize } from "@remote-task/protocol";
+import type { Command } from "commander";
 import { type Connection, type ConnectionFlags, connect } from "../connect.js";
 import { EXIT } from "../exit-codes.js";
+import {
+  absolutePath,
+  connectionOptions,
+  maxOutputOption,
+  networkOption,
+  type OnExit,
+  refuseEmbeddedOnlyFlags,
+  timingOptions,
+} from "../flags.js";
 import {
   abortOnInterrupt,
   interruptedExitCode,
@@ -24,7 +34,7 @@ import {
 import { commandFromWords } from "../shell.js";
 import { readStdinData, StdinTooLargeError } from "../stdin.js";
 
-export interface RunFlags extends ConnectionFlags {
+interface RunFlags extends ConnectionFlags {
   json?: boolean;
   stream?: boolean;
   network?: NetworkPolicy;
@@ -94,7 +104,7 @@ function printJsonError(error: unknown): void {
 }
 
 /** Runs one task and returns the exit code for the process. */
-export async function runCommand(words: string[], flags: RunFlags): Promise<number> {
+async function runCommand(words: string[], flags: RunFlags): Promise<number> {
   const command = commandFromWords(words);
   const timeoutSeconds = flags.timeout ?? DEFAULT_TIMEOUT_SECONDS;
   const tails = {
@@ -185,4 +195,77 @@ export async function runCommand(words: string[], flags: RunFlags): Promise<numb
     interrupt.dispose();
     await connection?.close();
   }
+}
+
+/** `remote-task run`: its flags, help and handler. */
+export function declareRun(program: Command, onExit: OnExit): void {
+  connectionOptions(
+    timingOptions(
+      networkOption(program.command("run"), "the command")
+        .description("Run one command in a fresh sandbox and print its output.")
+        .argument(
+          "<command...>",
+          "one word: a shell command line; several: a command and its arguments, kept as given",
+        ),
+      "task timeout in seconds (default 120)",
+    )
+      .option(
+        "--cwd <dir>",
+        "working directory inside the sandbox (default /workspace)",
+        absolutePath,
+      )
+      .option("--json", "print the result as one JSON object")
+      .option(
+        "--stream",
+        "stream output live as it arrives (from a remote-task bridge; the reference bridge sends it at the end)",
+      )
+      .addOption(maxOutputOption(true))
+      .option("--no-stdin", "never send this program's stdin (see below for when it is sent)")
+      .passThroughOptions(),
+  )
+    .addHelpText(
+      "after",
+      `
+The command after --: one word is a shell command line, so pipes and ; work:
+  $ remote-task run --local -- 'ls / | wc -l'
+Several words are a command and its arguments, each kept as one argument (quoted for the
+shell), like docker exec or kubectl exec:
+  $ remote-task run --local -- sh -c 'exit 7'     # runs sh with "-c" and "exit 7"; exits 7
+  $ remote-task run --local -- echo 'a   b'       # prints "a   b"
+
+Standard input is sent to the command when it is a pipe or a file, read to its end first
+(nothing is sent when it is empty); a terminal, a socket or /dev/null is never read; --no-stdin
+never reads it:
+  $ cat data.csv | remote-task run --local -- 'wc -l'
+  $ remote-task run --local -- 'sha256sum' < image.png
+
+--network: none (nowhere), open (the internet), or
+hosts separated by commas (name, *.name, IPv4, [IPv6], each with an optional :port). Asking for
+more than the bridge allows is refused (exit 2); remote-task health shows its default and ceiling:
+  $ remote-task run --network pypi.org,files.pythonhosted.org -- 'pip download requests'
+With --local or --docker you are the embedded bridge's deployer: the hosts you name may be
+private or loopback ones (never the bridge itself):
+  $ remote-task run --local --network localhost:8080 -- 'curl -s http://localhost:8080/'
+
+Exit code: the command's own, 124 on timeout, 125 when the bridge or configuration failed (or
+its stdin is too large), 2 for a usage error (a flag value the bridge refuses included), 130
+when interrupted (Ctrl-C), 143 on SIGTERM, 141 when the reader of stdout went away (| head).
+With --json a failure is also one object on stdout: {"error": {"name", "message", "mayHaveRun"}}.
+On an interrupt the remote command is cancelled where the bridge has /cancel; the reference
+bridge has none, and its command runs on to its end or its timeout (the message says which).
+
+Output travels as text: bytes that are not UTF-8 arrive as U+FFFD (a note says so); for
+binary output, pipe it through base64 in the command and decode it here:
+  $ remote-task run --local -- 'tar czh /etc/os-release | base64' | base64 -d > os-release.tgz
+
+Examples:
+  $ remote-task run --local -- uname -a
+  $ remote-task run --local --stream -- 'for i in 1 2 3; do echo $i; sleep 1; done'
+  $ CLOUDFLARE_SANDBOX_URL=https://bridge.example.workers.dev remote-task run -- 'nproc'
+  $ remote-task run --json --timeout 10 -- 'python3 -c "print(2**100)"'`,
+    )
+    .action(async (words: string[], flags, command: Command) => {
+      refuseEmbeddedOnlyFlags(command);
+      onExit(await runCommand(words, flags));
+    });
 }

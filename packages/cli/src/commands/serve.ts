@@ -1,16 +1,19 @@
 import type { DockerBackend } from "@remote-task/bridge/docker";
 import type { LocalBackend } from "@remote-task/bridge/local";
-import type { LocalBridge } from "@remote-task/bridge/node";
+import type { EmbeddedBridge } from "@remote-task/bridge/node";
 import type { NetworkPolicy, SandboxReport } from "@remote-task/protocol";
-import { type DockerFlags, dockerBackendOptions } from "../docker.js";
+import type { Command } from "commander";
+import { type DockerFlags, dockerBackendOptions, dockerOptions } from "../docker.js";
 import { EXIT } from "../exit-codes.js";
+import { isolationOption, type OnExit, port, uidRange } from "../flags.js";
 import { warnIsolationNone } from "../isolation.js";
 import { serveLogger } from "../log.js";
+import { hostList, networkPolicy } from "../network.js";
 import { inFlagTerms } from "../report.js";
-import { type LimitFlags, sandboxLimits } from "../sandbox-limits.js";
+import { type LimitFlags, limitOptions, sandboxLimits } from "../sandbox-limits.js";
 import { type ServeToken, serveToken } from "../token.js";
 
-export interface ServeFlags extends DockerFlags, LimitFlags {
+interface ServeFlags extends DockerFlags, LimitFlags {
   local?: boolean;
   port: number;
   host: string;
@@ -37,7 +40,7 @@ const SERVE_FLAGS = {
 const LOOPBACK = new Set(["127.0.0.1", "::1", "localhost"]);
 
 /** Serves the embedded bridge until SIGINT/SIGTERM, then shuts down gracefully. */
-export async function serveCommand(flags: ServeFlags): Promise<number> {
+async function serveCommand(flags: ServeFlags): Promise<number> {
   if (!flags.local && flags.docker === undefined) {
     process.stderr.write(
       "remote-task: serve needs --local (the local backend) or --docker IMAGE (containers); deploy apps/worker for a Cloudflare bridge.\n",
@@ -56,15 +59,15 @@ export async function serveCommand(flags: ServeFlags): Promise<number> {
   const base = dockerBackendOptions(flags, sandboxLimits(flags));
   const docker = base === undefined ? undefined : { ...base, ...egress, logger: serveLogger };
   if (docker === undefined && flags.isolation === "none") warnIsolationNone();
-  const { startLocalBridge } = await import("@remote-task/bridge/node");
+  const { startEmbeddedBridge } = await import("@remote-task/bridge/node");
   const network =
     flags.networkDefault === undefined && flags.networkCeiling === undefined
       ? undefined
       : { default: flags.networkDefault, ceiling: flags.networkCeiling };
-  let bridge: LocalBridge<LocalBackend | DockerBackend>;
+  let bridge: EmbeddedBridge<LocalBackend | DockerBackend>;
   try {
     // The bridge creates its backend and closes it again when it closes.
-    bridge = await startLocalBridge<LocalBackend | DockerBackend>({
+    bridge = await startEmbeddedBridge<LocalBackend | DockerBackend>({
       docker,
       local: {
         isolation: flags.isolation,
@@ -144,4 +147,74 @@ function describeNetwork(
   }
   const fallback = network?.default ?? "none";
   return `default ${policyText(fallback)}, ceiling ${policyText(network?.ceiling ?? fallback)}`;
+}
+
+/** `remote-task serve`: its flags, help and handler. */
+export function declareServe(program: Command, onExit: OnExit): void {
+  limitOptions(dockerOptions(program.command("serve")), "")
+    .description("Serve the embedded bridge over HTTP: --local, or --docker IMAGE for containers.")
+    .option(
+      "--local",
+      "serve the embedded bridge with the local backend (or --docker IMAGE for containers)",
+    )
+    .option("--port <port>", "port (0 picks a free one)", port, 0)
+    .option("--host <host>", "address to listen on", "127.0.0.1")
+    .option(
+      "--token-file <path>",
+      "read the bearer token to require from this file (default: $CLOUDFLARE_SANDBOX_TOKEN, else a random one)",
+    )
+    .option(
+      "--token <token>",
+      "bearer token to require; visible to every process on this machine, so prefer --token-file or $CLOUDFLARE_SANDBOX_TOKEN",
+    )
+    .addOption(isolationOption("isolation of the bridge's sandboxes"))
+    .option(
+      "--uids <first:count>",
+      "host uids for sandboxes when run as root (default 1900000000:1024)",
+      uidRange,
+    )
+    .option(
+      "--network-default <policy>",
+      "network of a call that names none: none, open or hosts (default none; bwrap only)",
+      networkPolicy,
+    )
+    .option(
+      "--network-ceiling <policy>",
+      "the most network a call may ask for: none, open or hosts (default: the default)",
+      networkPolicy,
+    )
+    .option(
+      "--allow-private <hosts>",
+      "private or loopback hosts calls with network may reach (e.g. 10.0.0.7:3141); never this bridge",
+      hostList,
+    )
+    .option(
+      "--cors-origin <origin>",
+      "let browser pages of this web origin call the bridge (CORS; repeat for more, e.g. https://app.example.com); other origins are refused",
+      (origin: string, previous: string[] = []) => [...previous, origin],
+    )
+    .addHelpText(
+      "after",
+      `
+It serves until Ctrl-C.
+
+Example, letting calls ask for the Python package index (and nothing else):
+  $ remote-task serve --local --network-ceiling pypi.org,files.pythonhosted.org
+
+Example, with tighter per-sandbox limits than the defaults:
+  $ remote-task serve --local --processes 64 --memory-mib 512
+
+Example, in two terminals: start it in one, paste the export line it prints into the other,
+then run commands there:
+  $ remote-task serve --local --port 8787
+  $ export CLOUDFLARE_SANDBOX_URL=http://127.0.0.1:8787 CLOUDFLARE_SANDBOX_TOKEN=...
+  $ remote-task run -- uname -a
+Example, in one shell: choose the token yourself (serve reads $CLOUDFLARE_SANDBOX_TOKEN, so it
+never shows in a command line) and serve in the background:
+  $ export CLOUDFLARE_SANDBOX_URL=http://127.0.0.1:8787 CLOUDFLARE_SANDBOX_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')
+  $ remote-task serve --local --port 8787 > /dev/null &
+  $ remote-task run -- uname -a
+  $ kill %1`,
+    )
+    .action(async (flags) => onExit(await serveCommand(flags)));
 }

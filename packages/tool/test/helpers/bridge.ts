@@ -1,7 +1,7 @@
 import { EventEmitter, once } from "node:events";
 import { type ExecSpec, type SandboxBackend, silentLogger } from "@remote-task/bridge";
 import { createLocalBackend } from "@remote-task/bridge/local";
-import { type LocalBridge, startLocalBridge } from "@remote-task/bridge/node";
+import { type EmbeddedBridge, startEmbeddedBridge } from "@remote-task/bridge/node";
 import { createClient, type RemoteTaskClient } from "@remote-task/client";
 
 /**
@@ -44,7 +44,7 @@ export async function startTestBridge(): Promise<TestBridge> {
       events.emit("destroy", sandboxId);
     },
   };
-  const bridge: LocalBridge = await startLocalBridge({ backend, logger: silentLogger });
+  const bridge: EmbeddedBridge = await startEmbeddedBridge({ backend, logger: silentLogger });
   const client = createClient({ url: bridge.url, token: bridge.token, retry: false });
   return {
     url: bridge.url,

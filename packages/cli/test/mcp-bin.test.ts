@@ -8,7 +8,8 @@ import {
   StdioClientTransport,
 } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { describe, expect, it } from "vitest";
-import { startTestBridge } from "./helpers/bridge.js";
+import { MCP_SDK_MISSING } from "../src/mcp-loader.js";
+import { startTestBridge } from "./helpers.js";
 
 const run = promisify(execFile);
 /** The bin as npm links it. */
@@ -69,7 +70,7 @@ describe("the remote-task-mcp bin", () => {
   });
 
   it("takes the bridge from --url and --token", async () => {
-    const bridge = await startTestBridge();
+    const { bridge } = await startTestBridge();
     try {
       const result = await callThroughBin(
         ["--url", bridge.url, "--token", bridge.token],
@@ -113,17 +114,7 @@ describe("the remote-task-mcp bin", () => {
   it("names the package to install when the MCP SDK is missing", async () => {
     const error = await failure(["--import", without("@modelcontextprotocol/sdk"), BIN]);
     expect(error?.code).toBe(125);
-    expect(error?.stderr).toBe(
-      "remote-task-mcp: the MCP server needs @modelcontextprotocol/sdk, which is not installed. Install it next to @remote-task/tool: npm install @modelcontextprotocol/sdk\n",
-    );
-  });
-
-  it("names the package to install when --local has no bridge package", async () => {
-    const error = await failure(["--import", without("@remote-task/bridge"), BIN, "--local"]);
-    expect(error?.code).toBe(125);
-    expect(error?.stderr).toBe(
-      "remote-task-mcp: --local (the embedded bridge) needs @remote-task/bridge, which is not installed. Install it next to @remote-task/tool: npm install @remote-task/bridge\n",
-    );
+    expect(error?.stderr).toBe(`remote-task-mcp: ${MCP_SDK_MISSING}\n`);
   });
 
   it("prints its usage with --help and refuses unknown flags", async () => {
@@ -168,16 +159,12 @@ describe("the remote-task-mcp bin", () => {
     }
   });
 
-  it("names the package to install when --docker has no bridge package", async () => {
-    const error = await failure([
-      "--import",
-      without("@remote-task/bridge"),
-      BIN,
-      "--docker",
-      "img",
-    ]);
+  it("exits 125 with a clear message when no bridge is configured", async () => {
+    const error = await failure([BIN]);
     expect(error?.code).toBe(125);
-    expect(error?.stderr).toContain("--docker (the embedded bridge) needs @remote-task/bridge");
+    expect(error?.stderr).toBe(
+      "remote-task-mcp: CLOUDFLARE_SANDBOX_URL is not set. Set it (or MIKAN_CLOUDFLARE_SANDBOX_URL) to the bridge's base URL.\n",
+    );
   });
 
   it("refuses an older Node.js with the version it needs", async () => {

@@ -1,3 +1,4 @@
+import { requireIntegerAtLeast } from "@remote-task/internal";
 /** Per-sandbox limits of the local backend. */
 export interface SandboxLimits {
   /** Processes and threads running at once in one sandbox. */
@@ -49,12 +50,7 @@ export function resolveSandboxLimits(overrides: Partial<SandboxLimits> = {}): Sa
       );
     }
     if (value === undefined) continue;
-    if (typeof value !== "number" || !Number.isSafeInteger(value) || value < MINIMUM[name]) {
-      throw new TypeError(
-        `Sandbox limit ${name} must be an integer of at least ${MINIMUM[name]}; got ${String(value)}.`,
-      );
-    }
-    limits[name] = value;
+    limits[name] = requireIntegerAtLeast(`Sandbox limit ${name}`, value, MINIMUM[name]);
   }
   return limits;
 }

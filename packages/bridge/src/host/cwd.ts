@@ -1,7 +1,9 @@
 import { posix } from "node:path";
 import { SANDBOX_TEXTS } from "@remote-task/internal";
 import { BackendError, type ExecSpec } from "../backend.js";
-import { SANDBOX_WORKSPACE } from "./bwrap.js";
+
+/** The sandbox's working directory, fresh and empty for each call, on every backend. */
+export const SANDBOX_WORKSPACE = "/workspace";
 
 /** Longest path and path component Linux accepts. */
 const PATH_MAX = 4_095;

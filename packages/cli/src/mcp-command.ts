@@ -1,13 +1,13 @@
 /**
  * The one MCP command, run by both `remote-task-mcp` and `remote-task mcp`: its flags, the bridge
- * it talks to (the environment, `--url`/`--token`, or an embedded one with `--local`), and a
- * clean end when the MCP client closes our input. `@remote-task/bridge` is an optional peer,
- * loaded only for `--local`, so a missing one is named instead of a stack trace.
+ * it talks to (the environment, `--url`/`--token`, or an embedded one with `--local` or
+ * `--docker`), the tool's MCP server on stdio, and a clean end when the MCP client closes our
+ * input. The MCP SDK is loaded only here (see mcp-loader.ts).
  */
 import { parseArgs } from "node:util";
 import type { NetworkPolicy } from "@remote-task/protocol";
-import { runMcpStdio } from "./mcp-server.js";
-import { networkFromFlag } from "./network-flag.js";
+import { loadMcpServer } from "./mcp-loader.js";
+import { networkFromFlag } from "./network.js";
 
 function usage(program: string): string {
   return `Usage: ${program} [--local [--isolation auto|bwrap|none] | --docker <image>] [--url <url>] [--token <token>] [--network <policy>]
@@ -16,11 +16,11 @@ Serves the remote_task tool over the Model Context Protocol on stdio, for an MCP
 The bridge comes from CLOUDFLARE_SANDBOX_URL (and CLOUDFLARE_SANDBOX_TOKEN, CLOUDFLARE_SANDBOX_CWD).
 
 Options:
-  --local              start the embedded local bridge in this process instead (needs
-                       @remote-task/bridge); it stops when the session ends
+  --local              start the embedded local bridge in this process instead; it stops
+                       when the session ends
   --isolation <mode>   with --local: auto (default), bwrap or none
   --docker <image>     start the embedded bridge with each call in a fresh container of this
-                       image on Docker or Podman (needs @remote-task/bridge)
+                       image on Docker or Podman
   --docker-runtime <name>
                        with --docker: the engine's runtime, e.g. runsc
   --docker-engine <address>
@@ -44,21 +44,6 @@ Example MCP client configuration:
 With the embedded bridge instead, add "--local" to "args"; to limit every call to the Python
 package index, add "--network", "pypi.org,files.pythonhosted.org".
 `;
-}
-
-/** Imports an optional peer's module; a missing package becomes a message naming it. */
-async function load<T>(load: () => Promise<T>, peer: string, purpose: string): Promise<T> {
-  try {
-    return await load();
-  } catch (error) {
-    const { code, message } = error as { code?: unknown; message?: unknown };
-    if (code === "ERR_MODULE_NOT_FOUND" && String(message).includes(`'${peer}`)) {
-      throw new Error(
-        `${purpose} needs ${peer}, which is not installed. Install it next to @remote-task/tool: npm install ${peer}`,
-      );
-    }
-    throw error;
-  }
 }
 
 type Isolation = "auto" | "bwrap" | "none";
@@ -100,14 +85,10 @@ function usageError(program: string, message: string): number {
   return 2;
 }
 
-/** The embedded bridge; `startLocalBridge` owns its backend and closes it with the bridge. */
-async function startEmbeddedBridge({ isolation, docker }: Embedded) {
-  const { startLocalBridge } = await load(
-    () => import("@remote-task/bridge/node"),
-    "@remote-task/bridge",
-    `${docker === undefined ? "--local" : "--docker"} (the embedded bridge)`,
-  );
-  return startLocalBridge({
+/** The embedded bridge; `startEmbeddedBridge` owns its backend and closes it with the bridge. */
+async function startMcpBridge({ isolation, docker }: Embedded) {
+  const { startEmbeddedBridge } = await import("@remote-task/bridge/node");
+  return startEmbeddedBridge({
     ...(docker === undefined ? { local: { isolation } } : { docker }),
     // stdout is the MCP channel. The tool reports each call's failure to the model; only what
     // it cannot see (an unexpected backend failure, a failed cleanup) goes to stderr.
@@ -187,11 +168,12 @@ export async function runMcpCommand(args: readonly string[], program: string): P
     process.stdout.write(usage(program));
     return 0;
   }
-  let bridge: Awaited<ReturnType<typeof startEmbeddedBridge>> | undefined;
+  const { runMcpStdio } = await loadMcpServer();
+  let bridge: Awaited<ReturnType<typeof startMcpBridge>> | undefined;
   try {
     bridge =
       flags.local || flags.docker !== undefined
-        ? await startEmbeddedBridge({
+        ? await startMcpBridge({
             isolation: (flags.isolation ?? "auto") as Isolation,
             docker:
               flags.docker === undefined

@@ -1,0 +1,412 @@
+/**
+ * The egress proxy of one sandbox: an HTTP forward proxy (CONNECT tunnels, and plain HTTP with
+ * absolute-URI requests) on a unix socket that only that sandbox has (bind-mounted into it). For
+ * each connection it checks the destination against the call's policy, resolves the name itself,
+ * checks every address it got, and connects to the address it checked (so no second lookup can
+ * answer differently). What may be reached is decided in egress-policy.ts; this module only wires
+ * that decision to sockets and name resolution.
+ */
+import {
+  createServer,
+  request as httpRequest,
+  type IncomingHttpHeaders,
+  type IncomingMessage,
+  type ServerResponse,
+  STATUS_CODES,
+} from "node:http";
+import { connect, isIP, type Socket } from "node:net";
+import { networkInterfaces } from "node:os";
+import type { Duplex } from "node:stream";
+import type { NetworkPolicy } from "@remote-task/protocol";
+import type { ParsedHostPattern } from "../network.js";
+import {
+  chooseAddress,
+  type EgressRules,
+  type EgressVerdict,
+  type Endpoint,
+  egressRules,
+  screenDestination,
+  tooManyLookups,
+  unresolved,
+} from "./egress-policy.js";
+import { createNameResolver, type NameResolverOptions, TooManyLookupsError } from "./resolver.js";
+
+/** What the deployer sets for the egress proxy of the local and docker backends. */
+export interface EgressOptions {
+  /**
+   * Host patterns (as in an allowlist: `name`, `*.name`, an IP address, `[IPv6]`, with an
+   * optional `:port`) that may be reached at non-public addresses, under `open` or when an
+   * allowlist lets the call reach them. Empty by default: no private, loopback or link-local
+   * destination.
+   */
+  allowPrivate?: readonly string[] | undefined;
+}
+
+export interface EgressProxyOptions {
+  socketPath: string;
+  /** The call's policy: `open` or an allowlist. */
+  policy: Exclude<NetworkPolicy, "none">;
+  /** The allowlist is the caller's own (see ExecSpec.callersAllowlist). */
+  callersAllowlist?: boolean | undefined;
+  allowPrivate: readonly ParsedHostPattern[];
+  /** Where the bridge itself listens, looked up on every connection. */
+  protectedEndpoints: () => readonly Endpoint[];
+  /** What one sandbox may make the proxy hold (default {@link DEFAULT_EGRESS_LIMITS}). */
+  limits?: Partial<EgressLimits> | undefined;
+  /** Name resolution (servers, per-query timeout, lookups at once, hosts file). */
+  resolver?: NameResolverOptions | undefined;
+}
+
+/** What one sandbox may make the bridge hold through its proxy. */
+export interface EgressLimits {
+  /**
+   * Connections to the proxy at once (tunnels, requests, connections still sending headers);
+   * more are closed as they arrive. Each holds at most one connection to a destination (a
+   * connection's pipelined requests go one at a time, and at most {@link MAX_PIPELINED} wait
+   * behind the one in flight, or it is closed) and about 64 KiB of buffered data each way
+   * (streams are piped with backpressure). Connections to destinations are capped at the same
+   * number (a 503 beyond it), so the proxy holds at most twice this many sockets, plus its own.
+   */
+  maxConnections: number;
+  /** A connection that has not sent its request head within this many ms is closed. */
+  headersTimeoutMs: number;
+  /** A tunnel or connection with no data either way for this many ms is closed. */
+  idleTimeoutMs: number;
+}
+
+export const DEFAULT_EGRESS_LIMITS: Readonly<EgressLimits> = Object.freeze({
+  maxConnections: 64,
+  headersTimeoutMs: 10_000,
+  idleTimeoutMs: 300_000,
+});
+
+export interface EgressProxy {
+  /** Connections refused by the policy so far. */
+  readonly refused: number;
+  /** Closes the socket and every connection through it. */
+  close(): Promise<void>;
+}
+
+/**
+ * Requests one connection to the proxy may send ahead (HTTP pipelining) while one is in flight;
+ * a connection sending more is closed. Each waits for the one before it to be answered.
+ */
+const MAX_PIPELINED = 8;
+
+/** How long a connection to a destination may take to open. */
+const CONNECT_TIMEOUT_MS = 15_000;
+/** Headers that concern one hop only (RFC 9110 7.6.1), never forwarded. */
+const HOP_BY_HOP = new Set([
+  "connection",
+  "keep-alive",
+  "proxy-connection",
+  "proxy-authenticate",
+  "proxy-authorization",
+  "te",
+  "trailer",
+  "transfer-encoding",
+  "upgrade",
+]);
+
+/** This machine's interface addresses, read on every decision (interfaces come and go). */
+function interfaceAddresses(): string[] {
+  return Object.values(networkInterfaces()).flatMap((list) =>
+    (list ?? []).map((info) => info.address),
+  );
+}
+
+/** One proxy's state: its limits, its resolver, the sockets it holds, what it refused. */
+interface ProxyState {
+  readonly options: EgressProxyOptions;
+  readonly limits: EgressLimits;
+  readonly names: ReturnType<typeof createNameResolver>;
+  /** Every socket the proxy holds, closed with it. */
+  readonly sockets: Set<Duplex>;
+  /** Connections to destinations open now (at most `limits.maxConnections`). */
+  upstreams: number;
+  refused: number;
+}
+
+function track(state: ProxyState, socket: Duplex): void {
+  state.sockets.add(socket);
+  socket.once("close", () => state.sockets.delete(socket));
+}
+
+/** A socket with no data either way for the idle limit is closed (its peer with it). */
+function idleCloses(state: ProxyState, socket: Socket): void {
+  socket.setTimeout(state.limits.idleTimeoutMs, () => socket.destroy());
+}
+
+/** Counts `upstream` as a connection to a destination until it closes. */
+function countUpstream(state: ProxyState, upstream: Socket): void {
+  state.upstreams++;
+  upstream.once("close", () => state.upstreams--);
+}
+
+/** Why no more connections to destinations may open, or undefined while they may. */
+function upstreamsFull(state: ProxyState): string | undefined {
+  const { maxConnections } = state.limits;
+  return state.upstreams >= maxConnections
+    ? `remote-task egress proxy: this sandbox already has ${maxConnections} connections open through the proxy; close some first.`
+    : undefined;
+}
+
+/** Whether `host` port `port` may be reached, and at which checked address. */
+async function decide(state: ProxyState, host: string, port: number): Promise<EgressVerdict> {
+  const { options } = state;
+  const rules = egressRules(
+    options.policy,
+    options.allowPrivate,
+    options.protectedEndpoints(),
+    interfaceAddresses(),
+    options.callersAllowlist === true,
+  );
+  const verdict =
+    screenDestination(host, port, rules) ?? (await resolveAndChoose(state, host, port, rules));
+  if (!verdict.ok && verdict.status === 403) state.refused++;
+  return verdict;
+}
+
+async function resolveAndChoose(
+  state: ProxyState,
+  host: string,
+  port: number,
+  rules: EgressRules,
+): Promise<EgressVerdict> {
+  if (isIP(host) !== 0) return chooseAddress(host, port, [host], rules);
+  try {
+    return chooseAddress(host, port, await state.names.resolve(host), rules);
+  } catch (error) {
+    if (TooManyLookupsError.isInstance(error)) return tooManyLookups(host, error.maxPending);
+    return unresolved(host, (error as NodeJS.ErrnoException).code ?? (error as Error).message);
+  }
+}
+
+/** Answers on a raw socket (a CONNECT request) and closes it. */
+function answerRaw(socket: Duplex, status: number, reason: string): void {
+  const body = `${reason}\n`;
+  socket.end(
+    `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+  );
+}
+
+function answer(res: ServerResponse, status: number, reason: string): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  res.writeHead(status, { "content-type": "text/plain; charset=utf-8", connection: "close" });
+  res.end(`${reason}\n`);
+}
+
+/** Opens a TCP connection to the address that was checked (a tunnel's far end). */
+function open(
+  state: ProxyState,
+  address: string,
+  port: number,
+  onOpen: (upstream: Socket) => void,
+  onFail: (message: string, status?: number) => void,
+): void {
+  const full = upstreamsFull(state);
+  if (full !== undefined) {
+    onFail(full, 503);
+    return;
+  }
+  const upstream = connect({ host: address, port, allowHalfOpen: true });
+  track(state, upstream);
+  countUpstream(state, upstream);
+  upstream.setTimeout(CONNECT_TIMEOUT_MS, () =>
+    upstream.destroy(new Error(`no connection within ${CONNECT_TIMEOUT_MS / 1000} s`)),
+  );
+  const fail = (error: NodeJS.ErrnoException) =>
+    onFail(
+      `remote-task egress proxy: cannot connect to ${address} port ${port}: ${error.code ?? error.message}.`,
+    );
+  upstream.once("error", fail);
+  upstream.once("connect", () => {
+    upstream.off("error", fail);
+    idleCloses(state, upstream);
+    onOpen(upstream);
+  });
+}
+
+/** A CONNECT request: a tunnel to the checked address, or a refusal. */
+async function onConnect(
+  state: ProxyState,
+  req: IncomingMessage,
+  client: Duplex,
+  head: Buffer,
+): Promise<void> {
+  track(state, client);
+  idleCloses(state, client as Socket);
+  client.on("error", () => client.destroy());
+  // `host:port` or `[IPv6]:port` (not through URL, which drops a port that is the default).
+  const authority = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(req.url ?? "");
+  if (authority === null) {
+    return answerRaw(client, 400, `remote-task egress proxy: bad CONNECT target ${req.url}.`);
+  }
+  const host = (authority[1] ?? authority[2] ?? "").toLowerCase();
+  const port = Number(authority[3]);
+  const decision = await decide(state, host, port);
+  if (!decision.ok) return answerRaw(client, decision.status, decision.reason);
+  open(
+    state,
+    decision.address,
+    port,
+    (upstream) => {
+      if (client.destroyed) {
+        upstream.destroy();
+        return;
+      }
+      client.write("HTTP/1.1 200 Connection Established\r\n\r\n");
+      if (head.length > 0) upstream.write(head);
+      upstream.on("error", () => client.destroy());
+      client.on("error", () => upstream.destroy());
+      client.once("close", () => upstream.destroy());
+      upstream.once("close", () => client.destroy());
+      client.pipe(upstream);
+      upstream.pipe(client);
+    },
+    (message, status) => answerRaw(client, status ?? 502, message),
+  );
+}
+
+function forwardHeaders(headers: IncomingHttpHeaders): IncomingHttpHeaders {
+  const kept: IncomingHttpHeaders = {};
+  for (const [name, value] of Object.entries(headers))
+    if (!HOP_BY_HOP.has(name)) kept[name] = value;
+  return kept;
+}
+
+/** A plain HTTP request (absolute URI): forwarded to the checked address, or refused. */
+async function onRequest(
+  state: ProxyState,
+  req: IncomingMessage,
+  res: ServerResponse,
+): Promise<void> {
+  let url: URL | undefined;
+  try {
+    url = new URL(req.url ?? "");
+  } catch {}
+  if (url?.protocol !== "http:") {
+    return answer(
+      res,
+      400,
+      "remote-task egress proxy: send plain HTTP as an absolute-URI request (http://host/path) and HTTPS as CONNECT host:443.",
+    );
+  }
+  const host = url.hostname.replace(/^\[|\]$/g, "");
+  const port = Number(url.port || 80);
+  const decision = await decide(state, host, port);
+  if (!decision.ok) return answer(res, decision.status, decision.reason);
+  const full = upstreamsFull(state);
+  if (full !== undefined) return answer(res, 503, full);
+  const upstream = httpRequest({
+    host: decision.address,
+    port,
+    method: req.method,
+    path: `${url.pathname}${url.search}`,
+    headers: { ...forwardHeaders(req.headers), host: url.host },
+    setHost: false,
+    agent: false,
+    timeout: CONNECT_TIMEOUT_MS,
+  });
+  upstream.once("socket", (socket: Socket) => {
+    track(state, socket);
+    countUpstream(state, socket);
+  });
+  upstream.once("timeout", () => upstream.destroy(new Error("timed out")));
+  upstream.once("error", (error: NodeJS.ErrnoException) =>
+    answer(
+      res,
+      502,
+      `remote-task egress proxy: ${url.host} (${decision.address}): ${error.code ?? error.message}.`,
+    ),
+  );
+  // A client that goes away takes its request to the destination with it.
+  res.once("close", () => upstream.destroy());
+  upstream.once("response", (response) => {
+    res.writeHead(response.statusCode ?? 502, forwardHeaders(response.headers));
+    response.pipe(res);
+    response.once("error", () => res.destroy());
+  });
+  req.pipe(upstream);
+}
+
+/**
+ * Takes a connection's requests one at a time, in order; a connection with more than
+ * {@link MAX_PIPELINED} waiting behind the one in flight is closed.
+ */
+function pipelined(state: ProxyState): (req: IncomingMessage, res: ServerResponse) => void {
+  /** Per connection: the end of its last request, and how many of its requests have not started. */
+  const inFlight = new WeakMap<Socket, { done: Promise<void>; waiting: number }>();
+  return (req, res) => {
+    const socket = req.socket;
+    const line = inFlight.get(socket) ?? { done: Promise.resolve(), waiting: 0 };
+    if (line.waiting >= MAX_PIPELINED) {
+      socket.destroy();
+      return;
+    }
+    line.waiting++;
+    const answered = new Promise<void>((resolve) => res.once("close", resolve));
+    line.done = line.done.then(() => {
+      line.waiting--;
+      if (!res.destroyed) void onRequest(state, req, res);
+      return answered;
+    });
+    inFlight.set(socket, line);
+  };
+}
+
+/**
+ * Starts one sandbox's egress proxy: each connection's destination is resolved, then checked by
+ * the egress policy (egress-policy.ts), and connected or refused within the proxy's limits.
+ */
+export async function startEgressProxy(options: EgressProxyOptions): Promise<EgressProxy> {
+  const limits = { ...DEFAULT_EGRESS_LIMITS, ...options.limits };
+  const state: ProxyState = {
+    options,
+    limits,
+    names: createNameResolver(options.resolver),
+    sockets: new Set(),
+    upstreams: 0,
+    refused: 0,
+  };
+  const server = createServer({
+    requestTimeout: 0,
+    headersTimeout: limits.headersTimeoutMs,
+    // How often the server looks for connections past their headers timeout.
+    connectionsCheckingInterval: Math.min(1_000, limits.headersTimeoutMs),
+    keepAliveTimeout: 5_000,
+  });
+  // Beyond this the server closes each new connection as it arrives.
+  server.maxConnections = limits.maxConnections;
+  server.timeout = limits.idleTimeoutMs;
+  server.on("connection", (socket: Socket) => track(state, socket));
+  server.on("connect", (req: IncomingMessage, client: Duplex, head: Buffer) => {
+    void onConnect(state, req, client, head);
+  });
+  server.on("request", pipelined(state));
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(options.socketPath, () => {
+      server.off("error", reject);
+      resolve();
+    });
+  });
+
+  let closing: Promise<void> | undefined;
+  return {
+    get refused() {
+      return state.refused;
+    },
+    close() {
+      closing ??= new Promise<void>((resolve) => {
+        state.names.cancel();
+        server.close(() => resolve());
+        for (const socket of state.sockets) socket.destroy();
+      });
+      return closing;
+    },
+  };
+}
