@@ -17,6 +17,7 @@ export {
 } from "./bridge.js";
 export { CANCELLED_EXIT_CODE } from "./call.js";
 export type { CorsOptions } from "./cors.js";
+export type { InFlightCounts } from "./host/in-flight.js";
 export {
   type AdmissionOptions,
   type AdmissionSettings,
