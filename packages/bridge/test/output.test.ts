@@ -70,7 +70,10 @@ describe("ForwardGate with a reader that falls behind", () => {
   it("accounts for every byte below the cap as forwarded or skipped, whatever the room", () => {
     fc.assert(
       fc.property(
-        fc.string({ unit: "grapheme", maxLength: 300 }),
+        // Text without U+FFFD of its own: one in the output then means a character was cut.
+        fc
+          .string({ unit: "grapheme", maxLength: 300 })
+          .filter((text) => !text.includes("\uFFFD")),
         fc.array(fc.integer({ min: 1, max: 7 }), { minLength: 1, maxLength: 30 }),
         fc.array(fc.boolean(), { minLength: 1, maxLength: 30 }),
         (text, sizes, rooms) => {
