@@ -421,6 +421,10 @@ class Client implements RemoteTaskClient {
       config: this.#config,
       dispatch: this.#dispatch,
       firstBridge: this.#pool.first,
+      reattach: async (error: unknown, lostScope: CallScope) => {
+        const attachment = await this.#reattachable(error, lostScope, call);
+        return attachment === undefined ? undefined : { context: this.#reattach, attachment };
+      },
     };
     yield* execEvents(
       context,

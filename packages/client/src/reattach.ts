@@ -14,7 +14,7 @@ import type { Bridge } from "./bridges.js";
 import { NO_RETRY } from "./config.js";
 import { errorFromBody, statusForCode } from "./error-mapping.js";
 import { ConnectionError, ProtocolError, type RemoteTaskError, TimeoutError } from "./errors.js";
-import { type Exchange, errorContext, receiveJson, sendOnce } from "./exchange.js";
+import { asFailure, type Exchange, errorContext, receiveJson, sendOnce } from "./exchange.js";
 import { CallScope, sleep } from "./scope.js";
 import type { Secrets } from "./secrets.js";
 import { sseEvents } from "./sse.js";
@@ -208,7 +208,8 @@ export async function* reattachedEvents(
       throw new ProtocolError("The re-attached stream ended without an exit event.", scope.facts);
     } catch (error) {
       if (parent.reason) throw parent.reason;
-      if (!transient(error) && !TimeoutError.isInstance(error)) throw error;
+      const failure = asFailure(error, scope);
+      if (!transient(failure) && !TimeoutError.isInstance(failure)) throw failure;
       failures++;
       await sleep(pause(failures), parent.signal);
     } finally {

@@ -70,6 +70,26 @@ describe("durable calls through a proxy that cuts every connection", () => {
     }
   });
 
+  it("a streamed call re-attaches from where it was: each line delivered once, in order", async () => {
+    const client = createClient({ url: proxy.url, token: bridge.token, timeoutSeconds: 60 });
+    try {
+      const expected = "line-1\nline-2\nline-3\nline-4\nline-5\n";
+      const calls = Array.from({ length: 10 }, async () => {
+        const seen: string[] = [];
+        const result = await client.run("for i in 1 2 3 4 5; do echo line-$i; sleep 0.3; done", {
+          onOutput: (event) => seen.push(event.data),
+        });
+        return { seen: seen.join(""), stdout: result.stdout };
+      });
+      for (const { seen, stdout } of await Promise.all(calls)) {
+        expect(seen).toBe(expected);
+        expect(stdout).toBe(expected);
+      }
+    } finally {
+      await client.close();
+    }
+  });
+
   it("without re-attach (a bridge without durable calls) the same cut is a ConnectionError", async () => {
     const plain = await startLocalBridge({
       backend: createLocalBackend({ isolation: "none" }),
