@@ -289,8 +289,9 @@ export async function startLocalBridge<
         options.durable === false
           ? undefined
           : {
-              disconnectGraceSeconds: DEFAULT_NODE_DISCONNECT_GRACE_SECONDS,
               ...options.durable,
+              disconnectGraceSeconds:
+                options.durable?.disconnectGraceSeconds ?? DEFAULT_NODE_DISCONNECT_GRACE_SECONDS,
             },
       streamBufferBytes: options.streamBufferBytes,
       logger: options.logger ?? stderrLogger,

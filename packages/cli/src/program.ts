@@ -1,9 +1,12 @@
 import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
 import packageJson from "../package.json" with { type: "json" };
+import { registerAttach } from "./commands/attach.js";
+import { durableServeOptions } from "./commands/durable-flags.js";
 import { healthCommand } from "./commands/health.js";
 import { runCommand } from "./commands/run.js";
 import { runManyCommand } from "./commands/run-many.js";
 import { serveCommand } from "./commands/serve.js";
+import { registerStatus } from "./commands/status.js";
 import { dockerOptions } from "./docker.js";
 import { EXIT } from "./exit-codes.js";
 import { hostList, networkPolicy } from "./network.js";
@@ -142,6 +145,10 @@ function createProgram(onExit: (code: number) => void): Command {
       )
       .addOption(maxOutputOption(true))
       .option("--no-stdin", "never send this program's stdin (see below for when it is sent)")
+      .option(
+        "--detach",
+        "start the command on the bridge, print its sandbox id and exit; remote-task attach ID gets its output",
+      )
       .passThroughOptions(),
   )
     .addHelpText(
@@ -224,7 +231,7 @@ Examples:
       onExit(await runManyCommand(flags));
     });
 
-  limitOptions(dockerOptions(program.command("serve")), "")
+  limitOptions(dockerOptions(durableServeOptions(program.command("serve"))), "")
     .description("Serve the embedded bridge over HTTP: --local, or --docker IMAGE for containers.")
     .option(
       "--local",
@@ -303,6 +310,9 @@ Examples:
       refuseEmbeddedOnlyFlags(command);
       onExit(await healthCommand(flags));
     });
+
+  registerAttach(program, onExit);
+  registerStatus(program, onExit);
 
   program
     .command("mcp")

@@ -23,6 +23,7 @@ import {
 } from "../report.js";
 import { commandFromWords } from "../shell.js";
 import { readStdinData, StdinTooLargeError } from "../stdin.js";
+import { runDetached } from "./run-detached.js";
 
 export interface RunFlags extends ConnectionFlags {
   json?: boolean;
@@ -32,6 +33,8 @@ export interface RunFlags extends ConnectionFlags {
   stdin?: boolean;
   /** Bytes of the end of each output to keep (and, with `--stream`, of its start to stream). */
   maxOutputBytes?: number;
+  /** Start the command as a durable call and print its id (`--detach`). */
+  detach?: boolean;
 }
 
 /** Most characters of each stream kept to show when the run is interrupted. */
@@ -95,6 +98,7 @@ function printJsonError(error: unknown): void {
 
 /** Runs one task and returns the exit code for the process. */
 export async function runCommand(words: string[], flags: RunFlags): Promise<number> {
+  if (flags.detach) return runDetached(words, flags);
   const command = commandFromWords(words);
   const timeoutSeconds = flags.timeout ?? DEFAULT_TIMEOUT_SECONDS;
   const tails = {

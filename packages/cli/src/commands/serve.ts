@@ -9,8 +9,9 @@ import { serveLogger } from "../log.js";
 import { inFlagTerms } from "../report.js";
 import { type LimitFlags, sandboxLimits } from "../sandbox-limits.js";
 import { type ServeToken, serveToken } from "../token.js";
+import { type DurableFlags, durableOptions } from "./durable-flags.js";
 
-export interface ServeFlags extends DockerFlags, LimitFlags {
+export interface ServeFlags extends DockerFlags, LimitFlags, DurableFlags {
   local?: boolean;
   port: number;
   host: string;
@@ -74,6 +75,7 @@ export async function serveCommand(flags: ServeFlags): Promise<number> {
       port: flags.port,
       host: flags.host,
       logger: serveLogger,
+      durable: durableOptions(flags),
       ...(token.value === undefined ? {} : { token: token.value }),
       ...(network === undefined ? {} : { network }),
     });
