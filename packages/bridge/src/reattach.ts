@@ -20,7 +20,7 @@ import { errorResponse, HttpError, invalidRequest, jsonResponse } from "./respon
 import { eventStreamOf, framePieces, SSE_HEADERS, startEvent } from "./sse.js";
 
 /** Longest `waitSeconds` a status request waits, so an idle connection is not cut on its way. */
-export const MAX_WAIT_SECONDS = 60;
+const MAX_WAIT_SECONDS = 60;
 
 /** What the durable routes need from the bridge. */
 export interface ReattachContext {

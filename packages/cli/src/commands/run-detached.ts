@@ -2,16 +2,24 @@
  * `remote-task run --detach`: starts the command as a durable call and prints its sandbox id;
  * the command runs on to its own deadline. `remote-task attach ID` gets its output and exit code.
  */
+
+import type { NetworkPolicy } from "@remote-task/protocol";
 import { DEFAULT_TIMEOUT_SECONDS } from "@remote-task/protocol";
-import { type Connection, connect } from "../connect.js";
+import { type Connection, type ConnectionFlags, connect } from "../connect.js";
 import { EXIT } from "../exit-codes.js";
 import { describeError, exitCodeOfError } from "../report.js";
 import { commandFromWords } from "../shell.js";
 import { readStdinData, StdinTooLargeError } from "../stdin.js";
-import type { RunFlags } from "./run.js";
+
+/** The flags of `run` a detached call uses. */
+interface DetachFlags extends ConnectionFlags {
+  json?: boolean;
+  network?: NetworkPolicy;
+  stdin?: boolean;
+}
 
 /** Starts the command detached and prints its id (`--json`: `{sandboxId, state}`). */
-export async function runDetached(words: string[], flags: RunFlags): Promise<number> {
+export async function runDetached(words: string[], flags: DetachFlags): Promise<number> {
   if (flags.local || flags.docker !== undefined) {
     process.stderr.write(
       "remote-task: --detach needs a bridge that outlives this program (--url or $CLOUDFLARE_SANDBOX_URL); the embedded bridge of --local or --docker ends with it.\n",
