@@ -136,6 +136,40 @@ describe("durable calls", () => {
     expect(backend.liveSandboxes()).toBe(0);
   });
 
+  it("holds a flood of detached calls to the byte bound: the rest are refused (429), nothing of theirs runs", async () => {
+    const perCall = 1_024 + "sleep 30".length + 2 * 65_536;
+    const { bridge, exec, backend } = setupBridge({
+      limits: { maxOutputBytes: 65_536 },
+      admission: { maxConcurrent: 256 },
+      durable: { maxKeptBytes: 10 * perCall },
+    });
+    const answers = await Promise.all(
+      Array.from({ length: 200 }, () => exec({ command: "sleep 30", detach: true })),
+    );
+    const statuses = answers.map((answer) => answer.status);
+    expect(statuses.filter((status) => status === 202)).toHaveLength(10);
+    expect(statuses.filter((status) => status === 429)).toHaveLength(190);
+    expect(backend.starts).toHaveLength(10);
+    const health = healthResponseSchema.parse(await (await bridge(request("/health"))).json());
+    expect(health.durable?.kept).toBe(10);
+    expect(health.durable?.keptBytes).toBeLessThanOrEqual(10 * perCall);
+  });
+
+  it("keeps undelivered outcomes of detached calls until fetched: a flood beyond maxKept waits for them", async () => {
+    const { bridge, exec } = setupBridge({ durable: { maxKept: 5 } });
+    const ids = Array.from({ length: 5 }, () => freshId());
+    for (const sandboxId of ids) {
+      expect((await exec({ sandboxId, command: "echo hi", detach: true })).status).toBe(202);
+    }
+    for (const sandboxId of ids) await status(bridge, sandboxId, "?waitSeconds=30");
+    // Fetched outcomes make room; unfetched ones would not.
+    expect((await exec({ command: "echo hi", detach: true })).status).toBe(202);
+    const { exec: execOther } = setupBridge({ durable: { maxKept: 1 } });
+    expect((await execOther({ command: "echo one", detach: true })).status).toBe(202);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect((await execOther({ command: "echo two", detach: true })).status).toBe(429);
+  });
+
   it("refuses detach and has no GET /exec/{id} on a bridge without durable calls", async () => {
     const { bridge, exec } = setupBridge();
     await expectError(await exec({ command: "true", detach: true }), "invalid_request");
