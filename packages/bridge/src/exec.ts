@@ -186,7 +186,8 @@ export async function handleExec(
     replay: durable,
   });
   if (call.detached) {
-    const running = runDetached(call);
+    // Every failure of a call is its outcome; this never rejects, but must never crash a host.
+    const running = runDetached(call).catch(() => {});
     if (waitUntil !== undefined) waitUntil(running);
     return jsonResponse({ sandboxId: call.sandboxId, state: call.state }, 202);
   }

@@ -48,7 +48,13 @@ function queryNumber(url: URL, name: string, whole: boolean): number {
 
 /** The sandbox id of the path, lower-cased as `/exec` takes it; refuses an invalid one (400). */
 function pathSandboxId(raw: string): string {
-  const lowered = decodeURIComponent(raw).replace(/[A-Z]+/g, (letters) => letters.toLowerCase());
+  let decoded = raw;
+  try {
+    decoded = decodeURIComponent(raw);
+  } catch {
+    // not percent-encoding: checked as it is (and refused)
+  }
+  const lowered = decoded.replace(/[A-Z]+/g, (letters) => letters.toLowerCase());
   const parsed = sandboxIdSchema.safeParse(lowered);
   if (!parsed.success) {
     const message = parsed.error.issues[0]?.message ?? "invalid sandbox id";

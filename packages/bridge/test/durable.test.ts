@@ -170,6 +170,15 @@ describe("durable calls", () => {
     expect((await execOther({ command: "echo two", detach: true })).status).toBe(429);
   });
 
+  it("refuses an invalid id in the path with 400, and an invalid waitSeconds", async () => {
+    const { bridge } = setupBridge(DURABLE);
+    await expectError(await bridge(request("/exec/Not_Valid%ZZ")), "invalid_request");
+    await expectError(
+      await bridge(request(`/exec/${freshId()}?waitSeconds=soon`)),
+      "invalid_request",
+    );
+  });
+
   it("refuses detach and has no GET /exec/{id} on a bridge without durable calls", async () => {
     const { bridge, exec } = setupBridge();
     await expectError(await exec({ command: "true", detach: true }), "invalid_request");
