@@ -7,7 +7,7 @@ import { silentLogger } from "@remote-task/bridge";
 import { createLocalBackend } from "@remote-task/bridge/local";
 import { type LocalBridge, startLocalBridge } from "@remote-task/bridge/node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ConnectionError, createClient } from "../src/index.js";
+import { ConnectionError, createClient, InvalidRequestError } from "../src/index.js";
 import { eventually } from "./helpers/assertions.js";
 import { type CutProxy, startCutProxy } from "./helpers/cut-proxy.js";
 
@@ -105,6 +105,46 @@ describe("durable calls through a proxy that cuts every connection", () => {
     } finally {
       await client.close();
       await cutting.close();
+      await plain.close();
+    }
+  });
+});
+
+describe("handles", () => {
+  it("start() returns a handle: its events from a byte offset, its result, its cancel", async () => {
+    const client = createClient({ url: bridge.url, token: bridge.token, timeoutSeconds: 30 });
+    try {
+      const handle = await client.start("echo abcdef; sleep 0.3; echo later");
+      const seen: string[] = [];
+      for await (const event of handle.stream({ from: { stdout: 3 } })) {
+        if (event.type === "stdout") seen.push(event.data);
+      }
+      expect(seen.join("")).toBe("def\nlater\n");
+      expect(await handle.result()).toMatchObject({ stdout: "abcdef\nlater\n", exitCode: 0 });
+      expect(await handle.status()).toMatchObject({ state: "finished" });
+
+      const long = await client.start("sleep 30");
+      expect(await long.cancel()).toMatchObject({ cancelled: true });
+      expect(await long.result()).toMatchObject({ outcome: "cancelled" });
+    } finally {
+      await client.close();
+    }
+  });
+
+  it("start() against a bridge without durable calls is refused before sending", async () => {
+    const plain = await startLocalBridge({
+      backend: createLocalBackend({ isolation: "none" }),
+      durable: false,
+      logger: silentLogger,
+    });
+    const client = createClient({ url: plain.url, token: plain.token });
+    try {
+      const error = await client.start("echo never").catch((caught: unknown) => caught);
+      expect(InvalidRequestError.isInstance(error)).toBe(true);
+      expect((error as InvalidRequestError).mayHaveRun).toBe(false);
+      expect(plain.backend.liveSandboxes()).toBe(0);
+    } finally {
+      await client.close();
       await plain.close();
     }
   });
