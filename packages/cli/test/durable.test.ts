@@ -1,7 +1,8 @@
+import { once } from "node:events";
 import type { LocalBackend } from "@remote-task/bridge/local";
 import type { LocalBridge } from "@remote-task/bridge/node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { runCli, startTestBridge } from "./helpers.js";
+import { cleanEnv, runCli, startCli, startTestBridge } from "./helpers.js";
 
 let bridge: LocalBridge<LocalBackend>;
 let env: NodeJS.ProcessEnv;
@@ -46,6 +47,45 @@ describe("durable calls from the command line", () => {
     const attached = await runCli(["attach", "mikan-task-never-sent", "--timeout", "5"], { env });
     expect(attached.code).toBe(125);
     expect(attached.stderr).toMatch(/no call mikan-task-never-sent/);
+  });
+
+  it("serve's flags set what its bridge keeps; health shows it", async () => {
+    const server = startCli([
+      "serve",
+      "--local",
+      "--isolation",
+      "none",
+      "--keep-seconds",
+      "5",
+      "--max-kept",
+      "7",
+      "--max-kept-bytes",
+      "9000000",
+      "--disconnect-grace",
+      "3",
+    ]);
+    let out = "";
+    server.stdout?.setEncoding("utf8").on("data", (chunk: string) => {
+      out += chunk;
+    });
+    while (!/CLOUDFLARE_SANDBOX_TOKEN=\S+/.test(out)) await once(server.stdout!, "data");
+    const url = /CLOUDFLARE_SANDBOX_URL=(\S+)/.exec(out)?.[1] ?? "";
+    const token = /CLOUDFLARE_SANDBOX_TOKEN=(\S+)/.exec(out)?.[1] ?? "";
+    const serveEnv = cleanEnv({ CLOUDFLARE_SANDBOX_URL: url, CLOUDFLARE_SANDBOX_TOKEN: token });
+    try {
+      const health = await runCli(["health", "--json"], { env: serveEnv });
+      expect(JSON.parse(health.stdout).durable).toMatchObject({
+        keptSeconds: 5,
+        maxKept: 7,
+        maxKeptBytes: 9_000_000,
+        disconnectGraceSeconds: 3,
+      });
+      const text = await runCli(["health"], { env: serveEnv });
+      expect(text.stdout).toMatch(/durable calls\s+results kept 5 s \(at most 7 calls/);
+    } finally {
+      server.kill("SIGINT");
+      await once(server, "exit");
+    }
   });
 
   it("refuses --detach with the embedded bridge, which would end with the program", async () => {
