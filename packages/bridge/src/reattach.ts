@@ -136,8 +136,9 @@ export async function handleCallStatus(
   }
   const waitSeconds = Math.min(queryNumber(url, "waitSeconds", false), MAX_WAIT_SECONDS);
   const found = context.calls.lookup(sandboxId);
+  // A call waited for answers from itself: its outcome is the answer even when it is not kept.
   if (found?.kind === "live") await waitForEnd(found.call, waitSeconds * 1000, request.signal);
-  return jsonResponse(statusOf(context, sandboxId, context.calls.lookup(sandboxId) ?? found));
+  return jsonResponse(statusOf(context, sandboxId, found));
 }
 
 /**

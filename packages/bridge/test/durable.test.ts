@@ -84,6 +84,25 @@ describe("durable calls", () => {
     });
   });
 
+  it("gives a re-attached caller its call's result even when there is no room to keep it", async () => {
+    const { bridge, exec } = setupBridge({ durable: { maxKept: 1, disconnectGraceSeconds: 30 } });
+    // An unfetched detached outcome fills the table.
+    await exec({ command: "echo first", detach: true });
+    const sandboxId = freshId();
+    const controller = new AbortController();
+    const answer = exec(
+      { sandboxId, command: "sleep 0.3; echo mine" },
+      { signal: controller.signal },
+    );
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    controller.abort();
+    // Asked while the call runs (the in-process answer itself ends only with the call).
+    const reattached = status(bridge, sandboxId, "?waitSeconds=30");
+    await answer.catch(() => undefined);
+    expect(await reattached).toMatchObject({ state: "finished", result: { stdout: "mine\n" } });
+    expect(await status(bridge, sandboxId)).toMatchObject({ state: "expired" });
+  });
+
   it("cancels a call whose caller left once the grace is over (0: at once)", async () => {
     const { bridge, exec } = setupBridge(DURABLE);
     const sandboxId = freshId();
