@@ -42,7 +42,8 @@ export const BRIDGE_TEXTS = {
     `The bridge keeps at most ${calls} detached calls and results (or ${bytes} bytes of them), so the command did not run. Retry in ${retrySeconds} s (Retry-After), fetch or cancel detached calls, or send fewer.`,
   notKept: (sandboxId: string, state: string) =>
     `No call ${sandboxId} to re-attach to here (${state}): it was never sent to this bridge, its result expired, or the bridge restarted.`,
-  noDetach: "This bridge keeps no calls (durable calls are off), so `detach` is refused and the command did not run.",
+  noDetach:
+    "This bridge keeps no calls (durable calls are off), so `detach` is refused and the command did not run.",
   badQuery: (name: string) => `Query parameter ${name} must be a number of at least 0.`,
   payloadTooLarge: (maxBytes: number) =>
     `Request body is larger than ${maxBytes} bytes (command, env and stdin together), so the command did not run.`,
