@@ -4,6 +4,7 @@
  * a request goes and its retries (dispatch.ts, retry.ts), one HTTP try and its answer
  * (exchange.ts), streamed calls (exec-stream.ts), cancels (cancel.ts) and fan-out (run-many.ts).
  */
+import { raceAbort } from "@remote-task/internal";
 import {
   type CallStatus,
   type CancelResponse,
@@ -188,8 +189,12 @@ class Client implements RemoteTaskClient {
   ): Promise<Attachment | undefined> {
     if (scope.reason || !ConnectionError.isInstance(error) || !error.mayHaveRun) return undefined;
     const bridge = this.#dispatch.bridgeOf(call.sandboxId);
-    if (bridge === undefined || !(await this.#capabilities.reattaches(bridge))) return undefined;
-    if (scope.reason) return undefined;
+    if (bridge === undefined) return undefined;
+    // Asked within the call's deadline: an unreachable bridge must not hold the call past it.
+    const reattaches = await raceAbort(this.#capabilities.reattaches(bridge), scope.signal).catch(
+      () => false,
+    );
+    if (!reattaches || scope.reason) return undefined;
     return { bridge, sandboxId: call.sandboxId, secrets: call.secrets };
   }
 
