@@ -14,8 +14,15 @@ const RUNS = [
   { dir: "packages/internal" },
   {
     dir: "packages/client",
-    // A real local bridge per test, capacity waits, gigabyte answers.
-    slow: ["test/integration.bridge.test.ts", "test/capacity.test.ts", "test/huge-answer.test.ts"],
+    // A real local bridge per test, capacity waits, gigabyte answers; 100 durable calls cut by
+    // a proxy (local and docker backends) and a client process in the built client.
+    slow: [
+      "test/integration.bridge.test.ts",
+      "test/capacity.test.ts",
+      "test/huge-answer.test.ts",
+      "test/durable.bridge.test.ts",
+      "test/durable.docker.test.ts",
+    ],
   },
   {
     dir: "packages/tool",

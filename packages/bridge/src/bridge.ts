@@ -17,15 +17,19 @@ import type { BackendHealth, SandboxBackend } from "./backend.js";
 import { logDetail } from "./call.js";
 import { CallRegistry } from "./calls.js";
 import { type CorsOptions, resolveCors, withCors } from "./cors.js";
-import { type ExecRoutesContext, handleCancel, handleExec } from "./exec.js";
+import { type ExecRoutesContext, handleCancel, handleExec, wantsEventStream } from "./exec.js";
+import { KeptCalls } from "./kept.js";
 import {
   type AdmissionOptions,
   DEFAULT_STREAM_BUFFER_BYTES,
+  type DurableOptions,
   resolveAdmission,
+  resolveDurable,
   resolveLimits,
 } from "./limits.js";
 import { type BridgeLogger, jsonLineLogger } from "./logger.js";
 import { type NetworkOptions, resolveNetwork } from "./network.js";
+import { handleCallStatus } from "./reattach.js";
 import { errorResponse, HttpError, jsonResponse } from "./responses.js";
 import { BRIDGE_VERSION } from "./version.js";
 
@@ -71,6 +75,15 @@ export interface BridgeOptions {
    * headers). A request from another origin is refused with 403 before anything runs.
    */
   cors?: CorsOptions | undefined;
+  /**
+   * Durable calls (off without it): a call's sandbox id is its idempotency key, outcomes are
+   * kept `keptSeconds` (default 600) within `maxKept` calls and `maxKeptBytes`, calls may
+   * `detach`, `GET /exec/{sandboxId}` answers their state or re-attaches their stream, and a
+   * call whose caller's connection dropped runs on `disconnectGraceSeconds` (default 0 here;
+   * the Node host's is 10) for a re-attach. A host that cannot keep a call running past its
+   * request (a Worker without a Durable Object owning the call) leaves it off.
+   */
+  durable?: DurableOptions | undefined;
   /** Working directory when a request names none (default `/workspace`). */
   defaultCwd?: string | undefined;
   /** SSE heartbeat interval in ms (default 10 000, at most 15 000). */
@@ -143,11 +156,13 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
   if (token !== undefined && token.length < MIN_TOKEN_LENGTH) {
     logger({ event: "warning", level: "warn", detail: weakToken(token.length) });
   }
+  const durable = options.durable === undefined ? undefined : resolveDurable(options.durable);
   const calls = new CallRegistry(
     options.backend,
     logger,
     token,
     resolveAdmission(options.admission),
+    durable === undefined ? undefined : new KeptCalls(durable),
   );
   const context: ExecRoutesContext = {
     calls,
@@ -156,6 +171,7 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
     heartbeatIntervalMs,
     streamBufferBytes,
     network: resolveNetwork(options.network, options.backend.networkModes, options.backend.name),
+    graceMs: Math.round((durable?.disconnectGraceSeconds ?? 0) * 1000),
   };
   const corsOrigins = resolveCors(options.cors);
   const version = options.version ?? BRIDGE_VERSION;
@@ -180,11 +196,18 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
         : { network: { default: context.network.default, ceiling: context.network.ceiling } }),
       version,
     };
+    const durableReport = calls.durableReport();
+    if (durableReport !== undefined) body.durable = durableReport;
     return jsonResponse(body);
   });
   app.post("/exec", tokenRequired, (c) =>
     handleExec(context, c.req.raw, c.env.waitUntil, c.env.client),
   );
+  if (durable !== undefined) {
+    app.get("/exec/:sandboxId", tokenRequired, (c) =>
+      handleCallStatus(context, c.req.raw, c.req.param("sandboxId"), wantsEventStream(c.req.raw)),
+    );
+  }
   app.post("/cancel", tokenRequired, (c) => handleCancel(context, c.req.raw));
   // Public on purpose: the protocol document describes the bridge and runs nothing.
   app.get(

@@ -22,6 +22,7 @@ import {
 import { mapBackendError } from "./backend-errors.js";
 import type { BridgeLogger, EndReason } from "./logger.js";
 import { chunkBytes, ForwardGate, TailBuffer } from "./output.js";
+import { ReplayLog } from "./replay.js";
 
 /** Exit code reported for a command stopped by `/cancel`, a disconnect or shutdown (as after SIGINT). */
 export const CANCELLED_EXIT_CODE = 130;
@@ -53,7 +54,19 @@ export interface CallSpec extends Omit<ExecSpec, "signal"> {
   waitUntil: ((promise: Promise<unknown>) => void) | undefined;
   /** Who sent it (see `BridgeRequestContext.client`); undefined when the host does not say. */
   client?: string | undefined;
+  /** Kept whatever happens to its caller: runs to its own deadline (durable calls). */
+  detach?: boolean | undefined;
+  /**
+   * Ms a call without `detach` keeps running once its caller left, for a re-attach; then it is
+   * ended as disconnected (0: at once).
+   */
+  graceMs?: number | undefined;
+  /** Keep a replay log of the output for re-attached streams (durable calls). */
+  replay?: boolean | undefined;
 }
+
+/** Where a call stands: waiting for a slot, running, or its outcome decided. */
+export type LiveState = "queued" | "running" | "finished";
 
 /** How a call ended: a result (the command exited, timed out or was cancelled), or a failure. */
 export type CallOutcome =
@@ -120,7 +133,17 @@ export class ExecCall {
   readonly streamed: boolean;
   /** The client's key in the queue ("" when the host named none). */
   readonly client: string;
+  readonly command: string;
+  readonly detached: boolean;
   readonly startedAt = Date.now();
+  /** The output re-attached streams replay; undefined without durable calls. */
+  readonly replay: ReplayLog | undefined;
+  /** Resolves with the outcome once it is decided (before the sandbox is destroyed). */
+  readonly outcome: Promise<CallOutcome>;
+  /** The outcome once decided. */
+  settledOutcome: CallOutcome | undefined;
+  /** A caller received the outcome (its answer was sent, or a re-attach got it). */
+  delivered = false;
   /** Resolves once the sandbox is destroyed and the id released. */
   readonly cleaned: Promise<void>;
   readonly #host: CallHost;
@@ -128,7 +151,12 @@ export class ExecCall {
   readonly #controller = new AbortController();
   readonly #tails: { stdout: TailBuffer; stderr: TailBuffer };
   readonly #deadline: ReturnType<typeof setTimeout>;
-  readonly #onDisconnect = () => this.end("disconnect");
+  readonly #onDisconnect = () => this.callerLeft();
+  #resolveOutcome!: (outcome: CallOutcome) => void;
+  /** Readers attached (the caller's own request and re-attached ones). */
+  #attached = 1;
+  #callerGone = false;
+  #grace: ReturnType<typeof setTimeout> | undefined;
   /** In a race, the call's own end rejects with `ENDED`, anything else with its reason. */
   readonly #markEnded = (signal: AbortSignal) =>
     signal === this.#controller.signal ? ENDED : signal.reason;
@@ -154,6 +182,12 @@ export class ExecCall {
     this.sandboxId = spec.sandboxId;
     this.streamed = spec.streamed;
     this.client = spec.client ?? "";
+    this.command = spec.command;
+    this.detached = spec.detach === true;
+    this.replay = spec.replay === true ? new ReplayLog(spec.cap) : undefined;
+    this.outcome = new Promise((resolve) => {
+      this.#resolveOutcome = resolve;
+    });
     this.cleaned = new Promise((resolve) => {
       this.#resolveCleaned = resolve;
     });
@@ -166,6 +200,55 @@ export class ExecCall {
     );
     if (spec.disconnect.aborted) this.#onDisconnect();
     else spec.disconnect.addEventListener("abort", this.#onDisconnect, { once: true });
+  }
+
+  /** Where the call stands now. */
+  get state(): LiveState {
+    if (this.settledOutcome !== undefined) return "finished";
+    return this.#begunAt === undefined ? "queued" : "running";
+  }
+
+  /**
+   * The caller left (its connection dropped, or its stream was closed). A call
+   * without `detach` that has no reader left is ended as disconnected once the grace is over,
+   * unless a reader attaches meanwhile; a detached call runs on.
+   */
+  callerLeft(): void {
+    if (this.#callerGone) return;
+    this.#callerGone = true;
+    this.#leave();
+  }
+
+  #leave(): void {
+    this.#attached--;
+    if (this.detached || this.#attached > 0 || this.#settled || this.#grace !== undefined) return;
+    const graceMs = this.#spec.graceMs ?? 0;
+    if (graceMs <= 0) {
+      this.end("disconnect");
+      return;
+    }
+    this.#grace = setTimeout(() => {
+      this.#grace = undefined;
+      if (this.#attached === 0) this.end("disconnect");
+    }, timerDelay(graceMs));
+  }
+
+  /** Whether a reader is attached now (the caller's own request, or a re-attached one). */
+  get hasReaders(): boolean {
+    return this.#attached > 0;
+  }
+
+  /** A reader re-attached: the call is no longer left alone. Returns what to call when it goes. */
+  attach(): () => void {
+    this.#attached++;
+    if (this.#grace !== undefined) clearTimeout(this.#grace);
+    this.#grace = undefined;
+    let left = false;
+    return () => {
+      if (left) return;
+      left = true;
+      this.#leave();
+    };
   }
 
   /** Marks the call as waiting for a slot; its log line says for how long. */
@@ -333,6 +416,7 @@ export class ExecCall {
         const stream = next.value.value.stream === "stderr" ? "stderr" : "stdout";
         const bytes = chunkBytes(next.value.value.data);
         this.#tails[stream].push(bytes);
+        this.replay?.push(stream, bytes);
         if (sink !== undefined && gates !== undefined) {
           const gate = gates[stream];
           if (sink.ready()) {
@@ -371,6 +455,11 @@ export class ExecCall {
   /** Logs the outcome, destroys the sandbox (or hands that to `waitUntil`), returns the outcome. */
   async #close(outcome: CallOutcome): Promise<CallOutcome> {
     this.#settled = true;
+    if (this.#grace !== undefined) clearTimeout(this.#grace);
+    this.#grace = undefined;
+    this.replay?.end();
+    this.settledOutcome = outcome;
+    this.#resolveOutcome(outcome);
     this.#log(outcome);
     // The outcome holds the tails now; a stream whose reader is slow may keep it a while.
     this.#tails.stdout.release();

@@ -1,7 +1,15 @@
 import { BRIDGE_TEXTS } from "@remote-task/internal";
-import type { Admission } from "@remote-task/protocol";
+import type { Admission, DurableReport } from "@remote-task/protocol";
 import type { SandboxBackend } from "./backend.js";
-import { type CallHost, type CallSpec, destroySandbox, ExecCall } from "./call.js";
+import { mapBackendError } from "./backend-errors.js";
+import {
+  type CallHost,
+  type CallOutcome,
+  type CallSpec,
+  destroySandbox,
+  ExecCall,
+} from "./call.js";
+import type { KeptCalls, KeptLookup, KeptOutcome } from "./kept.js";
 import { type AdmissionSettings, defaultQueuedPerClient, queuedCallBytes } from "./limits.js";
 import type { BridgeLogger } from "./logger.js";
 import { HttpError } from "./responses.js";
@@ -22,6 +30,16 @@ function shuttingDown(): HttpError {
  * share of the queue of its own (the whole queue is its bound).
  */
 const UNNAMED_CLIENT = "";
+
+/** What a sandbox id names on this bridge: a call in flight, a kept outcome, or an expired one. */
+export type FoundCall = { kind: "live"; call: ExecCall } | NonNullable<KeptLookup>;
+
+/** An outcome as the table keeps it: a failure as the error body it is answered with. */
+export function keptOutcome(outcome: CallOutcome): KeptOutcome {
+  return outcome.kind === "result"
+    ? outcome
+    : { kind: "failed", error: mapBackendError(outcome.error).body };
+}
 
 function clientOf(call: { client?: string | undefined }): string {
   return call.client ?? UNNAMED_CLIENT;
@@ -63,7 +81,33 @@ export class CallRegistry implements CallHost {
     readonly logger: BridgeLogger,
     readonly token: string | undefined,
     readonly admission: AdmissionSettings,
+    /** The kept calls (durable calls); undefined on a bridge without them. */
+    readonly kept?: KeptCalls | undefined,
   ) {}
+
+  /** A call in flight, or what is kept of one, by sandbox id; undefined when unknown here. */
+  lookup(sandboxId: string): FoundCall | undefined {
+    const call = this.#calls.get(sandboxId);
+    if (call !== undefined) return { kind: "live", call };
+    return this.kept?.lookup(sandboxId);
+  }
+
+  /** What is kept and for how long, as `/health` reports it; undefined without durable calls. */
+  durableReport(): DurableReport | undefined {
+    const kept = this.kept;
+    if (kept === undefined) return undefined;
+    kept.sweep();
+    const { keptSeconds, maxKept, maxKeptBytes, disconnectGraceSeconds } = kept.settings;
+    return {
+      keptSeconds,
+      maxKept,
+      maxKeptBytes,
+      kept: kept.count,
+      keptBytes: kept.bytes,
+      disconnectGraceSeconds,
+      replay: "head",
+    };
+  }
 
   /** Calls in flight, waiting ones included. */
   get size(): number {
@@ -188,6 +232,10 @@ export class CallRegistry implements CallHost {
     if (this.#full(bytes)) throw this.#overloaded();
     const client = clientOf(spec);
     if (!slotFree) this.#assertWaitable(client, spec.timeoutMs);
+    if (spec.detach === true) {
+      if (this.kept === undefined) throw new TypeError("detach needs durable calls");
+      this.kept.reserve(spec.sandboxId, spec.command, spec.cap);
+    }
     const call = new ExecCall(this, spec);
     this.#calls.set(spec.sandboxId, call);
     if (slotFree) {
@@ -234,6 +282,11 @@ export class CallRegistry implements CallHost {
 
   released(call: ExecCall): void {
     if (this.#calls.get(call.sandboxId) === call) this.#calls.delete(call.sandboxId);
+    const outcome = call.settledOutcome;
+    if (this.kept !== undefined && outcome !== undefined) {
+      const delivered = call.delivered || (!call.detached && call.hasReaders);
+      this.kept.keep(call.sandboxId, call.command, keptOutcome(outcome), delivered);
+    }
     const since = this.#running.get(call);
     if (since !== undefined) {
       this.#running.delete(call);
@@ -300,5 +353,6 @@ export class CallRegistry implements CallHost {
       for (const call of calls) call.end("shutdown");
       await Promise.allSettled(calls.map((call) => call.cleaned));
     }
+    this.kept?.close();
   }
 }

@@ -10,10 +10,11 @@ import {
 } from "@remote-task/protocol";
 import { backendErrorResponse } from "./backend-errors.js";
 import { assertJsonContentType, parseJsonBody, readBodyLimited, validate } from "./body.js";
-import type { CallOutcome } from "./call.js";
+import type { CallOutcome, ExecCall } from "./call.js";
 import type { CallRegistry } from "./calls.js";
 import { outputCapFor } from "./limits.js";
 import { callNetwork, type NetworkSettings } from "./network.js";
+import { answerExisting } from "./reattach.js";
 import { HttpError, invalidRequest, jsonResponse } from "./responses.js";
 import { callEventStream, eventStreamOf, startEvent } from "./sse.js";
 
@@ -27,6 +28,8 @@ export interface ExecRoutesContext {
   streamBufferBytes: number;
   /** The network policies the bridge enforces; undefined when its backend controls none. */
   network: NetworkSettings | undefined;
+  /** Ms a call without `detach` runs on once its caller left (durable calls). */
+  graceMs: number;
 }
 
 const encoder = new TextEncoder();
@@ -109,7 +112,8 @@ function stdinBytes(stdin: ExecRequest["stdin"], limits: Limits): Uint8Array | u
   return bytes.byteLength === 0 ? undefined : bytes;
 }
 
-function wantsEventStream(request: Request): boolean {
+/** Whether the request asks for an event stream (`Accept: text/event-stream`). */
+export function wantsEventStream(request: Request): boolean {
   const accept = request.headers.get("accept") ?? "";
   return accept
     .split(",")
@@ -146,9 +150,18 @@ export async function handleExec(
     // Given back just before the call takes a place of its own (or the request is refused).
     place.release();
   }
+  const streamed = wantsEventStream(request);
+  const durable = context.calls.kept !== undefined;
+  if (exec.detach === true && !durable) {
+    throw invalidRequest(BRIDGE_TEXTS.noDetach, [
+      { path: ["detach"], message: BRIDGE_TEXTS.noDetach },
+    ]);
+  }
+  // The id of a call in flight or kept is that call: answered as such, never run again.
+  const found = durable ? context.calls.lookup(exec.sandboxId) : undefined;
+  if (found !== undefined) return answerExisting(context, found, exec, request, streamed);
   const timeoutSeconds =
     exec.timeoutSeconds ?? Math.min(DEFAULT_TIMEOUT_SECONDS, limits.maxTimeoutSeconds);
-  const streamed = wantsEventStream(request);
   const call = context.calls.open({
     sandboxId: exec.sandboxId,
     command: exec.command,
@@ -166,7 +179,16 @@ export async function handleExec(
     disconnect: request.signal,
     waitUntil,
     client,
+    detach: exec.detach === true,
+    graceMs: context.graceMs,
+    replay: durable,
   });
+  if (call.detached) {
+    // Every failure of a call is its outcome; this never rejects, but must never crash a host.
+    const running = runDetached(call).catch(() => {});
+    if (waitUntil !== undefined) waitUntil(running);
+    return jsonResponse({ sandboxId: call.sandboxId, state: call.state }, 202);
+  }
   const early = await call.started();
   if (early !== undefined) {
     if (streamed && early.kind === "result") {
@@ -178,6 +200,12 @@ export async function handleExec(
     return callEventStream(call, context.heartbeatIntervalMs, context.streamBufferBytes);
   }
   return outcomeResponse(await call.finish());
+}
+
+/** Runs a detached call to its end with nobody reading it; its outcome is kept when it ends. */
+async function runDetached(call: ExecCall): Promise<void> {
+  const early = await call.started();
+  if (early === undefined) await call.finish();
 }
 
 /** `POST /cancel`: stops the named call and destroys its sandbox (idempotent). */

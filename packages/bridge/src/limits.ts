@@ -157,3 +157,64 @@ export function resolveAdmission(options: AdmissionOptions = {}): AdmissionSetti
     maxQueuedPerClient: maxQueuedPerClient ?? defaultQueuedPerClient(waiting),
   };
 }
+
+/** What a bridge keeps of its calls and for how long (durable calls); see {@link resolveDurable}. */
+export interface DurableOptions {
+  /** Seconds a call's outcome is kept after it ends (default 600). */
+  keptSeconds?: number | undefined;
+  /** Most calls kept at once: detached calls in flight and kept outcomes (default 4096). */
+  maxKept?: number | undefined;
+  /** Most bytes the kept calls are counted at (default 128 MiB; see {@link keptCallBytes}). */
+  maxKeptBytes?: number | undefined;
+  /**
+   * Seconds a call without `detach` keeps running after its caller's connection dropped, for the
+   * caller to re-attach; then it is cancelled (default 0 in the core, 10 in the Node host).
+   */
+  disconnectGraceSeconds?: number | undefined;
+}
+
+export type DurableSettings = { [K in keyof DurableOptions]-?: number };
+
+/** Default seconds an outcome is kept (10 minutes). */
+export const DEFAULT_KEPT_SECONDS = 600;
+/** Default most calls kept. */
+export const DEFAULT_MAX_KEPT = 4_096;
+/** Default most bytes of kept calls (128 MiB). */
+export const DEFAULT_MAX_KEPT_BYTES = 128 * 1024 * 1024;
+/** Default grace of the Node host for a caller that lost its connection. */
+export const DEFAULT_NODE_DISCONNECT_GRACE_SECONDS = 10;
+/** What a kept call is charged beyond its command and retained output (its entry, its id). */
+export const KEPT_CALL_OVERHEAD_BYTES = 1_024;
+
+/**
+ * The bytes a kept call is counted at: its command, the retained output of a result (or two
+ * caps, `cap` each, for a detached call still running) and {@link KEPT_CALL_OVERHEAD_BYTES}.
+ */
+export function keptCallBytes(command: string, output: number): number {
+  return KEPT_CALL_OVERHEAD_BYTES + encoder.encode(command).byteLength + output;
+}
+
+function nonNegative(name: string, value: number | undefined, whole: boolean): void {
+  if (
+    value !== undefined &&
+    (!Number.isFinite(value) || value < 0 || (whole && !Number.isSafeInteger(value)))
+  ) {
+    throw new TypeError(
+      `durable.${name} must be ${whole ? "a whole number" : "a number"} of at least 0; got ${value}.`,
+    );
+  }
+}
+
+/** Fills what `options` leaves out with the defaults; throws a `TypeError` naming a bad value. */
+export function resolveDurable(options: DurableOptions = {}): DurableSettings {
+  nonNegative("keptSeconds", options.keptSeconds, false);
+  nonNegative("maxKept", options.maxKept, true);
+  nonNegative("maxKeptBytes", options.maxKeptBytes, true);
+  nonNegative("disconnectGraceSeconds", options.disconnectGraceSeconds, false);
+  return {
+    keptSeconds: options.keptSeconds ?? DEFAULT_KEPT_SECONDS,
+    maxKept: options.maxKept ?? DEFAULT_MAX_KEPT,
+    maxKeptBytes: options.maxKeptBytes ?? DEFAULT_MAX_KEPT_BYTES,
+    disconnectGraceSeconds: options.disconnectGraceSeconds ?? 0,
+  };
+}

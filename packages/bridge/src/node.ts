@@ -13,7 +13,11 @@ import {
   type DockerBackend,
   type DockerBackendOptions,
 } from "./docker/index.js";
-import type { AdmissionOptions } from "./limits.js";
+import {
+  type AdmissionOptions,
+  DEFAULT_NODE_DISCONNECT_GRACE_SECONDS,
+  type DurableOptions,
+} from "./limits.js";
 import { createLocalBackend, type LocalBackendOptions } from "./local/index.js";
 import { type BridgeLogger, stderrLogger } from "./logger.js";
 import type { NetworkOptions } from "./network.js";
@@ -52,6 +56,12 @@ export interface EmbeddedBridgeOptions<B extends SandboxBackend = SandboxBackend
   /** Web origins whose browser pages may call the bridge (CORS; default: none). */
   cors?: CorsOptions | undefined;
   heartbeatIntervalMs?: number | undefined;
+  /**
+   * Durable calls (on by default here): outcomes kept `keptSeconds` (600), within `maxKept`
+   * (4096) calls and `maxKeptBytes` (128 MiB), and a caller that lost its connection has
+   * `disconnectGraceSeconds` (10) to re-attach. `false` turns them off.
+   */
+  durable?: DurableOptions | false | undefined;
   /** Most bytes of events queued for a streamed call's reader (default 256 KiB). */
   streamBufferBytes?: number | undefined;
   /** Receives one entry per call (default `stderrLogger`: JSON lines on stderr). */
@@ -276,6 +286,14 @@ export async function startEmbeddedBridge<
       network: options.network,
       cors: options.cors,
       heartbeatIntervalMs: options.heartbeatIntervalMs,
+      durable:
+        options.durable === false
+          ? undefined
+          : {
+              ...options.durable,
+              disconnectGraceSeconds:
+                options.durable?.disconnectGraceSeconds ?? DEFAULT_NODE_DISCONNECT_GRACE_SECONDS,
+            },
       streamBufferBytes: options.streamBufferBytes,
       logger: options.logger ?? stderrLogger,
     });

@@ -4,7 +4,7 @@ import type { ExecCall } from "./call.js";
 
 const encoder = new TextEncoder();
 
-const SSE_HEADERS = {
+export const SSE_HEADERS = {
   "content-type": "text/event-stream; charset=utf-8",
   "cache-control": "no-store",
   "x-accel-buffering": "no",
@@ -72,7 +72,7 @@ export function eventStreamOf(events: StreamEvent[]): Response {
 /**
  * The event stream of a running call: `start`, its output as the call forwards it, a heartbeat
  * while it is quiet, then `exit` (or `error`) once the sandbox is destroyed. A reader that goes
- * away ends the call. A reader that does not keep up costs at most `bufferBytes` of queued
+ * away leaves the call (it ends once its grace is over with no reader re-attached). A reader that does not keep up costs at most `bufferBytes` of queued
  * events (plus the one that crossed the line): while the queue is that full, output and
  * heartbeats are skipped, and the next output event of a stream says how many bytes it missed.
  * The last event is framed piece by piece as the reader makes room for it.
@@ -152,7 +152,7 @@ export function callEventStream(
         open = false;
         last = undefined;
         clearInterval(heartbeat);
-        call.end("disconnect");
+        call.callerLeft();
       },
     },
     new ByteLengthQueuingStrategy({ highWaterMark: bufferBytes }),

@@ -41,7 +41,7 @@ describe("routes and auth", () => {
     const body = healthResponseSchema.parse(await response.json());
     expect(body).toEqual({
       ok: true,
-      protocol: 2,
+      protocol: 3,
       backend: "fake",
       isolation: "none",
       limits: DEFAULT_LIMITS,

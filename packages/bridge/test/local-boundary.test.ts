@@ -41,7 +41,12 @@ const MiB = 1024 * 1024;
 async function localBridge(options: LocalBackendOptions) {
   const tmpRoot = await makeTmpRoot("rt-boundary-");
   const backend = createLocalBackend({ killGraceMs: 300, tmpRoot, ...options });
-  const bridge = await startEmbeddedBridge({ backend, logger: silentLogger });
+  // A dropped caller stops its command at once here (no grace for a re-attach).
+  const bridge = await startEmbeddedBridge({
+    backend,
+    logger: silentLogger,
+    durable: { disconnectGraceSeconds: 0 },
+  });
   const post = (body: Record<string, unknown>, signal?: AbortSignal) =>
     fetch(`${bridge.url}/exec`, {
       method: "POST",

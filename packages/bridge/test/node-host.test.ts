@@ -260,10 +260,10 @@ describe("startEmbeddedBridge", () => {
     expect(all.at(-1)).toMatchObject({ type: "exit", result: { stdout: "done\n", code: 0 } });
   });
 
-  it("kills the command when a JSON caller disconnects", async () => {
+  it("kills the command when a JSON caller disconnects (no grace)", async () => {
     const backend = createLocalBackend({ isolation: "none" });
     const logger = memoryLogger();
-    const bridge = await start({ backend, logger });
+    const bridge = await start({ backend, logger, durable: { disconnectGraceSeconds: 0 } });
     const { command, marker } = markedSleep();
     const controller = new AbortController();
     const pending = post(

@@ -12,13 +12,15 @@ import { LIMIT_OPTIONS, limitOptions } from "./sandbox-limits.js";
 /** Called with the process exit code once a command has run. */
 export type OnExit = (code: number) => void;
 
-function positiveNumber(value: string): number {
+/** A number greater than 0 (seconds, mostly). */
+export function positiveNumber(value: string): number {
   const n = Number(value);
   if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError("expected a number > 0.");
   return n;
 }
 
-function nonNegativeNumber(value: string): number {
+/** A number of at least 0. */
+export function nonNegativeNumber(value: string): number {
   const n = Number(value);
   if (value.trim() === "" || !Number.isFinite(n) || n < 0) {
     throw new InvalidArgumentError("expected a number >= 0.");

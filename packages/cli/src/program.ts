@@ -1,10 +1,12 @@
 import { Command, CommanderError } from "commander";
 import { version } from "../package.json";
+import { declareAttach } from "./commands/attach.js";
 import { declareHealth } from "./commands/health.js";
 import { declareMcp } from "./commands/mcp.js";
 import { declareRun } from "./commands/run.js";
 import { declareRunMany } from "./commands/run-many.js";
 import { declareServe } from "./commands/serve.js";
+import { declareStatus } from "./commands/status.js";
 import { EXIT } from "./exit-codes.js";
 
 /** The `remote-task` program; `run()` sets the exit code through `onExit`. */
@@ -20,6 +22,8 @@ function createProgram(onExit: (code: number) => void): Command {
   declareRunMany(program, onExit);
   declareServe(program, onExit);
   declareHealth(program, onExit);
+  declareAttach(program, onExit);
+  declareStatus(program, onExit);
   declareMcp(program, onExit);
 
   return program;

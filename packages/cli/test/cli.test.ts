@@ -31,7 +31,7 @@ afterAll(async () => {
 });
 
 describe("usage", () => {
-  it.each(["run", "run-many", "serve", "health", "mcp"])(
+  it.each(["run", "run-many", "serve", "health", "mcp", "attach", "status"])(
     "%s --help shows examples",
     async (cmd) => {
       const { code, stdout } = await runCli([cmd, "--help"]);

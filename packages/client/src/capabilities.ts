@@ -9,7 +9,10 @@ import { DEFAULT_CONCURRENCY } from "./config.js";
 import { ConnectionError, ForbiddenError, InvalidRequestError } from "./errors.js";
 import { crossOriginPage } from "./page-origin.js";
 
-/** The bridges' answers about the fields a call may carry, each asked once. */
+/** Tries of a `/health` asked to learn whether a bridge re-attaches, after a dropped connection. */
+const DURABLE_HEALTH_TRIES = 3;
+
+/** The bridges' answers about the fields a call may carry and whether it re-attaches, each asked once. */
 export class BridgeCapabilities {
   /** Each bridge's `/health`, asked once before its first call with `network` or `stdin`. */
   readonly #support = new Map<Bridge, Promise<HealthResponse>>();
@@ -17,6 +20,33 @@ export class BridgeCapabilities {
 
   constructor(health: (bridge: Bridge) => Promise<HealthResponse>) {
     this.#health = health;
+  }
+
+  /** The bridge's `/health`, asked once (again after a failure). */
+  #healthOf(bridge: Bridge): Promise<HealthResponse> {
+    let support = this.#support.get(bridge);
+    if (support === undefined) {
+      support = this.#health(bridge).catch((error: unknown) => {
+        this.#support.delete(bridge);
+        throw error;
+      });
+      this.#support.set(bridge, support);
+    }
+    return support;
+  }
+
+  /**
+   * Whether `bridge` re-attaches to calls (its `/health` reports `durable`): asked once, with a
+   * few tries when the connection drops (it is asked just after a call's connection dropped).
+   */
+  async reattaches(bridge: Bridge): Promise<boolean> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return (await this.#healthOf(bridge)).durable !== undefined;
+      } catch (error) {
+        if (!ConnectionError.isInstance(error) || attempt >= DURABLE_HEALTH_TRIES) return false;
+      }
+    }
   }
 
   /**
@@ -28,18 +58,17 @@ export class BridgeCapabilities {
    */
   async assertTakes(request: ExecRequest, bridge: Bridge): Promise<void> {
     const page = crossOriginPage(bridge.target.baseUrl);
-    if (request.network === undefined && request.stdin === undefined && page === undefined) return;
-    let support = this.#support.get(bridge);
-    if (support === undefined) {
-      support = this.#health(bridge).catch((error: unknown) => {
-        this.#support.delete(bridge);
-        throw error;
-      });
-      this.#support.set(bridge, support);
+    if (
+      request.network === undefined &&
+      request.stdin === undefined &&
+      request.detach !== true &&
+      page === undefined
+    ) {
+      return;
     }
     let health: HealthResponse;
     try {
-      health = await support;
+      health = await this.#healthOf(bridge);
     } catch (error) {
       // See page-origin.ts: a browser's failed fetch of /health before the command is sent.
       if (page !== undefined && ConnectionError.isInstance(error)) {
@@ -51,6 +80,12 @@ export class BridgeCapabilities {
       throw error;
     }
     const protocol = health.protocol ?? 1;
+    if (request.detach === true && health.durable === undefined) {
+      throw new InvalidRequestError(
+        `The bridge keeps no calls (its /health reports no \`durable\`; protocol ${protocol}), so a detached call could not be re-attached; the call was not sent. Use run(), or a bridge with durable calls.`,
+        { issues: [{ path: ["detach"], message: "not supported by this bridge" }] },
+      );
+    }
     if (request.network !== undefined && health.network === undefined) {
       throw new ForbiddenError(
         `The bridge does not control network access (its /health reports no \`network\`; protocol ${protocol}), so it could run the command without the policy asked for; the call was not sent. Leave \`network\` out to run with the bridge's own network, or use a bridge that enforces policies.`,

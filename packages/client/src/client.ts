@@ -4,9 +4,13 @@
  * a request goes and its retries (dispatch.ts, retry.ts), one HTTP try and its answer
  * (exchange.ts), streamed calls (exec-stream.ts), cancels (cancel.ts) and fan-out (run-many.ts).
  */
+import { raceAbort } from "@remote-task/internal";
 import {
+  type CallStatus,
   type CancelResponse,
+  callStatusSchema,
   cancelResponseSchema,
+  type ExecResult,
   execResultSchema,
   type HealthResponse,
   healthResponseSchema,
@@ -18,6 +22,7 @@ import { Cancels } from "./cancel.js";
 import { BridgeCapabilities, freeCapacity } from "./capabilities.js";
 import {
   type Env,
+  graceSecondsFor,
   NO_RETRY,
   optionsFromEnv,
   processEnv,
@@ -26,15 +31,24 @@ import {
   resolveConfig,
 } from "./config.js";
 import { Dispatcher } from "./dispatch.js";
-import { ConfigurationError, InvalidRequestError, ProtocolError } from "./errors.js";
+import {
+  ConfigurationError,
+  ConnectionError,
+  InvalidRequestError,
+  ProtocolError,
+  type RemoteTaskError,
+} from "./errors.js";
 import { type Exchange, receiveJson, type Schema, settleFailure } from "./exchange.js";
 import { execEvents } from "./exec-stream.js";
+import { DurableCallHandle, type HandleHost } from "./handle.js";
+import { type Attachment, awaitResult, callStatus, type ReattachContext } from "./reattach.js";
 import { toTaskResult } from "./result.js";
 import { runMany } from "./run-many.js";
 import { CallScope } from "./scope.js";
 import { Secrets } from "./secrets.js";
 import { fetchTransport, type Transport, undiciTransport } from "./transport.js";
 import type {
+  CallHandle,
   CancelResult,
   ClientOptions,
   RemoteTaskClient,
@@ -62,12 +76,17 @@ export function clientFromEnv(
   return createClient(optionsFromEnv(env, overrides));
 }
 
+/** Bytes of the end of each output a handle's result keeps (the protocol's 1 MiB default cap). */
+const DEFAULT_HANDLE_KEPT_BYTES = 1_048_576;
+
 class Client implements RemoteTaskClient {
   readonly #config: ResolvedConfig;
   readonly #transport: Transport;
   readonly #pool: BridgePool;
   readonly #dispatch: Dispatcher;
   readonly #cancels: Cancels;
+  readonly #capabilities: BridgeCapabilities;
+  readonly #reattach: ReattachContext;
   /** Every bridge's token: none may appear in a message. */
   readonly #tokens: ReadonlyArray<string | undefined>;
   #closed = false;
@@ -83,6 +102,12 @@ class Client implements RemoteTaskClient {
     const capabilities = new BridgeCapabilities((bridge) =>
       this.#health(bridge, undefined, config.retry),
     );
+    this.#capabilities = capabilities;
+    this.#reattach = {
+      transport: this.#transport,
+      maxResponseBytes: config.maxResponseBytes,
+      idleTimeoutSeconds: config.idleTimeoutSeconds,
+    };
     this.#dispatch = new Dispatcher(this.#pool, this.#transport, capabilities);
     this.#cancels = new Cancels((bridge, sandboxId, signal, retry, deadlineMs) =>
       this.#postCancel(bridge, sandboxId, signal, retry, deadlineMs),
@@ -119,8 +144,58 @@ class Client implements RemoteTaskClient {
     const scope = this.#execScope(call, options.signal);
     const started = performance.now();
     const exchange = this.#execExchange(call, "application/json");
-    const result = await this.#exchange(scope, exchange, execResultSchema, "an exec result");
+    const result = await this.#execResult(scope, exchange, call);
     return toTaskResult(result, call.sandboxId, performance.now() - started, call.keptBytes);
+  }
+
+  /**
+   * The exchange of a JSON exec call. When the connection drops after the request left (the
+   * command may be running), a bridge that re-attaches (its `/health` reports `durable`) is asked
+   * for the call's outcome until the call's deadline: the one result, never a second run.
+   */
+  async #execResult(scope: CallScope, exchange: Exchange, call: PreparedCall): Promise<ExecResult> {
+    try {
+      const response = await this.#dispatch.send(scope, exchange);
+      return await receiveJson(scope, response, execResultSchema, "an exec result", {
+        maxResponseBytes: this.#config.maxResponseBytes,
+        keptBytes: exchange.keptBytes,
+      });
+    } catch (error) {
+      const attachment = await this.#reattachable(error, scope, call);
+      if (attachment === undefined) throw settleFailure(error, scope);
+      try {
+        const result = await awaitResult(
+          this.#reattach,
+          scope,
+          attachment,
+          error as RemoteTaskError,
+        );
+        scope.settled();
+        return result;
+      } catch (failure) {
+        throw settleFailure(failure, scope);
+      }
+    } finally {
+      scope.dispose();
+      this.#dispatch.endCall(scope);
+    }
+  }
+
+  /** Where to re-attach to a call whose connection dropped after it was sent, if anywhere. */
+  async #reattachable(
+    error: unknown,
+    scope: CallScope,
+    call: PreparedCall,
+  ): Promise<Attachment | undefined> {
+    if (scope.reason || !ConnectionError.isInstance(error) || !error.mayHaveRun) return undefined;
+    const bridge = this.#dispatch.bridgeOf(call.sandboxId);
+    if (bridge === undefined) return undefined;
+    // Asked within the call's deadline: an unreachable bridge must not hold the call past it.
+    const reattaches = await raceAbort(this.#capabilities.reattaches(bridge), scope.signal).catch(
+      () => false,
+    );
+    if (!reattaches || scope.reason) return undefined;
+    return { bridge, sandboxId: call.sandboxId, secrets: call.secrets };
   }
 
   stream(command: string, options: Omit<RunOptions, "onOutput"> = {}): AsyncIterable<StreamEvent> {
@@ -152,6 +227,102 @@ class Client implements RemoteTaskClient {
           ),
         ),
     );
+  }
+
+  async start(command: string, options: Omit<RunOptions, "onOutput"> = {}): Promise<CallHandle> {
+    assertRunOptions(options);
+    if ((options as RunOptions).onOutput !== undefined) {
+      throw new InvalidRequestError("start() takes no onOutput: use the handle's stream().");
+    }
+    const call = this.#prepare(command, options, undefined);
+    call.request = { ...call.request, detach: true };
+    // No cancel when it ends early: a detached call runs on by design.
+    const scope = new CallScope({
+      signal: options.signal,
+      deadlineMs: call.deadlineMs,
+      sandboxId: call.sandboxId,
+      what: "Starting the detached call",
+      runsCommand: true,
+    });
+    const exchange = this.#execExchange(call, "application/json");
+    try {
+      const response = await this.#dispatch.send(scope, exchange);
+      const bridge = this.#dispatch.bridgeOf(call.sandboxId) ?? this.#pool.first;
+      await receiveJson(scope, response, callStatusSchema, "a call status", {
+        maxResponseBytes: this.#config.maxResponseBytes,
+        keptBytes: undefined,
+      });
+      const timeoutSeconds = call.request.timeoutSeconds ?? this.#config.timeoutSeconds;
+      return this.#handle(call.sandboxId, timeoutSeconds, {
+        bridge,
+        sandboxId: call.sandboxId,
+        secrets: call.secrets,
+      });
+    } catch (error) {
+      throw settleFailure(error, scope);
+    } finally {
+      scope.dispose();
+      this.#dispatch.endCall(scope);
+    }
+  }
+
+  attach(sandboxId: string): CallHandle {
+    this.#assertOpen();
+    const id = typeof sandboxId === "string" ? sandboxId.toLowerCase() : sandboxId;
+    return this.#handle(id, undefined, undefined);
+  }
+
+  /** A handle on `sandboxId`; without `known`, its bridge is the first that knows the id. */
+  #handle(
+    sandboxId: string,
+    timeoutSeconds: number | undefined,
+    known: Attachment | undefined,
+  ): CallHandle {
+    const secrets = new Secrets(this.#tokens);
+    let found: Promise<Attachment> | undefined =
+      known === undefined ? undefined : Promise.resolve(known);
+    const host: HandleHost = {
+      context: this.#reattach,
+      keptBytes: DEFAULT_HANDLE_KEPT_BYTES,
+      assertOpen: () => this.#assertOpen(),
+      waitSeconds: (seconds) => {
+        const timeout = seconds ?? this.#config.timeoutSeconds;
+        return timeout + graceSecondsFor(this.#config, timeout);
+      },
+      attachment: () => {
+        found ??= this.#findCall(sandboxId, secrets).catch((error: unknown) => {
+          found = undefined;
+          throw error;
+        });
+        return found;
+      },
+      cancel: (id, signal) => this.cancel(id, { signal }),
+    };
+    return new DurableCallHandle(host, sandboxId, timeoutSeconds);
+  }
+
+  /** The first of the client's bridges that knows `sandboxId` (the first one when none does). */
+  async #findCall(sandboxId: string, secrets: Secrets): Promise<Attachment> {
+    const bridges = this.#pool.bridges;
+    const first = { bridge: this.#pool.first, sandboxId, secrets };
+    if (bridges.length === 1) return first;
+    for (const bridge of bridges) {
+      const scope = new CallScope({
+        deadlineMs: this.#shortDeadlineMs(),
+        sandboxId,
+        what: "Looking for the call",
+      });
+      try {
+        const attachment = { bridge, sandboxId, secrets };
+        const status: CallStatus = await callStatus(this.#reattach, scope, attachment, 0);
+        if (status.state !== "unknown") return attachment;
+      } catch {
+        // a bridge that does not answer does not have it, as far as we can tell
+      } finally {
+        scope.dispose();
+      }
+    }
+    return first;
   }
 
   async health(options: { signal?: AbortSignal | undefined } = {}): Promise<HealthResponse> {
@@ -255,6 +426,10 @@ class Client implements RemoteTaskClient {
       config: this.#config,
       dispatch: this.#dispatch,
       firstBridge: this.#pool.first,
+      reattach: async (error: unknown, lostScope: CallScope) => {
+        const attachment = await this.#reattachable(error, lostScope, call);
+        return attachment === undefined ? undefined : { context: this.#reattach, attachment };
+      },
     };
     yield* execEvents(
       context,

@@ -176,12 +176,16 @@ function readOrFail<T>(
   });
 }
 
+/** The typed error a failure of the call is (a transport failure while reading becomes a `ConnectionError`). */
+export function asFailure(error: unknown, scope: CallScope): RemoteTaskError {
+  if (scope.reason) return scope.reason;
+  if (RemoteTaskError.isInstance(error)) return error;
+  return connectionFailure(error, false, scope.facts);
+}
+
 /** The error a failed call ends with; aborts the scope so every exchange of the call stops. */
 export function settleFailure(error: unknown, scope: CallScope): RemoteTaskError {
-  let failure: RemoteTaskError;
-  if (scope.reason) failure = scope.reason;
-  else if (RemoteTaskError.isInstance(error)) failure = error;
-  else failure = connectionFailure(error, false, scope.facts);
+  const failure = asFailure(error, scope);
   scope.abort(failure);
   return failure;
 }

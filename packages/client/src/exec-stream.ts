@@ -10,7 +10,8 @@ import type { ResolvedConfig } from "./config.js";
 import type { Dispatcher } from "./dispatch.js";
 import { errorFromBody, statusForCode } from "./error-mapping.js";
 import { AbortError, ProtocolError } from "./errors.js";
-import { type Exchange, errorContext, receiveJson, settleFailure } from "./exchange.js";
+import { asFailure, type Exchange, errorContext, receiveJson, settleFailure } from "./exchange.js";
+import { type Attachment, advance, type ReattachContext, reattachedEvents } from "./reattach.js";
 import type { CallScope } from "./scope.js";
 import { sseEvents } from "./sse.js";
 import type { RunOptions } from "./types.js";
@@ -26,6 +27,16 @@ export interface StreamContext {
   dispatch: Dispatcher;
   /** The bridge an error event is explained with when the call's own is no longer known. */
   firstBridge: Bridge;
+  /**
+   * Where to re-attach to the call after `error` dropped its connection (the command may be
+   * running), if its bridge re-attaches.
+   */
+  reattach?:
+    | ((
+        error: unknown,
+        scope: CallScope,
+      ) => Promise<{ context: ReattachContext; attachment: Attachment } | undefined>)
+    | undefined;
 }
 
 /**
@@ -42,6 +53,8 @@ export async function* execEvents(
   const { config, dispatch } = context;
   const { sandboxId } = call;
   let finished = false;
+  /** Bytes of each output received (or reported skipped): where a re-attach resumes. */
+  const position = { stdout: 0, stderr: 0 };
   const deliver = (event: StreamEvent) => {
     if (onOutput === undefined || (event.type !== "stdout" && event.type !== "stderr")) return;
     try {
@@ -101,6 +114,7 @@ export async function* execEvents(
         finished = true;
         response.discard();
       }
+      advance(position, event);
       deliver(event);
       yield event;
       if (finished) return;
@@ -114,7 +128,33 @@ export async function* execEvents(
       scope.abort(new AbortError("onOutput threw; the call was aborted.", scope.facts));
       throw error.error;
     }
-    throw settleFailure(error, scope);
+    const lost = asFailure(error, scope);
+    const again = await context.reattach?.(lost, scope);
+    if (again === undefined) throw settleFailure(lost, scope);
+    // The connection dropped with the command running: the rest of its events, re-attached.
+    try {
+      for await (const event of reattachedEvents(
+        again.context,
+        scope,
+        again.attachment,
+        position,
+        lost,
+      )) {
+        if (event.type === "exit") {
+          scope.settled();
+          finished = true;
+        }
+        deliver(event);
+        yield event;
+        if (finished) return;
+      }
+    } catch (failure) {
+      if (failure instanceof CallbackFailure) {
+        scope.abort(new AbortError("onOutput threw; the call was aborted.", scope.facts));
+        throw failure.error;
+      }
+      throw settleFailure(failure, scope);
+    }
   } finally {
     // Reached without an error when the consumer stops iterating early.
     if (!finished) {

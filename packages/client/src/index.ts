@@ -1,4 +1,6 @@
 export {
+  type CallState,
+  type CallStatus,
   formatOutput,
   formatSize,
   type HostPattern,
@@ -23,8 +25,10 @@ export {
 } from "./errors.js";
 export type { StdinInput } from "./stdin.js";
 export type {
+  CallHandle,
   CancelResult,
   ClientOptions,
+  HandleWaitOptions,
   OutputEvent,
   Progress,
   RemoteTaskClient,

@@ -1,4 +1,10 @@
-import type { HealthResponse, NetworkPolicy, Outcome, StreamEvent } from "@remote-task/protocol";
+import type {
+  CallStatus,
+  HealthResponse,
+  NetworkPolicy,
+  Outcome,
+  StreamEvent,
+} from "@remote-task/protocol";
 import type { RemoteTaskError } from "./errors.js";
 import type { StdinInput } from "./stdin.js";
 
@@ -196,11 +202,53 @@ export interface RunManyOptions {
   onProgress?: ((progress: Progress, settled: SettledTask) => void) | undefined;
 }
 
+/** How long a handle's call is waited for, and the caller's way to stop waiting. */
+export interface HandleWaitOptions {
+  signal?: AbortSignal | undefined;
+  /**
+   * Seconds the call may still run: the wait ends this long (plus the grace period) from now
+   * with a `TimeoutError`; the call itself runs on. Default: the call's own timeout for a handle
+   * from `start()`, the client's `timeoutSeconds` for one from `attach()`.
+   */
+  timeoutSeconds?: number | undefined;
+}
+
+/**
+ * A durable call by its sandbox id (`client.start()`, `client.attach()`): nothing it does can
+ * run the command again. Needs a bridge whose `/health` reports `durable` (protocol 3).
+ */
+export interface CallHandle {
+  readonly sandboxId: string;
+  /** The call's state now (or after up to `waitSeconds` for its end): queued, running, finished, expired or unknown. */
+  status(options?: HandleWaitOptions & { waitSeconds?: number | undefined }): Promise<CallStatus>;
+  /** Waits for the call to end and returns its result, as `run()` would have. */
+  result(options?: HandleWaitOptions): Promise<TaskResult>;
+  /**
+   * The call's events from byte offsets of each output (default 0: what the bridge retains),
+   * then its live output and `exit`; re-attached by itself when the connection drops.
+   */
+  stream(
+    options?: HandleWaitOptions & {
+      from?: { stdout?: number | undefined; stderr?: number | undefined } | undefined;
+    },
+  ): AsyncIterable<StreamEvent>;
+  /** Stops the command and destroys its sandbox. */
+  cancel(options?: { signal?: AbortSignal | undefined }): Promise<CancelResult>;
+}
+
 export interface RemoteTaskClient {
   run(command: string, options?: RunOptions): Promise<TaskResult>;
   /** The streamed protocol events of one call (`start`, `stdout`, `stderr`, `heartbeat`, `exit`). */
   stream(command: string, options?: Omit<RunOptions, "onOutput">): AsyncIterable<StreamEvent>;
   runMany(tasks: ReadonlyArray<string | Task>, options?: RunManyOptions): Promise<SettledTask[]>;
+  /**
+   * Starts a detached call and returns its handle once the bridge took it: the command runs to
+   * its own deadline whatever happens to this client (durable calls; the bridge must report
+   * `durable` in `/health`, else an `InvalidRequestError` and nothing is sent).
+   */
+  start(command: string, options?: Omit<RunOptions, "onOutput">): Promise<CallHandle>;
+  /** A handle on the call `sandboxId`, from any process (the first bridge that knows it). */
+  attach(sandboxId: string): CallHandle;
   health(options?: { signal?: AbortSignal | undefined }): Promise<HealthResponse>;
   /**
    * Stops the command of the call with this sandbox id and destroys its sandbox. Resolves with

@@ -21,10 +21,18 @@ interface Seen {
   cancel: string[];
 }
 
-/** A real loopback server: `/exec` handled by `exec`, `/cancel` answered and recorded. */
+/**
+ * A real loopback server: `/exec` handled by `exec`, `/cancel` answered and recorded, `/health`
+ * answered as the reference bridge does (no durable calls: a dropped call is not re-attached).
+ */
 async function bridge(exec: Handler): Promise<{ url: string; seen: Seen }> {
   const seen: Seen = { exec: [], cancel: [] };
   server = await startServer((req, res, body) => {
+    if (req.url === "/health") {
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(JSON.stringify({ ok: true }));
+      return;
+    }
     if (req.url === "/cancel") {
       const { sandboxId } = JSON.parse(body);
       seen.cancel.push(sandboxId);

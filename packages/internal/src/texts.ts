@@ -36,6 +36,17 @@ export const BRIDGE_TEXTS = {
     `${path} accepts ${allowed}, not ${method}.`,
   conflict: (sandboxId: string) =>
     `Sandbox id ${sandboxId} is already in use by a running call; use a fresh id per call.`,
+  conflictOtherCommand: (sandboxId: string) =>
+    `Sandbox id ${sandboxId} belongs to a call of another command, so this one did not run; use a fresh id per call.`,
+  conflictExpired: (sandboxId: string) =>
+    `Sandbox id ${sandboxId} belongs to a call that ended and whose result is no longer kept, so the command did not run again; use a fresh id per call.`,
+  keptFull: (calls: number, bytes: number, retrySeconds: number) =>
+    `The bridge keeps at most ${calls} detached calls and results (or ${bytes} bytes of them), so the command did not run. Retry in ${retrySeconds} s (Retry-After), fetch or cancel detached calls, or send fewer.`,
+  notKept: (sandboxId: string, state: string) =>
+    `No call ${sandboxId} to re-attach to here (${state}): it was never sent to this bridge, its result expired, or the bridge restarted.`,
+  noDetach:
+    "This bridge keeps no calls (durable calls are off), so `detach` is refused and the command did not run.",
+  badQuery: (name: string) => `Query parameter ${name} must be a number of at least 0.`,
   payloadTooLarge: (maxBytes: number) =>
     `Request body is larger than ${maxBytes} bytes (command, env and stdin together), so the command did not run.`,
   notJsonType: "Content-Type must be application/json.",

@@ -1,8 +1,10 @@
 /**
  * Version of the wire protocol spoken by this package. 2 adds `network` and `stdin` to
  * `ExecRequest` (a version 1 bridge refuses them as unknown fields) and `network` to `/health`.
+ * 3 adds durable calls: `detach` in `ExecRequest`, `GET /exec/{sandboxId}` (`CallStatus`, or a
+ * re-attached event stream) and `durable` in `/health`.
  */
-export const PROTOCOL_VERSION = 2;
+export const PROTOCOL_VERSION = 3;
 
 /** Working directory of a command inside its sandbox when the caller names none. */
 export const DEFAULT_CWD = "/workspace";

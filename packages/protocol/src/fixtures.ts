@@ -70,6 +70,15 @@ export const fullHealthResponse = {
   admission,
   sandbox,
   network,
+  durable: {
+    keptSeconds: 600,
+    maxKept: 4096,
+    maxKeptBytes: 134_217_728,
+    kept: 3,
+    keptBytes: 4_194_400,
+    disconnectGraceSeconds: 10,
+    replay: "head",
+  },
   version: "0.1.0",
 } as const;
 
@@ -96,7 +105,48 @@ export const validFixtures: readonly Fixture[] = [
     schema: "ExecRequest",
     value: { sandboxId: "a", command: "true" },
   },
+  {
+    name: "detached exec request",
+    schema: "ExecRequest",
+    value: { sandboxId: "a", command: "sleep 60", detach: true },
+  },
   { name: "reference exec response", schema: "ExecResult", value: referenceExecResponse },
+  {
+    name: "running call status",
+    schema: "CallStatus",
+    value: { sandboxId: "mikan-task-1", state: "running" },
+  },
+  {
+    name: "finished call status",
+    schema: "CallStatus",
+    value: {
+      sandboxId: "mikan-task-1",
+      state: "finished",
+      result: fullResult,
+      keptForSeconds: 540,
+    },
+  },
+  {
+    name: "failed call status",
+    schema: "CallStatus",
+    value: {
+      sandboxId: "mikan-task-1",
+      state: "finished",
+      error: { error: "Sandbox failed", code: "sandbox_error" },
+    },
+  },
+  {
+    name: "expired call status",
+    schema: "CallStatus",
+    value: { sandboxId: "a", state: "expired" },
+  },
+  {
+    name: "unknown call status",
+    schema: "CallStatus",
+    value: { sandboxId: "a", state: "unknown" },
+  },
+  { name: "call state queued", schema: "CallState", value: "queued" },
+  { name: "durable report", schema: "DurableReport", value: fullHealthResponse.durable },
   { name: "exec result with extensions", schema: "ExecResult", value: fullResult },
   {
     name: "timed-out exec result",
@@ -368,5 +418,29 @@ export const invalidFixtures: readonly InvalidFixture[] = [
     schema: "StreamEvent",
     value: { type: "exit", result: { stdout: "" } },
     failingPath: ["result", "stderr"],
+  },
+  {
+    name: "exec request with a string detach",
+    schema: "ExecRequest",
+    value: { sandboxId: "a", command: "true", detach: "yes" },
+    failingPath: ["detach"],
+  },
+  {
+    name: "call status of an unknown state",
+    schema: "CallStatus",
+    value: { sandboxId: "a", state: "lost" },
+    failingPath: ["state"],
+  },
+  {
+    name: "call status with an invalid result",
+    schema: "CallStatus",
+    value: { sandboxId: "a", state: "finished", result: { stdout: "", stderr: "" } },
+    failingPath: ["result", "code"],
+  },
+  {
+    name: "durable report with a negative time to keep",
+    schema: "DurableReport",
+    value: { ...fullHealthResponse.durable, keptSeconds: -1 },
+    failingPath: ["keptSeconds"],
   },
 ];

@@ -3,8 +3,11 @@ import { PROTOCOL_VERSION } from "./constants.js";
 import { sandboxIdSchema } from "./ids.js";
 import {
   admissionSchema,
+  callStateSchema,
+  callStatusSchema,
   cancelRequestSchema,
   cancelResponseSchema,
+  durableReportSchema,
   type ErrorCode,
   enforcedLimitSchema,
   errorBodySchema,
@@ -35,6 +38,7 @@ export const wireSchemas = {
   NetworkReport: networkReportSchema,
   EnforcedLimit: enforcedLimitSchema,
   SandboxReport: sandboxReportSchema,
+  DurableReport: durableReportSchema,
   HealthResponse: healthResponseSchema,
   ExecRequest: execRequestSchema,
   Outcome: outcomeSchema,
@@ -45,6 +49,8 @@ export const wireSchemas = {
   CancelRequest: cancelRequestSchema,
   CancelResponse: cancelResponseSchema,
   StreamEvent: streamEventSchema,
+  CallState: callStateSchema,
+  CallStatus: callStatusSchema,
 } as const;
 
 export type WireSchemaName = keyof typeof wireSchemas;
@@ -124,7 +130,11 @@ export function openApiDocument(): Record<string, unknown> {
             "Output a reader had no room for is skipped and counted in the next output event's " +
             "`skippedBytes`; the result keeps it. A 429 or 503 `capacity_exceeded` means the " +
             "command did not run: send the same request again after `Retry-After`. A 403 " +
-            "`forbidden` means the request asked for a wider `network` than the bridge allows.",
+            "`forbidden` means the request asked for a wider `network` than the bridge allows. " +
+            "With `detach: true` (protocol 3) it answers 202 with the call's `CallStatus` at once. " +
+            "The `sandboxId` of a call in flight or whose outcome is kept is never run again: the " +
+            "answer is that call's (its result, or its stream re-attached from the start); one of " +
+            "a call whose outcome expired is 409 `conflict`.",
           requestBody: { required: true, content: json("ExecRequest") },
           responses: {
             "200": {
@@ -133,6 +143,10 @@ export function openApiDocument(): Record<string, unknown> {
                 ...json("ExecResult"),
                 "text/event-stream": { schema: { $ref: "#/components/schemas/StreamEvent" } },
               },
+            },
+            "202": {
+              description: "A detached call was accepted (protocol 3).",
+              content: json("CallStatus"),
             },
             ...errorResponses([
               "invalid_request",
@@ -145,6 +159,60 @@ export function openApiDocument(): Record<string, unknown> {
               "not_configured",
               "internal",
             ]),
+          },
+        },
+      },
+      "/exec/{sandboxId}": {
+        get: {
+          operationId: "callStatus",
+          summary: "A call's state and outcome, or its event stream re-attached (protocol 3).",
+          description:
+            "Answers the call's `CallStatus` as JSON: `queued`, `running`, `finished` (with its " +
+            "`result` or `error`), `expired` or `unknown`. `waitSeconds` waits up to that long " +
+            "for the call to end. With `Accept: text/event-stream` it re-attaches: `start`, the " +
+            "retained output from byte `stdoutFrom` of stdout and `stderrFrom` of stderr (what " +
+            "is no longer retained is counted in `skippedBytes`), then the live output, " +
+            "heartbeats and `exit` (or `error`), as from `POST /exec`. An unknown or expired id " +
+            "streams an `error` event with `not_found`. A call without `detach` whose caller " +
+            "went away is kept running while a reader is attached.",
+          parameters: [
+            {
+              name: "sandboxId",
+              in: "path",
+              required: true,
+              schema: { $ref: "#/components/schemas/SandboxId" },
+            },
+            {
+              name: "waitSeconds",
+              in: "query",
+              required: false,
+              schema: { type: "number", minimum: 0 },
+              description: "JSON: wait up to this long for the call to end (capped by the bridge).",
+            },
+            {
+              name: "stdoutFrom",
+              in: "query",
+              required: false,
+              schema: { type: "integer", minimum: 0 },
+              description: "Event stream: the byte of stdout to replay from (default 0).",
+            },
+            {
+              name: "stderrFrom",
+              in: "query",
+              required: false,
+              schema: { type: "integer", minimum: 0 },
+              description: "Event stream: the byte of stderr to replay from (default 0).",
+            },
+          ],
+          responses: {
+            "200": {
+              description: "The call's state (an unknown or expired id is 200 too).",
+              content: {
+                ...json("CallStatus"),
+                "text/event-stream": { schema: { $ref: "#/components/schemas/StreamEvent" } },
+              },
+            },
+            ...errorResponses(["invalid_request", "unauthorized", "not_configured"]),
           },
         },
       },

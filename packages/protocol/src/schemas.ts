@@ -155,6 +155,39 @@ export const networkReportSchema = z.object({
 });
 export type NetworkReport = z.infer<typeof networkReportSchema>;
 
+/**
+ * What a bridge keeps of its calls and for how long (protocol 3), as `GET /health` reports it:
+ * a bridge that reports it answers `GET /exec/{sandboxId}` and takes `detach`.
+ */
+export const durableReportSchema = z.object({
+  keptSeconds: z
+    .number()
+    .nonnegative()
+    .describe(
+      "Seconds a call's outcome (its result: exit code and the retained tail of each output, or its error) is kept after it ends; then its id answers `expired`.",
+    ),
+  maxKept: nonNegativeInt.describe(
+    "Most calls kept at once: detached calls in flight and ended calls whose outcome is kept.",
+  ),
+  maxKeptBytes: nonNegativeInt.describe(
+    "Most bytes the kept outcomes hold (a detached call in flight is counted at two caps of output); a detached call beyond it or beyond `maxKept` is refused with 429 `capacity_exceeded`.",
+  ),
+  kept: nonNegativeInt.describe("Calls kept now."),
+  keptBytes: nonNegativeInt.describe("Bytes the kept calls are counted at now."),
+  disconnectGraceSeconds: z
+    .number()
+    .nonnegative()
+    .describe(
+      "Seconds a call whose caller's connection dropped (without `detach`) keeps running for its caller to re-attach; then it is cancelled.",
+    ),
+  replay: z
+    .string()
+    .describe(
+      "What a re-attached event stream replays: `head` (the first `maxOutputBytes` of each output while the call runs, the retained tail once it ended).",
+    ),
+});
+export type DurableReport = z.infer<typeof durableReportSchema>;
+
 /** `GET /health`. The reference bridge answers only `{ok: true}`, so the rest is optional. */
 export const healthResponseSchema = z.object({
   ok: z.literal(true),
@@ -175,6 +208,11 @@ export const healthResponseSchema = z.object({
     .optional()
     .describe(
       "The network policies the bridge enforces; absent when it controls no network access (then `network` in a request is refused).",
+    ),
+  durable: durableReportSchema
+    .optional()
+    .describe(
+      "Durable calls (protocol 3): what the bridge keeps and for how long; absent on a bridge without them (then `detach` is refused and nothing re-attaches).",
     ),
 });
 export type HealthResponse = z.infer<typeof healthResponseSchema>;
@@ -223,6 +261,12 @@ export const execRequestSchema = z.strictObject({
     .optional()
     .describe(
       "Standard input of the command, then end of input (protocol 2): UTF-8 text, or `{base64}` for bytes. Without it stdin is empty.",
+    ),
+  detach: z
+    .boolean()
+    .optional()
+    .describe(
+      "Keep the call (protocol 3): answered at once with its `CallStatus`; the command runs to its own deadline whatever happens to the caller, and `GET /exec/{sandboxId}` gives its state and result.",
     ),
 });
 export type ExecRequest = z.infer<typeof execRequestSchema>;
@@ -297,6 +341,31 @@ export const errorBodySchema = z.object({
   retryAfterSeconds: z.number().nonnegative().optional(),
 });
 export type ErrorBody = z.infer<typeof errorBodySchema>;
+
+/**
+ * Where a call stands (protocol 3): `queued` (waiting for a slot), `running`, `finished` (its
+ * outcome is kept), `expired` (it ended and its outcome is no longer kept), `unknown` (no call
+ * of that id here: never sent, forgotten, or lost with a bridge restart).
+ */
+export const callStateSchema = z.enum(["queued", "running", "finished", "expired", "unknown"]);
+export type CallState = z.infer<typeof callStateSchema>;
+
+/**
+ * `GET /exec/{sandboxId}` and the answer to a detached `POST /exec` (protocol 3). A `finished`
+ * call carries its `result`, or its `error` when it failed (it never started, or its sandbox failed).
+ */
+export const callStatusSchema = z.object({
+  sandboxId: sandboxIdSchema,
+  state: callStateSchema,
+  result: execResultSchema.optional().describe("The outcome of a `finished` call that ran."),
+  error: errorBodySchema.optional().describe("The outcome of a `finished` call that failed."),
+  keptForSeconds: z
+    .number()
+    .nonnegative()
+    .optional()
+    .describe("Seconds the outcome of a `finished` call is kept from now."),
+});
+export type CallStatus = z.infer<typeof callStatusSchema>;
 
 /** The reference bridge's error body, `{error}` only; readers accept it as a fallback. */
 export const referenceErrorBodySchema = z.object({ error: z.string() });

@@ -35,6 +35,15 @@ async function healthCommand(flags: ConnectionFlags & { json?: boolean }): Promi
       rows.push(["network default", JSON.stringify(health.network.default)]);
       rows.push(["network ceiling", JSON.stringify(health.network.ceiling)]);
     }
+    if (health.durable === undefined) {
+      rows.push(["durable calls", "none (no --detach, attach or re-attach on this bridge)"]);
+    } else {
+      const { keptSeconds, maxKept, maxKeptBytes, disconnectGraceSeconds } = health.durable;
+      rows.push([
+        "durable calls",
+        `results kept ${keptSeconds} s (at most ${maxKept} calls, ${maxKeptBytes} bytes); a dropped caller has ${disconnectGraceSeconds} s to re-attach`,
+      ]);
+    }
     for (const [key, value] of rows) process.stdout.write(`${key.padEnd(18)} ${value}\n`);
     return EXIT.ok;
   } catch (error) {

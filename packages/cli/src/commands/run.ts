@@ -33,6 +33,7 @@ import {
 } from "../report.js";
 import { commandFromWords } from "../shell.js";
 import { readStdinData, StdinTooLargeError } from "../stdin.js";
+import { runDetached } from "./run-detached.js";
 
 interface RunFlags extends ConnectionFlags {
   json?: boolean;
@@ -42,6 +43,8 @@ interface RunFlags extends ConnectionFlags {
   stdin?: boolean;
   /** Bytes of the end of each output to keep (and, with `--stream`, of its start to stream). */
   maxOutputBytes?: number;
+  /** Start the command as a durable call and print its id (`--detach`). */
+  detach?: boolean;
 }
 
 /** Most characters of each stream kept to show when the run is interrupted. */
@@ -105,6 +108,7 @@ function printJsonError(error: unknown): void {
 
 /** Runs one task and returns the exit code for the process. */
 async function runCommand(words: string[], flags: RunFlags): Promise<number> {
+  if (flags.detach) return runDetached(words, flags);
   const command = commandFromWords(words);
   const timeoutSeconds = flags.timeout ?? DEFAULT_TIMEOUT_SECONDS;
   const tails = {
@@ -221,6 +225,10 @@ export function declareRun(program: Command, onExit: OnExit): void {
       )
       .addOption(maxOutputOption(true))
       .option("--no-stdin", "never send this program's stdin (see below for when it is sent)")
+      .option(
+        "--detach",
+        "start the command on the bridge, print its sandbox id and exit; remote-task attach ID gets its output",
+      )
       .passThroughOptions(),
   )
     .addHelpText(

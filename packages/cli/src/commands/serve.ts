@@ -12,8 +12,9 @@ import { hostList, networkPolicy } from "../network.js";
 import { inFlagTerms } from "../report.js";
 import { type LimitFlags, limitOptions, sandboxLimits } from "../sandbox-limits.js";
 import { type ServeToken, serveToken } from "../token.js";
+import { type DurableFlags, durableOptions, durableServeOptions } from "./durable-flags.js";
 
-interface ServeFlags extends DockerFlags, LimitFlags {
+interface ServeFlags extends DockerFlags, LimitFlags, DurableFlags {
   local?: boolean;
   port: number;
   host: string;
@@ -78,6 +79,7 @@ async function serveCommand(flags: ServeFlags): Promise<number> {
       port: flags.port,
       host: flags.host,
       logger: serveLogger,
+      durable: durableOptions(flags),
       ...(token.value === undefined ? {} : { token: token.value }),
       ...(network === undefined ? {} : { network }),
       ...(flags.corsOrigin === undefined ? {} : { cors: { origins: flags.corsOrigin } }),
@@ -151,7 +153,7 @@ function describeNetwork(
 
 /** `remote-task serve`: its flags, help and handler. */
 export function declareServe(program: Command, onExit: OnExit): void {
-  limitOptions(dockerOptions(program.command("serve")), "")
+  limitOptions(dockerOptions(durableServeOptions(program.command("serve"))), "")
     .description("Serve the embedded bridge over HTTP: --local, or --docker IMAGE for containers.")
     .option(
       "--local",

@@ -1,0 +1,184 @@
+import { execFileSync, spawn } from "node:child_process";
+import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+import { silentLogger } from "@remote-task/bridge";
+import { createLocalBackend } from "@remote-task/bridge/local";
+import { type EmbeddedBridge, startEmbeddedBridge } from "@remote-task/bridge/node";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ConnectionError, createClient, InvalidRequestError } from "../src/index.js";
+import { eventually } from "./helpers/assertions.js";
+import { type CutProxy, startCutProxy } from "./helpers/cut-proxy.js";
+
+const CHILD = fileURLToPath(new URL("./helpers/durable-child.ts", import.meta.url));
+const CALLS = 100;
+
+let bridge: EmbeddedBridge;
+let proxy: CutProxy;
+/** Where commands leave a line each time they run (not under /tmp: sandboxes' leftovers there are swept). */
+let markers: string;
+
+beforeAll(async () => {
+  bridge = await startEmbeddedBridge({
+    backend: createLocalBackend({ isolation: "none" }),
+    admission: { maxConcurrent: 16 },
+    logger: silentLogger,
+  });
+  proxy = await startCutProxy(Number(new URL(bridge.url).port), 1_500);
+  markers = mkdtempSync(join(fileURLToPath(new URL(".", import.meta.url)), ".durable-"));
+  chmodSync(markers, 0o777);
+});
+
+afterAll(async () => {
+  await proxy?.close();
+  await bridge?.close();
+  if (markers !== undefined) rmSync(markers, { recursive: true, force: true });
+});
+
+function processesWith(text: string): string[] {
+  const out = execFileSync("ps", ["-eo", "args"], { encoding: "utf8", maxBuffer: 1 << 28 });
+  return out.split("\n").filter((line) => line.includes(text) && !line.includes("ps -eo"));
+}
+
+describe("durable calls through a proxy that cuts every connection", () => {
+  it("returns each call's own output once; each command ran once; no process left", async () => {
+    const client = createClient({ url: proxy.url, token: bridge.token, timeoutSeconds: 60 });
+    try {
+      const tasks = Array.from(
+        { length: CALLS },
+        (_, i) => `echo ran >> ${markers}/m-${i}; sleep 1; echo done-${i}`,
+      );
+      const settled = await client.runMany(tasks, { concurrency: 32 });
+      const failures = settled.flatMap((task) =>
+        task.status === "rejected" ? [`${task.index}: ${task.reason.message}`] : [],
+      );
+      expect(failures).toEqual([]);
+      for (const task of settled) {
+        if (task.status !== "fulfilled") continue;
+        expect(task.value.stdout).toBe(`done-${task.index}\n`);
+        expect(task.value.exitCode).toBe(0);
+      }
+      expect(readdirSync(markers).filter((name) => name.startsWith("m-"))).toHaveLength(CALLS);
+      for (let i = 0; i < CALLS; i++) {
+        expect(readFileSync(join(markers, `m-${i}`), "utf8")).toBe("ran\n");
+      }
+      expect(proxy.cuts).toBeGreaterThan(CALLS / 2);
+      await eventually(() => processesWith(markers).length === 0, 10_000);
+    } finally {
+      await client.close();
+    }
+  });
+
+  it("a streamed call re-attaches from where it was: each line delivered once, in order", async () => {
+    const client = createClient({ url: proxy.url, token: bridge.token, timeoutSeconds: 60 });
+    try {
+      const expected = "line-1\nline-2\nline-3\nline-4\nline-5\n";
+      const calls = Array.from({ length: 10 }, async () => {
+        const seen: string[] = [];
+        const result = await client.run("for i in 1 2 3 4 5; do echo line-$i; sleep 0.3; done", {
+          onOutput: (event) => seen.push(event.data),
+        });
+        return { seen: seen.join(""), stdout: result.stdout };
+      });
+      for (const { seen, stdout } of await Promise.all(calls)) {
+        expect(seen).toBe(expected);
+        expect(stdout).toBe(expected);
+      }
+    } finally {
+      await client.close();
+    }
+  });
+
+  it("without re-attach (a bridge without durable calls) the same cut is a ConnectionError", async () => {
+    const plain = await startEmbeddedBridge({
+      backend: createLocalBackend({ isolation: "none" }),
+      durable: false,
+      logger: silentLogger,
+    });
+    const cutting = await startCutProxy(Number(new URL(plain.url).port), 0);
+    const client = createClient({ url: cutting.url, token: plain.token, timeoutSeconds: 30 });
+    try {
+      const error = await client.run("sleep 1; echo never-seen").catch((caught: unknown) => caught);
+      expect(ConnectionError.isInstance(error)).toBe(true);
+      expect((error as ConnectionError).mayHaveRun).toBe(true);
+    } finally {
+      await client.close();
+      await cutting.close();
+      await plain.close();
+    }
+  });
+});
+
+describe("handles", () => {
+  it("start() returns a handle: its events from a byte offset, its result, its cancel", async () => {
+    const client = createClient({ url: bridge.url, token: bridge.token, timeoutSeconds: 30 });
+    try {
+      const handle = await client.start("echo abcdef; sleep 0.3; echo later");
+      const seen: string[] = [];
+      for await (const event of handle.stream({ from: { stdout: 3 } })) {
+        if (event.type === "stdout") seen.push(event.data);
+      }
+      expect(seen.join("")).toBe("def\nlater\n");
+      expect(await handle.result()).toMatchObject({ stdout: "abcdef\nlater\n", exitCode: 0 });
+      expect(await handle.status()).toMatchObject({ state: "finished" });
+
+      const long = await client.start("sleep 30");
+      expect(await long.cancel()).toMatchObject({ cancelled: true });
+      expect(await long.result()).toMatchObject({ outcome: "cancelled" });
+    } finally {
+      await client.close();
+    }
+  });
+
+  it("start() against a bridge without durable calls is refused before sending", async () => {
+    const plain = await startEmbeddedBridge({
+      backend: createLocalBackend({ isolation: "none" }),
+      durable: false,
+      logger: silentLogger,
+    });
+    const client = createClient({ url: plain.url, token: plain.token });
+    try {
+      const error = await client.start("echo never").catch((caught: unknown) => caught);
+      expect(InvalidRequestError.isInstance(error)).toBe(true);
+      expect((error as InvalidRequestError).mayHaveRun).toBe(false);
+      expect(plain.backend.liveSandboxes()).toBe(0);
+    } finally {
+      await client.close();
+      await plain.close();
+    }
+  });
+});
+
+describe("re-attach from another process", () => {
+  it("gets the result of a detached call after the client that started it was killed", async () => {
+    const started = spawn(process.execPath, [
+      CHILD,
+      "start",
+      bridge.url,
+      bridge.token,
+      `sleep 2; echo survived >> ${markers}/killed; echo survived`,
+    ]);
+    const line = await new Promise<string>((resolve, reject) => {
+      createInterface({ input: started.stdout }).once("line", resolve);
+      started.once("exit", (code) => reject(new Error(`the first client exited (${code})`)));
+    });
+    const { sandboxId } = JSON.parse(line) as { sandboxId: string };
+    started.kill("SIGKILL");
+    const restarted = spawn(process.execPath, [
+      CHILD,
+      "attach",
+      bridge.url,
+      bridge.token,
+      sandboxId,
+    ]);
+    let out = "";
+    restarted.stdout.on("data", (chunk: Buffer) => {
+      out += chunk.toString();
+    });
+    const code = await new Promise((resolve) => restarted.once("exit", resolve));
+    expect(code).toBe(0);
+    expect(JSON.parse(out)).toMatchObject({ sandboxId, stdout: "survived\n", exitCode: 0 });
+    expect(readFileSync(join(markers, "killed"), "utf8")).toBe("survived\n");
+  });
+});
