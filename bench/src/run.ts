@@ -21,6 +21,7 @@ import { warmPool } from "./items/warm-pool.ts";
 import { workerOutput } from "./items/worker.ts";
 import { hedgedStartItem, poolBatchItem } from "./items/worker-cold-starts.ts";
 import { workerLatency } from "./items/worker-latency.ts";
+import { workerPodman } from "./items/worker-podman.ts";
 import {
   type BenchItem,
   type ItemResult,
@@ -47,6 +48,7 @@ const ITEMS: BenchItem[] = [
   burstItem,
   spillOver,
   docker,
+  workerPodman,
 ];
 
 const { values } = parseArgs({

@@ -86,6 +86,32 @@ describe("network policy, through the real Durable Object", () => {
   });
 });
 
+describe("an allowlist, through the real Durable Object and the built Worker's egress gate", () => {
+  it("answers the container's HTTP to hosts and addresses the allowlist does not name with the gate's 403", async () => {
+    const sandboxId = id();
+    // The fake engine carries intercepted HTTP through a proxy in the container (on Cloudflare the
+    // interception is transparent), so the command names it.
+    const fetchCode = (url: string) =>
+      `curl -s -x http://127.0.0.1:3128 -o /tmp/body -w '%{http_code} ' ${url}; head -c 35 /tmp/body; echo`;
+    const answer = result(
+      await harness.exec({
+        sandboxId,
+        command: [
+          fetchCode("http://example.com/"),
+          fetchCode("http://169.254.169.254/latest/meta-data/"),
+        ].join("; "),
+        network: { allow: ["pypi.org"] },
+      }),
+    );
+    expect(answer.stdout).toBe(
+      "403 remote-task egress: request refused\n403 remote-task egress: request refused\n",
+    );
+    const record = await onlyContainer(sandboxId);
+    expect(record.outbound.map((entry) => entry.status)).toEqual([403, 403]);
+    expect(internet(record).every((enabled) => enabled === false)).toBe(true);
+  });
+});
+
 describe("stdin, through the real Durable Object", () => {
   it("arrives byte for byte, binary included, then end of input", async () => {
     const bytes = Buffer.concat([
