@@ -1,14 +1,16 @@
 /** The docker backend's container uids (src/docker/users.ts). */
 
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, onTestFinished } from "vitest";
 import { CONTAINER_UIDS, containerUsers, hostAccountUids } from "../src/docker/users.js";
 
 describe("container users", () => {
   it("reads the host's account uids", () => {
-    const passwd = join(mkdtempSync(join(tmpdir(), "users-")), "passwd");
+    const dir = mkdtempSync(join(tmpdir(), "users-"));
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
+    const passwd = join(dir, "passwd");
     writeFileSync(passwd, "root:x:0:0::/root:/bin/sh\nsvc:x:60002:60002::/:/bin/false\n");
     expect([...hostAccountUids(passwd)]).toEqual([0, 60002]);
     expect(hostAccountUids(join(passwd, "missing")).size).toBe(0);

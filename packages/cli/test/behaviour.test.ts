@@ -1,7 +1,6 @@
 import { spawn } from "node:child_process";
 import { once } from "node:events";
-import { mkdtemp, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { silentLogger } from "@remote-task/bridge";
 import type { LocalBackend } from "@remote-task/bridge/local";
@@ -15,6 +14,7 @@ import {
   runCli,
   startCli,
   startTestBridge,
+  testDir,
 } from "./helpers.js";
 
 let bridge: EmbeddedBridge<LocalBackend>;
@@ -279,7 +279,7 @@ describe("serve: the token outside argv", () => {
   });
 
   it("from --token-file", async () => {
-    const file = join(await mkdtemp(join(tmpdir(), "rt-token-")), "token");
+    const file = join(await testDir("rt-token-"), "token");
     await writeFile(file, `${token}\n`, { mode: 0o600 });
     const { banner, health } = await serveAndCheck(["--token-file", file], cleanEnv());
     expect(health.code).toBe(0);

@@ -1,8 +1,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { once } from "node:events";
-import { mkdtemp, writeFile } from "node:fs/promises";
+import { writeFile } from "node:fs/promises";
 import { createServer as createHttpServer, type Server } from "node:http";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
@@ -18,6 +17,7 @@ import {
   runCli,
   startCli,
   startTestBridge,
+  testDir,
 } from "./helpers.js";
 
 let bridge: EmbeddedBridge<LocalBackend>;
@@ -500,7 +500,7 @@ describe("run-many", () => {
   });
 
   it("reads commands from --file", async () => {
-    const file = join(await mkdtemp(join(tmpdir(), "rt-cli-")), "tasks.txt");
+    const file = join(await testDir("rt-cli-"), "tasks.txt");
     await writeFile(file, "echo from-file\n");
     const { code, stdout } = await runCli(["run-many", "--file", file], { env });
     expect(code).toBe(0);
@@ -564,7 +564,7 @@ describe("serve and health", () => {
       .filter((line) => line.trimStart().startsWith("$ "))
       .map((line) => line.trimStart().slice(2).replaceAll("8787", String(port)));
     expect(lines.length).toBeGreaterThanOrEqual(3);
-    const bin = await mkdtemp(join(tmpdir(), "rt-cli-path-"));
+    const bin = await testDir("rt-cli-path-");
     await writeFile(
       join(bin, "remote-task"),
       `#!/bin/sh\nexec "${process.execPath}" "${BIN}" "$@"\n`,

@@ -1,10 +1,14 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { once } from "node:events";
+import { mkdtemp, rm } from "node:fs/promises";
 import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { silentLogger } from "@remote-task/bridge";
 import type { LocalBackend } from "@remote-task/bridge/local";
 import { type EmbeddedBridge, startEmbeddedBridge } from "@remote-task/bridge/node";
+import { onTestFinished } from "vitest";
 
 export const BIN = fileURLToPath(new URL("../bin/remote-task.js", import.meta.url));
 
@@ -85,4 +89,11 @@ export async function startTestBridge(): Promise<{
     CLOUDFLARE_SANDBOX_TOKEN: bridge.token,
   });
   return { bridge, env };
+}
+
+/** A fresh temporary directory, removed when the test that asked for it ends. */
+export async function testDir(prefix: string): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), prefix));
+  onTestFinished(() => rm(dir, { recursive: true, force: true }));
+  return dir;
 }

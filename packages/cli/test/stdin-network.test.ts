@@ -1,10 +1,9 @@
 import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { closeSync, existsSync, openSync } from "node:fs";
-import { mkdtemp, truncate, writeFile } from "node:fs/promises";
+import { truncate, writeFile } from "node:fs/promises";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
@@ -14,7 +13,7 @@ import { type EmbeddedBridge, startEmbeddedBridge } from "@remote-task/bridge/no
 import { type ErrorBody, type ExecRequest, execRequestSchema } from "@remote-task/protocol";
 import { fullHealthResponse } from "@remote-task/protocol/fixtures";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { BIN, type CliResult, cleanEnv, collectCli, runCli } from "./helpers.js";
+import { BIN, type CliResult, cleanEnv, collectCli, runCli, testDir } from "./helpers.js";
 
 /**
  * A bridge that records each exec request (checked against the protocol schema) and answers with
@@ -85,7 +84,7 @@ function protocol1Refusal(field: string) {
 const bytes = Buffer.from(Array.from({ length: 1024 }, (_, i) => (i * 7 + 3) % 256));
 
 async function dataFile(content: Uint8Array | string): Promise<string> {
-  const file = join(await mkdtemp(join(tmpdir(), "rt-stdin-")), "data");
+  const file = join(await testDir("rt-stdin-"), "data");
   await writeFile(file, content);
   return file;
 }

@@ -1,11 +1,10 @@
-import { chmod, mkdtemp, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { chmod, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { type EmbeddedBridge, startEmbeddedBridge } from "@remote-task/bridge/node";
 import { createFakeBackend } from "@remote-task/bridge/testing";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { serveToken } from "../src/token.js";
-import { cleanEnv, runCli } from "./helpers.js";
+import { cleanEnv, runCli, testDir } from "./helpers.js";
 
 let bridge: EmbeddedBridge;
 beforeAll(async () => {
@@ -29,7 +28,7 @@ describe("a refused token", () => {
 
 describe("serve's --token-file", () => {
   it("is refused when group or others may read it, naming the mode and the chmod fix", async () => {
-    const file = join(await mkdtemp(join(tmpdir(), "rt-token-mode-")), "token");
+    const file = join(await testDir("rt-token-mode-"), "token");
     await writeFile(file, "file-token\n", { mode: 0o600 });
     expect(await serveToken({ tokenFile: file }, {})).toEqual({
       value: "file-token",
