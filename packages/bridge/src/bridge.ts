@@ -31,6 +31,7 @@ import { type BridgeLogger, jsonLineLogger } from "./logger.js";
 import { type NetworkOptions, resolveNetwork } from "./network.js";
 import { handleCallStatus } from "./reattach.js";
 import { errorResponse, HttpError, jsonResponse } from "./responses.js";
+import { resolveSecrets, type SecretsOptions, secretsReport } from "./secrets.js";
 import { BRIDGE_VERSION } from "./version.js";
 
 /**
@@ -70,6 +71,12 @@ export interface BridgeOptions {
    * for (default: the default). Only for a backend that enforces network policies.
    */
   network?: NetworkOptions | undefined;
+  /**
+   * Secrets a call may ask for by name (`secrets` in a request): where each value is read, the
+   * hosts it may go to, how it is presented (see secrets.ts). Only for a backend whose egress
+   * proxy injects them (local with bubblewrap, docker).
+   */
+  secrets?: SecretsOptions | undefined;
   /**
    * Web origins whose browser pages may call the bridge (CORS; default: none, and no CORS
    * headers). A request from another origin is refused with 403 before anything runs.
@@ -171,6 +178,7 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
     heartbeatIntervalMs,
     streamBufferBytes,
     network: resolveNetwork(options.network, options.backend.networkModes, options.backend.name),
+    secrets: resolveSecrets(options.secrets, options.backend),
     graceMs: Math.round((durable?.disconnectGraceSeconds ?? 0) * 1000),
   };
   const corsOrigins = resolveCors(options.cors);
@@ -194,6 +202,7 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
       ...(context.network === undefined
         ? {}
         : { network: { default: context.network.default, ceiling: context.network.ceiling } }),
+      ...(context.secrets.length === 0 ? {} : { secrets: secretsReport(context.secrets) }),
       version,
     };
     const durableReport = calls.durableReport();

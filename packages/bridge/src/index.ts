@@ -57,4 +57,10 @@ export {
   parseHostPattern,
 } from "./network.js";
 export { type ErrorDetails, errorResponse } from "./responses.js";
+export type {
+  CallSecret,
+  SecretDeclaration,
+  SecretSource,
+  SecretsOptions,
+} from "./secrets.js";
 export { BRIDGE_VERSION } from "./version.js";

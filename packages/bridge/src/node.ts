@@ -22,6 +22,7 @@ import { createLocalBackend, type LocalBackendOptions } from "./local/index.js";
 import { type BridgeLogger, stderrLogger } from "./logger.js";
 import type { NetworkOptions } from "./network.js";
 import { errorBody, errorResponse } from "./responses.js";
+import type { SecretsOptions } from "./secrets.js";
 
 export interface EmbeddedBridgeOptions<B extends SandboxBackend = SandboxBackend> {
   /** Port to listen on (default: a random free port). */
@@ -53,6 +54,8 @@ export interface EmbeddedBridgeOptions<B extends SandboxBackend = SandboxBackend
    * `none` for both); only with a backend that controls network access (local: bwrap).
    */
   network?: NetworkOptions | undefined;
+  /** Secrets a call may ask for by name (see secrets.ts); local with bubblewrap, or docker. */
+  secrets?: SecretsOptions | undefined;
   /** Web origins whose browser pages may call the bridge (CORS; default: none). */
   cors?: CorsOptions | undefined;
   heartbeatIntervalMs?: number | undefined;
@@ -284,6 +287,7 @@ export async function startEmbeddedBridge<
       limits: options.limits,
       admission: options.admission,
       network: options.network,
+      secrets: options.secrets,
       cors: options.cors,
       heartbeatIntervalMs: options.heartbeatIntervalMs,
       durable:

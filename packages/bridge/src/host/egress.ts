@@ -19,6 +19,7 @@ import { networkInterfaces } from "node:os";
 import type { Duplex } from "node:stream";
 import type { NetworkPolicy } from "@remote-task/protocol";
 import type { ParsedHostPattern } from "../network.js";
+import type { CallSecret } from "../secrets.js";
 import {
   chooseAddress,
   type EgressRules,
@@ -29,6 +30,7 @@ import {
   tooManyLookups,
   unresolved,
 } from "./egress-policy.js";
+import { applySecrets } from "./egress-secrets.js";
 import { createNameResolver, type NameResolverOptions, TooManyLookupsError } from "./resolver.js";
 
 /** What the deployer sets for the egress proxy of the local and docker backends. */
@@ -55,6 +57,11 @@ export interface EgressProxyOptions {
   limits?: Partial<EgressLimits> | undefined;
   /** Name resolution (servers, per-query timeout, lookups at once, hosts file). */
   resolver?: NameResolverOptions | undefined;
+  /**
+   * The call's secrets: put into request headers to their hosts (egress-secrets.ts); a request
+   * carrying a placeholder elsewhere is refused.
+   */
+  secrets?: readonly CallSecret[] | undefined;
 }
 
 /** What one sandbox may make the bridge hold through its proxy. */
@@ -278,6 +285,22 @@ function forwardHeaders(headers: IncomingHttpHeaders): IncomingHttpHeaders {
   return kept;
 }
 
+/** Response headers with any secret's value (an upstream echoing it) put back as its placeholder. */
+function hideSecrets(
+  headers: IncomingHttpHeaders,
+  secrets: readonly CallSecret[],
+): IncomingHttpHeaders {
+  if (secrets.length === 0) return headers;
+  const hide = (text: string) =>
+    secrets.reduce((out, secret) => out.split(secret.value).join(secret.placeholder), text);
+  const out: IncomingHttpHeaders = {};
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined) continue;
+    out[name] = Array.isArray(value) ? value.map(hide) : hide(value);
+  }
+  return out;
+}
+
 /** A plain HTTP request (absolute URI): forwarded to the checked address, or refused. */
 async function onRequest(
   state: ProxyState,
@@ -299,6 +322,12 @@ async function onRequest(
   const port = Number(url.port || 80);
   const decision = await decide(state, host, port);
   if (!decision.ok) return answer(res, decision.status, decision.reason);
+  const secrets = state.options.secrets ?? [];
+  const withSecrets = applySecrets(forwardHeaders(req.headers), host, port, secrets);
+  if (!withSecrets.ok) {
+    state.refused++;
+    return answer(res, withSecrets.status, withSecrets.reason);
+  }
   const full = upstreamsFull(state);
   if (full !== undefined) return answer(res, 503, full);
   const upstream = httpRequest({
@@ -306,7 +335,7 @@ async function onRequest(
     port,
     method: req.method,
     path: `${url.pathname}${url.search}`,
-    headers: { ...forwardHeaders(req.headers), host: url.host },
+    headers: { ...withSecrets.headers, host: url.host },
     setHost: false,
     agent: false,
     timeout: CONNECT_TIMEOUT_MS,
@@ -326,7 +355,10 @@ async function onRequest(
   // A client that goes away takes its request to the destination with it.
   res.once("close", () => upstream.destroy());
   upstream.once("response", (response) => {
-    res.writeHead(response.statusCode ?? 502, forwardHeaders(response.headers));
+    res.writeHead(
+      response.statusCode ?? 502,
+      hideSecrets(forwardHeaders(response.headers), secrets),
+    );
     response.pipe(res);
     response.once("error", () => res.destroy());
   });

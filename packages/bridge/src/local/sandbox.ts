@@ -190,6 +190,7 @@ async function startProxy(
     policy: network,
     callersAllowlist: spec.callersAllowlist === true,
     allowPrivate: host.allowPrivate,
+    secrets: spec.secrets,
     protectedEndpoints: call.bridgeEndpoints,
   });
   if (slot.uid !== undefined) chownSync(socketPath, slot.uid, slot.uid);
