@@ -161,8 +161,8 @@ export function callSecrets(
     throw new HttpError(
       "forbidden",
       BRIDGE_TEXTS.secretsUndeclared(
-        unknown,
-        declared.map((secret) => secret.name),
+        unknown.join(", "),
+        declared.length === 0 ? "none" : declared.map((secret) => secret.name).join(", "),
       ),
     );
   }

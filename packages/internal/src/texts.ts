@@ -71,8 +71,8 @@ export const BRIDGE_TEXTS = {
     "This bridge does not control network access, so it cannot honour `network`; leave the field out.",
   networkBeyondCeiling: (requested: string, ceiling: string) =>
     `The call asks for network ${requested}, more than this bridge allows (${ceiling}), so the command did not run.`,
-  secretsUndeclared: (unknown: readonly string[], declared: readonly string[]) =>
-    `The call asks for secrets this bridge does not declare (${unknown.join(", ")}), so the command did not run; it declares ${declared.length === 0 ? "none" : declared.join(", ")}.`,
+  secretsUndeclared: (unknown: string, declared: string) =>
+    `The call asks for secrets this bridge does not declare (${unknown}), so the command did not run; it declares ${declared}.`,
   secretUnavailable: (name: string) =>
     `The bridge cannot read the value of secret ${name} (its variable is unset or empty, or its file unreadable), so the command did not run.`,
   secretsUnsupported:
