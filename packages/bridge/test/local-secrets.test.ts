@@ -1,11 +1,18 @@
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import { readdir, rm, writeFile } from "node:fs/promises";
-import { createServer, type IncomingHttpHeaders, type Server } from "node:http";
+import {
+  createServer,
+  type IncomingHttpHeaders,
+  type RequestListener,
+  type Server,
+} from "node:http";
+import { createServer as createHttpsServer } from "node:https";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { type ExecResult, execResultSchema, healthResponseSchema } from "@remote-task/protocol";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createSandboxCa } from "../src/host/sandbox-ca.js";
 import { silentLogger } from "../src/index.js";
 import { createLocalBackend, type LocalBackend } from "../src/local/index.js";
 import { type EmbeddedBridge, startEmbeddedBridge } from "../src/node.js";
@@ -26,9 +33,12 @@ interface Seen {
  * A loopback HTTP server that records each request and answers `ok` (never echoing what it got,
  * so an answer cannot carry a value back); `/redirect?to=URL` answers 302 to URL.
  */
-async function recordingServer(): Promise<{ server: Server; port: number; seen: Seen[] }> {
+async function recordingServer(tls?: {
+  key: string;
+  cert: string;
+}): Promise<{ server: Server; port: number; seen: Seen[] }> {
   const seen: Seen[] = [];
-  const server = createServer((req, res) => {
+  const listener: RequestListener = (req, res) => {
     let body = "";
     req.on("data", (chunk) => {
       body += chunk;
@@ -43,7 +53,8 @@ async function recordingServer(): Promise<{ server: Server; port: number; seen: 
       }
       res.end("ok");
     });
-  });
+  };
+  const server = tls === undefined ? createServer(listener) : createHttpsServer(tls, listener);
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   return { server, port: (server.address() as AddressInfo).port, seen };
 }
@@ -56,10 +67,14 @@ function curl(args: string): string {
 const GH_VALUE = `ghp_${randomBytes(18).toString("hex")}`;
 const KEY_VALUE = `key-${randomBytes(18).toString("hex")}`;
 const ENV_NAME = `RT_TEST_GH_TOKEN_${process.pid}`;
+/** The CA of the test's HTTPS servers: the bridge trusts it upstream (egress.upstreamCa), the sandbox does not. */
+const upstreamCa = createSandboxCa("upstream-test");
 
 describe.skipIf(skipBwrap)("secrets under bwrap, over plain HTTP", () => {
   let api: Awaited<ReturnType<typeof recordingServer>>;
   let other: Awaited<ReturnType<typeof recordingServer>>;
+  let tlsApi: Awaited<ReturnType<typeof recordingServer>>;
+  let tlsOther: Awaited<ReturnType<typeof recordingServer>>;
   let tmpRoot: string;
   let backend: LocalBackend;
   let bridge: EmbeddedBridge<LocalBackend>;
@@ -79,7 +94,7 @@ describe.skipIf(skipBwrap)("secrets under bwrap, over plain HTTP", () => {
     const response = await post({
       command,
       secrets: ["GH_TOKEN", "API_KEY"],
-      network: { allow: [`127.0.0.1:${other.port}`] },
+      network: { allow: [`127.0.0.1:${other.port}`, `127.0.0.1:${tlsOther.port}`] },
       ...extra,
     });
     const json: unknown = await response.json();
@@ -94,6 +109,8 @@ describe.skipIf(skipBwrap)("secrets under bwrap, over plain HTTP", () => {
     expect(existsSync(CURL), `${CURL} is needed inside the sandbox`).toBe(true);
     api = await recordingServer();
     other = await recordingServer();
+    tlsApi = await recordingServer(upstreamCa.leaf("localhost"));
+    tlsOther = await recordingServer(upstreamCa.leaf("127.0.0.1"));
     tmpRoot = await makeTmpRoot("rt-sec-");
     const keyFile = join(tmpRoot, "..", `rt-sec-key-${process.pid}`);
     await writeFile(keyFile, `${KEY_VALUE}\n`, { mode: 0o600 });
@@ -102,15 +119,24 @@ describe.skipIf(skipBwrap)("secrets under bwrap, over plain HTTP", () => {
       isolation: "bwrap",
       killGraceMs: 300,
       tmpRoot,
-      egress: { allowPrivate: ["localhost", "127.0.0.1"] },
+      egress: {
+        allowPrivate: ["localhost", "127.0.0.1"],
+        upstreamCa: upstreamCa.certificatePem,
+      },
     });
     bridge = await startEmbeddedBridge({
       backend,
       logger: silentLogger,
       // The call may reach the other server itself; only the secrets' hosts come with secrets.
-      network: { default: "none", ceiling: { allow: [`127.0.0.1:${other.port}`] } },
+      network: {
+        default: "none",
+        ceiling: { allow: [`127.0.0.1:${other.port}`, `127.0.0.1:${tlsOther.port}`] },
+      },
       secrets: {
-        GH_TOKEN: { from: { env: ENV_NAME }, hosts: [`localhost:${api.port}`] },
+        GH_TOKEN: {
+          from: { env: ENV_NAME },
+          hosts: [`localhost:${api.port}`, `localhost:${tlsApi.port}`],
+        },
         API_KEY: { from: { file: keyFile }, hosts: [`localhost:${api.port}`], header: "X-Api-Key" },
       },
     });
@@ -119,8 +145,7 @@ describe.skipIf(skipBwrap)("secrets under bwrap, over plain HTTP", () => {
   afterAll(async () => {
     await bridge?.close();
     await backend?.close();
-    api?.server.close();
-    other?.server.close();
+    for (const server of [api, other, tlsApi, tlsOther]) server?.server.close();
     delete process.env[ENV_NAME];
     if (tmpRoot !== undefined) {
       expect(await readdir(tmpRoot)).toEqual([]);
@@ -141,7 +166,7 @@ describe.skipIf(skipBwrap)("secrets under bwrap, over plain HTTP", () => {
     const text = await response.text();
     const health = healthResponseSchema.parse(JSON.parse(text));
     expect(health.secrets).toEqual([
-      { name: "GH_TOKEN", hosts: [`localhost:${api.port}`] },
+      { name: "GH_TOKEN", hosts: [`localhost:${api.port}`, `localhost:${tlsApi.port}`] },
       { name: "API_KEY", hosts: [`localhost:${api.port}`] },
     ]);
     expect(text).not.toContain(GH_VALUE);
@@ -238,5 +263,41 @@ describe.skipIf(skipBwrap)("secrets under bwrap, over plain HTTP", () => {
     expect(body).toContain('"forbidden"');
     expect(body).toContain("does not declare (AWS_KEY)");
     expect(body).toContain("it declares GH_TOKEN, API_KEY");
+  });
+
+  it("HTTPS to a secret's host: the proxy terminates TLS with the sandbox's CA and puts the value in", {
+    timeout: 30_000,
+  }, async () => {
+    const url = `https://localhost:${tlsApi.port}/repos`;
+    const result = await run(
+      `${curl(`-H "Authorization: Bearer $GH_TOKEN" ${url}`)}; echo "ca=$CURL_CA_BUNDLE $SSL_CERT_FILE $NODE_EXTRA_CA_CERTS $REQUESTS_CA_BUNDLE $GIT_SSL_CAINFO"; grep -c "PRIVATE KEY" "$SSL_CERT_FILE"; ls /run/remote-task`,
+    );
+    expect(result.stdout).toContain("ok status=200 rc=0");
+    expect(tlsApi.seen.at(-1)?.url).toBe("/repos");
+    expect(tlsApi.seen.at(-1)?.headers.authorization).toBe(`Bearer ${GH_VALUE}`);
+    const bundle = "/run/remote-task/ca.pem";
+    expect(result.stdout).toContain(`ca=${[bundle, bundle, bundle, bundle, bundle].join(" ")}`);
+    // The bundle holds certificates only: the CA's key never enters the sandbox.
+    expect(result.stdout).toMatch(/\n0\n/);
+    expect(result.stdout).toContain("ca.pem\nnode\nproxy.sock");
+  });
+
+  it("HTTPS to any other host stays a plain tunnel: the real server's certificate, no interception", {
+    timeout: 30_000,
+  }, async () => {
+    const result = await run(
+      `${CURL} -sk -v --max-time 5 -H "Authorization: Bearer $GH_TOKEN" https://127.0.0.1:${tlsOther.port}/x 2>&1 | grep -i "issuer:"`,
+    );
+    // The sandbox does not trust the test CA (hence -k); it sees that CA's certificate, not its own.
+    expect(result.stdout).toContain("remote-task sandbox CA upstream-test");
+    // Through a tunnel the proxy cannot read headers: the placeholder went as written, never the value.
+    expect(tlsOther.seen.at(-1)?.headers.authorization).toMatch(/^Bearer rt_secret_[0-9a-f]{32}$/);
+  });
+
+  it("a sandbox without secrets gets no CA bundle and no CA variables", {
+    timeout: 30_000,
+  }, async () => {
+    const result = await run('echo "[$SSL_CERT_FILE]"; ls /run/remote-task', { secrets: [] });
+    expect(result.stdout).toBe("[]\nnode\nproxy.sock\n");
   });
 });

@@ -38,6 +38,20 @@ const COMMON_NAME = "2.5.4.3";
 const SKEW_MS = 3_600_000;
 const LIFETIME_MS = 86_400_000;
 
+/** Where a sandbox finds the CA bundle it trusts (the Node roots and its own CA). */
+export const SANDBOX_CA_BUNDLE = "/run/remote-task/ca.pem";
+
+/** The variables that make the usual tools trust {@link SANDBOX_CA_BUNDLE}. */
+export function caEnvironment(path = SANDBOX_CA_BUNDLE): Record<string, string> {
+  return {
+    SSL_CERT_FILE: path,
+    NODE_EXTRA_CA_CERTS: path,
+    REQUESTS_CA_BUNDLE: path,
+    CURL_CA_BUNDLE: path,
+    GIT_SSL_CAINFO: path,
+  };
+}
+
 export interface SandboxCa {
   /** The CA certificate, PEM: what the sandbox trusts. */
   readonly certificatePem: string;
