@@ -15,8 +15,7 @@ import {
   type SecretReport,
   secretNameSchema,
 } from "@remote-task/protocol";
-import type { SandboxBackend } from "./backend.js";
-import { type ParsedHostPattern, parseHostPattern } from "./network.js";
+import { type NetworkMode, type ParsedHostPattern, parseHostPattern } from "./network.js";
 import { HttpError } from "./responses.js";
 
 /** Where a secret's value comes from: an environment variable or a file of the bridge. */
@@ -80,7 +79,11 @@ function checkedHeader(name: string, header: string | undefined): DeclaredSecret
  */
 export function resolveSecrets(
   options: SecretsOptions | undefined,
-  backend: Pick<SandboxBackend, "name" | "injectsSecrets" | "networkModes">,
+  backend: {
+    readonly name: string;
+    readonly injectsSecrets?: boolean | undefined;
+    readonly networkModes?: readonly NetworkMode[] | undefined;
+  },
 ): readonly DeclaredSecret[] {
   const entries = Object.entries(options ?? {});
   if (
