@@ -16,7 +16,13 @@ import { outputCapFor } from "./limits.js";
 import { callNetwork, type NetworkSettings } from "./network.js";
 import { answerExisting } from "./reattach.js";
 import { HttpError, invalidRequest, jsonResponse } from "./responses.js";
-import { type CallSecret, callSecrets, type DeclaredSecret, withSecretHosts } from "./secrets.js";
+import {
+  type CallSecret,
+  callSecrets,
+  type DeclaredSecret,
+  type SecretReader,
+  withSecretHosts,
+} from "./secrets.js";
 import { callEventStream, eventStreamOf, startEvent } from "./sse.js";
 
 /** What the `/exec` and `/cancel` routes need from the bridge. */
@@ -31,6 +37,8 @@ export interface ExecRoutesContext {
   network: NetworkSettings | undefined;
   /** The secrets the deployer declared (empty: none). */
   secrets: readonly DeclaredSecret[];
+  /** Reads a secret's value when a call asks for it. */
+  readSecret: SecretReader;
   /** Ms a call without `detach` runs on once its caller left (durable calls). */
   graceMs: number;
 }
@@ -150,7 +158,7 @@ export async function handleExec(
     exec = await readExecRequest(limits, request);
     network = callNetwork(context.network, exec.network);
     stdin = stdinBytes(exec.stdin, limits);
-    secrets = callSecrets(context.secrets, exec.secrets);
+    secrets = await callSecrets(context.secrets, exec.secrets, context.readSecret);
   } finally {
     // Given back just before the call takes a place of its own (or the request is refused).
     place.release();

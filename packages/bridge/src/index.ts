@@ -60,6 +60,7 @@ export { type ErrorDetails, errorResponse } from "./responses.js";
 export type {
   CallSecret,
   SecretDeclaration,
+  SecretReader,
   SecretSource,
   SecretsOptions,
 } from "./secrets.js";

@@ -4,10 +4,9 @@
  * gets a placeholder per secret (`rt_secret_<random>`, new for each call), and the egress proxy
  * (host/egress-secrets.ts) puts the value into request headers to the secret's hosts only. A
  * value is read when a call that asks for it starts (so a rotated file or variable is picked
- * up), never from the call.
+ * up), never from the call, by the host's {@link SecretReader}: this module runs in any runtime
+ * (no Node built-in), so reading a file is the Node host's part (node.ts).
  */
-import { randomBytes } from "node:crypto";
-import { readFileSync } from "node:fs";
 import { BRIDGE_TEXTS } from "@remote-task/internal";
 import {
   hostPatternSchema,
@@ -35,6 +34,20 @@ export interface SecretDeclaration {
    */
   header?: string | undefined;
 }
+
+/**
+ * Reads a secret's value from its source; undefined (or a throw) when it cannot. The default
+ * reads `{ env }` from `process.env` where the runtime has one and no file.
+ */
+export type SecretReader = (source: SecretSource) => Promise<string | undefined>;
+
+/** The default reader: a variable of `process.env` where there is one. */
+export const readSecretFromEnv: SecretReader = async (source) => {
+  if (!("env" in source)) return undefined;
+  const env = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process
+    ?.env;
+  return env?.[source.env];
+};
 
 /** The deployer's secrets, by name. */
 export type SecretsOptions = Readonly<Record<string, SecretDeclaration>>;
@@ -84,6 +97,8 @@ export function resolveSecrets(
     readonly injectsSecrets?: boolean | undefined;
     readonly networkModes?: readonly NetworkMode[] | undefined;
   },
+  /** The host gave its own reader (else only `{ env }` sources can be read). */
+  ownReader = false,
 ): readonly DeclaredSecret[] {
   const entries = Object.entries(options ?? {});
   if (
@@ -106,6 +121,11 @@ export function resolveSecrets(
       !(typeof from?.file === "string" && from.file !== "")
     ) {
       throw new TypeError(`secrets.${name}.from must be { env: "NAME" } or { file: "/path" }.`);
+    }
+    if ("file" in declaration.from && !ownReader) {
+      throw new TypeError(
+        `secrets.${name}.from.file needs a host that reads files (startEmbeddedBridge does); give createBridge a readSecret, or use { env }.`,
+      );
     }
     if (!Array.isArray(declaration.hosts) || declaration.hosts.length === 0) {
       throw new TypeError(`secrets.${name}.hosts must list at least one host pattern.`);
@@ -133,12 +153,10 @@ export function secretsReport(declared: readonly DeclaredSecret[]): SecretReport
   return declared.map(({ name, hosts }) => ({ name, hosts: [...hosts] }));
 }
 
-function readValue(secret: DeclaredSecret): string {
-  const from = secret.from;
+async function readValue(secret: DeclaredSecret, read: SecretReader): Promise<string> {
   let value: string | undefined;
   try {
-    value =
-      "env" in from ? process.env[from.env] : readFileSync(from.file, "utf8").replace(/\r?\n$/, "");
+    value = await read(secret.from);
   } catch {
     value = undefined;
   }
@@ -149,15 +167,22 @@ function readValue(secret: DeclaredSecret): string {
   return value;
 }
 
+/** `rt_secret_` and 32 random hex digits (Web Crypto: any runtime). */
+function newPlaceholder(): string {
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  return `rt_secret_${[...bytes].map((byte) => byte.toString(16).padStart(2, "0")).join("")}`;
+}
+
 /**
  * The secrets a call asked for, each with a fresh placeholder and its value read now. Refuses
  * (403 `forbidden`) a name the deployer did not declare, listing those it did: never runs a call
  * with fewer secrets than it asked for.
  */
-export function callSecrets(
+export async function callSecrets(
   declared: readonly DeclaredSecret[],
   requested: readonly string[] | undefined,
-): CallSecret[] {
+  read: SecretReader = readSecretFromEnv,
+): Promise<CallSecret[]> {
   if (requested === undefined || requested.length === 0) return [];
   const unknown = requested.filter((name) => !declared.some((secret) => secret.name === name));
   if (unknown.length > 0) {
@@ -169,15 +194,16 @@ export function callSecrets(
       ),
     );
   }
-  return declared
-    .filter((secret) => requested.includes(secret.name))
-    .map((secret) => ({
+  const asked = declared.filter((secret) => requested.includes(secret.name));
+  return Promise.all(
+    asked.map(async (secret) => ({
       name: secret.name,
-      placeholder: `rt_secret_${randomBytes(16).toString("hex")}`,
-      value: readValue(secret),
+      placeholder: newPlaceholder(),
+      value: await readValue(secret, read),
       patterns: secret.patterns,
       header: secret.header,
-    }));
+    })),
+  );
 }
 
 /**

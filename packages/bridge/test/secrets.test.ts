@@ -37,6 +37,13 @@ describe("the deployer's secrets", () => {
     expect(() =>
       resolveSecrets({ A: { hosts: ["a.b"], from: {} as never } }, proxyBackend),
     ).toThrow("from must be");
+    // A file needs a host that reads files (the Node host gives its reader).
+    expect(() => resolveSecrets({ A: { ...ok, from: { file: "/k" } } }, proxyBackend)).toThrow(
+      "needs a host that reads files",
+    );
+    expect(resolveSecrets({ A: { ...ok, from: { file: "/k" } } }, proxyBackend, true)).toHaveLength(
+      1,
+    );
   });
 
   it("widen a call's policy by their hosts: none to an allowlist, an allowlist gains them, open stays", () => {
@@ -146,7 +153,8 @@ describe("the bridge and a call's secrets", () => {
     const bridge = createBridge({
       backend,
       token: TOKEN,
-      secrets: { GH_TOKEN: { from: { file: "/nonexistent/secret" }, hosts: ["api.github.com"] } },
+      // The variable is unset.
+      secrets: { GH_TOKEN: { from: { env: `${VAR}_UNSET` }, hosts: ["api.github.com"] } },
     });
     trackBridge(bridge);
     const response = await bridge(
