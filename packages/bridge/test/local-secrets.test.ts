@@ -46,6 +46,12 @@ async function recordingServer(tls?: {
     req.on("end", () => {
       seen.push({ url: req.url ?? "", headers: req.headers, body });
       const to = new URL(req.url ?? "/", "http://x").searchParams.get("to");
+      if (req.url === "/echo-header") {
+        // An upstream that echoes the credential back in a response header.
+        res.writeHead(200, { "x-echo": String(req.headers.authorization) });
+        res.end("ok");
+        return;
+      }
       if (req.url?.startsWith("/redirect") && to !== null) {
         res.writeHead(302, { location: to });
         res.end();
@@ -222,6 +228,18 @@ describe.skipIf(skipBwrap)("secrets under bwrap, over plain HTTP", () => {
     const request = api.seen.at(-1);
     expect(request?.body).toMatch(/^t=rt_secret_[0-9a-f]{32}$/);
     expect(request?.url).toMatch(/^\/post\?t=rt_secret_[0-9a-f]{32}$/);
+  });
+
+  it("a value an upstream echoes in a response header comes back as the placeholder", {
+    timeout: 30_000,
+  }, async () => {
+    const result = await run(
+      `${CURL} -s -D - -o /dev/null -H "Authorization: Bearer $GH_TOKEN" ${apiUrl("/echo-header")}; echo "sent $GH_TOKEN"`,
+    );
+    expect(api.seen.at(-1)?.headers.authorization).toBe(`Bearer ${GH_VALUE}`);
+    const placeholder = /sent (rt_secret_[0-9a-f]{32})/.exec(result.stdout)?.[1];
+    expect(result.stdout).toContain(`x-echo: Bearer ${placeholder}`);
+    expect(result.stdout).not.toContain(GH_VALUE);
   });
 
   it("a redirect to another host does not carry the value", { timeout: 30_000 }, async () => {
