@@ -81,6 +81,8 @@ describe.skipIf(skipBwrap)("secrets under bwrap, over plain HTTP", () => {
   let other: Awaited<ReturnType<typeof recordingServer>>;
   let tlsApi: Awaited<ReturnType<typeof recordingServer>>;
   let tlsOther: Awaited<ReturnType<typeof recordingServer>>;
+  /** An HTTPS server whose certificate no CA the bridge trusts signed. */
+  let tlsUntrusted: Awaited<ReturnType<typeof recordingServer>>;
   let tmpRoot: string;
   let backend: LocalBackend;
   let bridge: EmbeddedBridge<LocalBackend>;
@@ -117,6 +119,7 @@ describe.skipIf(skipBwrap)("secrets under bwrap, over plain HTTP", () => {
     other = await recordingServer();
     tlsApi = await recordingServer(upstreamCa.leaf("localhost"));
     tlsOther = await recordingServer(upstreamCa.leaf("127.0.0.1"));
+    tlsUntrusted = await recordingServer(createSandboxCa("untrusted").leaf("localhost"));
     tmpRoot = await makeTmpRoot("rt-sec-");
     const keyFile = join(tmpRoot, "..", `rt-sec-key-${process.pid}`);
     await writeFile(keyFile, `${KEY_VALUE}\n`, { mode: 0o600 });
@@ -141,7 +144,11 @@ describe.skipIf(skipBwrap)("secrets under bwrap, over plain HTTP", () => {
       secrets: {
         GH_TOKEN: {
           from: { env: ENV_NAME },
-          hosts: [`localhost:${api.port}`, `localhost:${tlsApi.port}`],
+          hosts: [
+            `localhost:${api.port}`,
+            `localhost:${tlsApi.port}`,
+            `localhost:${tlsUntrusted.port}`,
+          ],
         },
         API_KEY: { from: { file: keyFile }, hosts: [`localhost:${api.port}`], header: "X-Api-Key" },
       },
@@ -151,7 +158,7 @@ describe.skipIf(skipBwrap)("secrets under bwrap, over plain HTTP", () => {
   afterAll(async () => {
     await bridge?.close();
     await backend?.close();
-    for (const server of [api, other, tlsApi, tlsOther]) server?.server.close();
+    for (const server of [api, other, tlsApi, tlsOther, tlsUntrusted]) server?.server.close();
     delete process.env[ENV_NAME];
     if (tmpRoot !== undefined) {
       expect(await readdir(tmpRoot)).toEqual([]);
@@ -172,7 +179,14 @@ describe.skipIf(skipBwrap)("secrets under bwrap, over plain HTTP", () => {
     const text = await response.text();
     const health = healthResponseSchema.parse(JSON.parse(text));
     expect(health.secrets).toEqual([
-      { name: "GH_TOKEN", hosts: [`localhost:${api.port}`, `localhost:${tlsApi.port}`] },
+      {
+        name: "GH_TOKEN",
+        hosts: [
+          `localhost:${api.port}`,
+          `localhost:${tlsApi.port}`,
+          `localhost:${tlsUntrusted.port}`,
+        ],
+      },
       { name: "API_KEY", hosts: [`localhost:${api.port}`] },
     ]);
     expect(text).not.toContain(GH_VALUE);
@@ -298,6 +312,17 @@ describe.skipIf(skipBwrap)("secrets under bwrap, over plain HTTP", () => {
     // The bundle holds certificates only: the CA's key never enters the sandbox.
     expect(result.stdout).toMatch(/\n0\n/);
     expect(result.stdout).toContain("ca.pem\nnode\nproxy.sock");
+  });
+
+  it("an upstream whose certificate the bridge cannot verify gets no request: a 502 that says why", {
+    timeout: 30_000,
+  }, async () => {
+    const result = await run(
+      curl(`-H "Authorization: Bearer $GH_TOKEN" https://localhost:${tlsUntrusted.port}/x`),
+    );
+    expect(result.stdout).toContain("status=502");
+    expect(result.stdout).toContain("the upstream TLS connection failed");
+    expect(tlsUntrusted.seen).toEqual([]);
   });
 
   it("HTTPS to any other host stays a plain tunnel: the real server's certificate, no interception", {
