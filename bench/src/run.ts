@@ -15,6 +15,7 @@ import { fanout } from "./items/fanout.ts";
 import { overhead } from "./items/overhead.ts";
 import { requestPath } from "./items/request-path.ts";
 import { sandbox } from "./items/sandbox.ts";
+import { secretProxy } from "./items/secret-proxy.ts";
 import { spillOver } from "./items/spill-over.ts";
 import { truncation } from "./items/truncation.ts";
 import { warmPool } from "./items/warm-pool.ts";
@@ -45,6 +46,7 @@ const ITEMS: BenchItem[] = [
   poolBatchItem,
   hedgedStartItem,
   sandbox,
+  secretProxy,
   burstItem,
   spillOver,
   docker,

@@ -7,6 +7,7 @@
 import { brandClass } from "@remote-task/internal";
 import type { HealthResponse, NetworkPolicy } from "@remote-task/protocol";
 import type { NetworkMode } from "./network.js";
+import type { CallSecret } from "./secrets.js";
 
 /** What the bridge asks a backend to run. */
 export interface ExecSpec {
@@ -29,6 +30,12 @@ export interface ExecSpec {
    * the host's own out of reach (only the deployer's literals do).
    */
   callersAllowlist?: boolean | undefined;
+  /**
+   * The secrets the call asked for (only for a backend with {@link SandboxBackend.injectsSecrets}):
+   * `env` already holds each one's placeholder; the backend's egress proxy puts the value into
+   * request headers to the secret's hosts (`network` already allows them). Never log a value.
+   */
+  secrets?: readonly CallSecret[] | undefined;
   /**
    * Bytes for the command's standard input, then end of input; undefined: empty input. A command
    * that does not read it must not be held up by it.
@@ -77,6 +84,11 @@ export interface SandboxBackend {
    * empty when it controls no network access (the bridge then refuses `network` with 403).
    */
   readonly networkModes?: readonly NetworkMode[] | undefined;
+  /**
+   * True when the backend's egress proxy injects {@link ExecSpec.secrets}; the bridge refuses a
+   * `secrets` option (and a call's `secrets`) otherwise.
+   */
+  readonly injectsSecrets?: boolean | undefined;
   /** Creates a fresh sandbox for `spec.sandboxId` and starts the command in it. */
   start(spec: ExecSpec): Promise<RunningCommand>;
   /**

@@ -31,6 +31,13 @@ import { type BridgeLogger, jsonLineLogger } from "./logger.js";
 import { type NetworkOptions, resolveNetwork } from "./network.js";
 import { handleCallStatus } from "./reattach.js";
 import { errorResponse, HttpError, jsonResponse } from "./responses.js";
+import {
+  readSecretFromEnv,
+  resolveSecrets,
+  type SecretReader,
+  type SecretsOptions,
+  secretsReport,
+} from "./secrets.js";
 import { BRIDGE_VERSION } from "./version.js";
 
 /**
@@ -70,6 +77,18 @@ export interface BridgeOptions {
    * for (default: the default). Only for a backend that enforces network policies.
    */
   network?: NetworkOptions | undefined;
+  /**
+   * Secrets a call may ask for by name (`secrets` in a request): where each value is read, the
+   * hosts it may go to, how it is presented (see secrets.ts). Only for a backend whose egress
+   * proxy injects them (local with bubblewrap, docker).
+   */
+  secrets?: SecretsOptions | undefined;
+  /**
+   * Reads a secret's value when a call asks for it (default: `{ env }` from `process.env`, no
+   * files; `startEmbeddedBridge` gives one that reads files too). A host with other sources
+   * (a Worker's secret bindings) gives its own.
+   */
+  readSecret?: SecretReader | undefined;
   /**
    * Web origins whose browser pages may call the bridge (CORS; default: none, and no CORS
    * headers). A request from another origin is refused with 403 before anything runs.
@@ -171,6 +190,8 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
     heartbeatIntervalMs,
     streamBufferBytes,
     network: resolveNetwork(options.network, options.backend.networkModes, options.backend.name),
+    secrets: resolveSecrets(options.secrets, options.backend, options.readSecret !== undefined),
+    readSecret: options.readSecret ?? readSecretFromEnv,
     graceMs: Math.round((durable?.disconnectGraceSeconds ?? 0) * 1000),
   };
   const corsOrigins = resolveCors(options.cors);
@@ -194,6 +215,7 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
       ...(context.network === undefined
         ? {}
         : { network: { default: context.network.default, ceiling: context.network.ceiling } }),
+      ...(context.secrets.length === 0 ? {} : { secrets: secretsReport(context.secrets) }),
       version,
     };
     const durableReport = calls.durableReport();

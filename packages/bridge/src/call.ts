@@ -274,6 +274,9 @@ export class ExecCall {
           env: spec.env,
           network: spec.network,
           callersAllowlist: spec.callersAllowlist,
+          ...(spec.secrets === undefined || spec.secrets.length === 0
+            ? {}
+            : { secrets: spec.secrets }),
           stdin: spec.stdin,
           timeoutMs: spec.timeoutMs,
           signal: this.#controller.signal,
@@ -284,6 +287,12 @@ export class ExecCall {
     }
     this.#startBackend(started);
     return true;
+  }
+
+  /** Texts no log line may show: the env values and the secrets' values. */
+  #secretTexts(): string[] {
+    const values = (this.#spec.secrets ?? []).map((secret) => secret.value);
+    return [...Object.values(this.#spec.env), ...values];
   }
 
   /**
@@ -480,7 +489,7 @@ export class ExecCall {
       this.#spec.disconnect.removeEventListener("abort", this.#onDisconnect);
       if (this.#begunAt !== undefined) {
         await this.#started.catch(() => {});
-        await destroySandbox(this.#host, this.sandboxId, Object.values(this.#spec.env));
+        await destroySandbox(this.#host, this.sandboxId, this.#secretTexts());
       }
       this.#host.released(this);
       this.#resolveCleaned();
@@ -514,7 +523,7 @@ export class ExecCall {
       return;
     }
     const mapped = mapBackendError(outcome.error);
-    const secrets = [...Object.values(this.#spec.env), this.#host.token];
+    const secrets = [...this.#secretTexts(), this.#host.token];
     this.#host.logger({
       ...base,
       level: "error",

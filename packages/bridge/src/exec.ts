@@ -16,6 +16,13 @@ import { outputCapFor } from "./limits.js";
 import { callNetwork, type NetworkSettings } from "./network.js";
 import { answerExisting } from "./reattach.js";
 import { HttpError, invalidRequest, jsonResponse } from "./responses.js";
+import {
+  type CallSecret,
+  callSecrets,
+  type DeclaredSecret,
+  type SecretReader,
+  withSecretHosts,
+} from "./secrets.js";
 import { callEventStream, eventStreamOf, startEvent } from "./sse.js";
 
 /** What the `/exec` and `/cancel` routes need from the bridge. */
@@ -28,6 +35,10 @@ export interface ExecRoutesContext {
   streamBufferBytes: number;
   /** The network policies the bridge enforces; undefined when its backend controls none. */
   network: NetworkSettings | undefined;
+  /** The secrets the deployer declared (empty: none). */
+  secrets: readonly DeclaredSecret[];
+  /** Reads a secret's value when a call asks for it. */
+  readSecret: SecretReader;
   /** Ms a call without `detach` runs on once its caller left (durable calls). */
   graceMs: number;
 }
@@ -142,10 +153,12 @@ export async function handleExec(
   let exec: Awaited<ReturnType<typeof readExecRequest>>;
   let network: ReturnType<typeof callNetwork>;
   let stdin: ReturnType<typeof stdinBytes>;
+  let secrets: CallSecret[];
   try {
     exec = await readExecRequest(limits, request);
     network = callNetwork(context.network, exec.network);
     stdin = stdinBytes(exec.stdin, limits);
+    secrets = await callSecrets(context.secrets, exec.secrets, context.readSecret);
   } finally {
     // Given back just before the call takes a place of its own (or the request is refused).
     place.release();
@@ -166,8 +179,12 @@ export async function handleExec(
     sandboxId: exec.sandboxId,
     command: exec.command,
     cwd: exec.cwd ?? context.defaultCwd,
-    env: exec.env ?? {},
-    network,
+    env: {
+      ...exec.env,
+      ...Object.fromEntries(secrets.map((secret) => [secret.name, secret.placeholder])),
+    },
+    network: withSecretHosts(network, context.secrets, exec.secrets ?? []),
+    secrets,
     callersAllowlist:
       exec.network !== undefined &&
       typeof network === "object" &&

@@ -57,4 +57,11 @@ export {
   parseHostPattern,
 } from "./network.js";
 export { type ErrorDetails, errorResponse } from "./responses.js";
+export type {
+  CallSecret,
+  SecretDeclaration,
+  SecretReader,
+  SecretSource,
+  SecretsOptions,
+} from "./secrets.js";
 export { BRIDGE_VERSION } from "./version.js";

@@ -1,4 +1,5 @@
 import { randomBytes } from "node:crypto";
+import { readFile } from "node:fs/promises";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
 import type { Duplex } from "node:stream";
@@ -22,6 +23,7 @@ import { createLocalBackend, type LocalBackendOptions } from "./local/index.js";
 import { type BridgeLogger, stderrLogger } from "./logger.js";
 import type { NetworkOptions } from "./network.js";
 import { errorBody, errorResponse } from "./responses.js";
+import { readSecretFromEnv, type SecretReader, type SecretsOptions } from "./secrets.js";
 
 export interface EmbeddedBridgeOptions<B extends SandboxBackend = SandboxBackend> {
   /** Port to listen on (default: a random free port). */
@@ -53,6 +55,8 @@ export interface EmbeddedBridgeOptions<B extends SandboxBackend = SandboxBackend
    * `none` for both); only with a backend that controls network access (local: bwrap).
    */
   network?: NetworkOptions | undefined;
+  /** Secrets a call may ask for by name (see secrets.ts); local with bubblewrap, or docker. */
+  secrets?: SecretsOptions | undefined;
   /** Web origins whose browser pages may call the bridge (CORS; default: none). */
   cors?: CorsOptions | undefined;
   heartbeatIntervalMs?: number | undefined;
@@ -261,6 +265,13 @@ async function readyDockerBackend(options: DockerBackendOptions): Promise<Docker
   return backend;
 }
 
+/** A secret's value on this host: a variable of the bridge's environment, or a file's text. */
+const readSecretOnHost: SecretReader = async (source) => {
+  if ("env" in source) return readSecretFromEnv(source);
+  // The file's text without its final line break (as `echo value > file` writes it).
+  return (await readFile(source.file, "utf8")).replace(/\r?\n$/, "");
+};
+
 /** Serves a bridge over HTTP on loopback; the embedded default for development and tests. */
 export async function startEmbeddedBridge<
   B extends SandboxBackend = ReturnType<typeof createLocalBackend>,
@@ -284,6 +295,8 @@ export async function startEmbeddedBridge<
       limits: options.limits,
       admission: options.admission,
       network: options.network,
+      secrets: options.secrets,
+      readSecret: readSecretOnHost,
       cors: options.cors,
       heartbeatIntervalMs: options.heartbeatIntervalMs,
       durable:

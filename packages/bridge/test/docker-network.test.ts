@@ -148,6 +148,68 @@ else
       expect(other.hits()).toBe(before);
     });
 
+    it("puts a secret's value into plain HTTP headers to its host only; the container sees the placeholder", async () => {
+      const value = `docker-secret-${process.pid}-${Date.now().toString(36)}`;
+      process.env.RT_DOCKER_TEST_SECRET = value;
+      const seen: string[] = [];
+      const api = createServer((req, res) => {
+        seen.push(String(req.headers.authorization));
+        res.end("ok");
+      });
+      await new Promise<void>((resolve) => api.listen(0, "0.0.0.0", resolve));
+      const apiPort = (api.address() as AddressInfo).port;
+      try {
+        const { host, image, ulimits } = requireEngine();
+        const backend = createDockerBackend({
+          image,
+          engine: host,
+          ulimits,
+          pool: 0,
+          egress: { allowPrivate: [`127.0.0.1`] },
+          logger: silentLogger,
+        });
+        backends.push(backend);
+        await backend.ready;
+        const bridge = createBridge({
+          backend,
+          token: TOKEN,
+          logger: silentLogger,
+          network: { ceiling: { allow: [`127.0.0.1:${other.port}`] } },
+          secrets: {
+            GH_TOKEN: { from: { env: "RT_DOCKER_TEST_SECRET" }, hosts: [`127.0.0.1:${apiPort}`] },
+          },
+        });
+        bridges.push(bridge);
+        const response = await bridge(
+          new Request("http://bridge.test/exec", {
+            method: "POST",
+            headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+            body: JSON.stringify({
+              sandboxId: freshId(),
+              secrets: ["GH_TOKEN"],
+              network: { allow: [`127.0.0.1:${other.port}`] },
+              command: [
+                'echo "$GH_TOKEN"',
+                `wget -q -O- --header "Authorization: Bearer $GH_TOKEN" http://127.0.0.1:${apiPort}/; echo`,
+                `wget -q -O- --header "Authorization: Bearer $GH_TOKEN" http://127.0.0.1:${other.port}/ 2>&1; echo "exit $?"`,
+              ].join("; "),
+            }),
+          }),
+        );
+        const text = await response.text();
+        expect(response.status, text).toBe(200);
+        expect(text).not.toContain(value);
+        const stdout = String((JSON.parse(text) as { stdout: string }).stdout).split("\n");
+        expect(stdout[0]).toMatch(/^rt_secret_[0-9a-f]{32}$/);
+        expect(stdout[1]).toBe("ok");
+        expect(stdout.join("\n")).toMatch(/403/);
+        expect(seen).toEqual([`Bearer ${value}`]);
+      } finally {
+        delete process.env.RT_DOCKER_TEST_SECRET;
+        api.close();
+      }
+    });
+
     it("with open, never reaches the host's own addresses or private ranges the deployer did not allow", async () => {
       const run = await setUp({ ceiling: "open" });
       const address = hostAddress();

@@ -658,6 +658,55 @@ describe("serve and health", () => {
     }
   });
 
+  it("serve --local --secret shows the secrets' names and hosts, /health lists them, never a value", async () => {
+    const value = "ghp_cli_test_value_0123456789";
+    const server = startCli(
+      [
+        "serve",
+        "--local",
+        "--isolation",
+        "bwrap",
+        "--secret",
+        "GH_TOKEN=env:RT_CLI_GH@api.github.com|Authorization: Bearer {value}",
+      ],
+      cleanEnv({ RT_CLI_GH: value }),
+    );
+    const { out, exportLine } = await exportLineOf(server);
+    try {
+      expect(out).toMatch(/^secrets: GH_TOKEN \(to api\.github\.com\)$/m);
+      expect(out).not.toContain(value);
+      const url = /CLOUDFLARE_SANDBOX_URL=(\S+)/.exec(exportLine)?.[1] as string;
+      const token = /CLOUDFLARE_SANDBOX_TOKEN=(\S+)/.exec(exportLine)?.[1] as string;
+      const health = await runCli(["health", "--json"], {
+        env: cleanEnv({ CLOUDFLARE_SANDBOX_URL: url, CLOUDFLARE_SANDBOX_TOKEN: token }),
+      });
+      expect(JSON.parse(health.stdout).secrets).toEqual([
+        { name: "GH_TOKEN", hosts: ["api.github.com"] },
+      ]);
+      expect(health.stdout).not.toContain(value);
+    } finally {
+      server.kill("SIGINT");
+      await once(server, "exit");
+    }
+  });
+
+  it("serve --local --secret without bubblewrap, or malformed, is a usage error", async () => {
+    const none = await runCli([
+      "serve",
+      "--local",
+      "--isolation",
+      "none",
+      "--secret",
+      "GH_TOKEN=env:GH_TOKEN@api.github.com",
+    ]);
+    expect(none.code).toBe(2);
+    expect(none.stderr).toContain("cannot inject secrets");
+    expect(none.stderr).toContain("leave out --secret");
+    const bad = await runCli(["serve", "--local", "--secret", "GH_TOKEN=ghp_abc@api.github.com"]);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain("expected NAME=env:VAR@HOSTS");
+  });
+
   it("serve --local refuses a network setting isolation none cannot enforce, or a bad host, as usage errors", async () => {
     const none = await runCli([
       "serve",

@@ -60,6 +60,7 @@ const RUN_OPTIONS: ReadonlySet<string> = new Set([
   "sandboxId",
   "network",
   "stdin",
+  "secrets",
 ] satisfies ReadonlyArray<keyof RunOptions>);
 
 /** Refuses call options that are not an object or name an option calls do not have. */
@@ -108,6 +109,7 @@ export function prepareCall(
   if (options.env !== undefined) candidate.env = options.env;
   if (options.maxOutputBytes !== undefined) candidate.maxOutputBytes = options.maxOutputBytes;
   if (options.network !== undefined) candidate.network = options.network;
+  if (options.secrets !== undefined) candidate.secrets = options.secrets;
   let stdinBytes = 0;
   if (options.stdin !== undefined) {
     const stdin = stdinField(options.stdin);

@@ -147,6 +147,13 @@ export interface RunOptions {
    * base64. Without it stdin is empty. Needs a protocol 2 bridge.
    */
   stdin?: StdinInput | undefined;
+  /**
+   * Secrets the command may use, by name, among those the bridge declares (its `/health` lists
+   * them): the command sees a placeholder in `env` under each name, and the bridge puts the value
+   * into request headers to the secret's hosts only. A name the bridge does not declare is a
+   * `ForbiddenError` (403); a bridge that does not know the field refuses it (400).
+   */
+  secrets?: readonly string[] | undefined;
 }
 
 export interface TaskResult {

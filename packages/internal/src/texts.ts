@@ -71,6 +71,12 @@ export const BRIDGE_TEXTS = {
     "This bridge does not control network access, so it cannot honour `network`; leave the field out.",
   networkBeyondCeiling: (requested: string, ceiling: string) =>
     `The call asks for network ${requested}, more than this bridge allows (${ceiling}), so the command did not run.`,
+  secretsUndeclared: (unknown: string, declared: string) =>
+    `The call asks for secrets this bridge does not declare (${unknown}), so the command did not run; it declares ${declared}.`,
+  secretUnavailable: (name: string) =>
+    `The bridge cannot read the value of secret ${name} (its variable is unset or empty, or its file unreadable), so the command did not run.`,
+  secretsUnsupported:
+    "This bridge cannot inject secrets (its backend has no egress proxy for them), so it cannot honour `secrets`; leave the field out.",
   networkModeUnsupported: (mode: string, modes: string) =>
     `This bridge cannot enforce network ${mode} (it enforces ${modes}), so the command did not run.`,
   stdinTooLarge: (bytes: number, maxBytes: number) =>

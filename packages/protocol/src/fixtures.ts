@@ -70,6 +70,7 @@ export const fullHealthResponse = {
   admission,
   sandbox,
   network,
+  secrets: [{ name: "GH_TOKEN", hosts: ["api.github.com", "uploads.github.com:443"] }],
   durable: {
     keptSeconds: 600,
     maxKept: 4096,
@@ -93,6 +94,7 @@ export const validFixtures: readonly Fixture[] = [
       maxOutputBytes: 65_536,
       network: { allow: ["pypi.org", "*.pythonhosted.org:443", "10.0.0.7:8080", "[::1]:9000"] },
       stdin: "a,b\n1,2\n",
+      secrets: ["GH_TOKEN", "_K2"],
     },
   },
   {
@@ -179,6 +181,11 @@ export const validFixtures: readonly Fixture[] = [
   },
   { name: "network report", schema: "NetworkReport", value: network },
   { name: "network policy none", schema: "NetworkPolicy", value: "none" },
+  {
+    name: "secret report",
+    schema: "SecretReport",
+    value: { name: "GH_TOKEN", hosts: ["api.github.com"] },
+  },
   { name: "wildcard host pattern with a port", schema: "HostPattern", value: "*.example.com:443" },
   { name: "admission", schema: "Admission", value: admission },
   { name: "sandbox report", schema: "SandboxReport", value: sandbox },
@@ -352,6 +359,12 @@ export const invalidFixtures: readonly InvalidFixture[] = [
     schema: "ErrorBody",
     value: { error: "x", code: "teapot" },
     failingPath: ["code"],
+  },
+  {
+    name: "secret name that is no env name",
+    schema: "ExecRequest",
+    value: { sandboxId: "a", command: "true", secrets: ["GH-TOKEN"] },
+    failingPath: ["secrets", 0],
   },
   {
     name: "network policy of an unknown kind",

@@ -23,6 +23,7 @@ import {
   networkReportSchema,
   outcomeSchema,
   sandboxReportSchema,
+  secretReportSchema,
   streamEventSchema,
   warmPoolSchema,
 } from "./schemas.js";
@@ -36,6 +37,7 @@ export const wireSchemas = {
   HostPattern: hostPatternSchema,
   NetworkPolicy: networkPolicySchema,
   NetworkReport: networkReportSchema,
+  SecretReport: secretReportSchema,
   EnforcedLimit: enforcedLimitSchema,
   SandboxReport: sandboxReportSchema,
   DurableReport: durableReportSchema,

@@ -155,6 +155,22 @@ export const networkReportSchema = z.object({
 });
 export type NetworkReport = z.infer<typeof networkReportSchema>;
 
+/** A secret name: as an environment variable name, so the command finds its placeholder there. */
+export const secretNameSchema = z
+  .string()
+  .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "secret names must match [A-Za-z_][A-Za-z0-9_]*");
+
+/** A secret the deployer declared, as `GET /health` reports it: its name and hosts, never its value. */
+export const secretReportSchema = z.object({
+  name: secretNameSchema,
+  hosts: z
+    .array(hostPatternSchema)
+    .describe(
+      "Host patterns the secret's value may be sent to (and a call asking for it may reach).",
+    ),
+});
+export type SecretReport = z.infer<typeof secretReportSchema>;
+
 /**
  * What a bridge keeps of its calls and for how long (protocol 3), as `GET /health` reports it:
  * a bridge that reports it answers `GET /exec/{sandboxId}` and takes `detach`.
@@ -209,6 +225,12 @@ export const healthResponseSchema = z.object({
     .describe(
       "The network policies the bridge enforces; absent when it controls no network access (then `network` in a request is refused).",
     ),
+  secrets: z
+    .array(secretReportSchema)
+    .optional()
+    .describe(
+      "Secrets a call may ask for by name (`secrets` in a request), with the hosts each may go to; absent when the bridge declares none.",
+    ),
   durable: durableReportSchema
     .optional()
     .describe(
@@ -246,6 +268,13 @@ export const execRequestSchema = z.strictObject({
   network: networkPolicySchema
     .optional()
     .describe("Where the command may connect (protocol 2; default: the bridge's default)."),
+  secrets: z
+    .array(secretNameSchema)
+    .max(64)
+    .optional()
+    .describe(
+      "Secrets the command may use, by name, among those the bridge declares (`/health`): the command's env holds a placeholder per name, which the bridge's egress proxy replaces with the value only in request headers to the secret's hosts. The call may reach those hosts whatever its `network`. A name the bridge does not declare is refused (403).",
+    ),
   stdin: z
     .union([
       z.string(),

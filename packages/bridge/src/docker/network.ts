@@ -14,7 +14,7 @@
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { accessSync, chmodSync, chownSync, constants, readFileSync, rmSync } from "node:fs";
 import type { NetworkPolicy } from "@remote-task/protocol";
-import { type EgressProxy, startEgressProxy } from "../host/egress.js";
+import { type EgressProxy, type EgressProxyOptions, startEgressProxy } from "../host/egress.js";
 import type { Endpoint } from "../host/egress-policy.js";
 import { proxyEnvironment, relayArgs } from "../host/relay.js";
 import type { ParsedHostPattern } from "../network.js";
@@ -123,6 +123,8 @@ export interface ContainerNetworkOptions {
   policy: Exclude<NetworkPolicy, "none">;
   /** The allowlist is the caller's own (see ExecSpec.callersAllowlist). */
   callersAllowlist?: boolean | undefined;
+  /** The call's secrets, for its proxy to put into headers to their hosts. */
+  secrets?: EgressProxyOptions["secrets"];
   /** The proxy's socket (its directory must let the relay's uid through). */
   socketPath: string;
   allowPrivate: readonly ParsedHostPattern[];
@@ -152,6 +154,7 @@ export async function startContainerNetwork(
     socketPath,
     policy: options.policy,
     callersAllowlist: options.callersAllowlist,
+    secrets: options.secrets,
     allowPrivate: options.allowPrivate,
     protectedEndpoints: options.protectedEndpoints,
   });

@@ -6,19 +6,25 @@
  * answer differently). What may be reached is decided in egress-policy.ts; this module only wires
  * that decision to sockets and name resolution.
  */
+import { randomBytes } from "node:crypto";
+import { rmSync, writeFileSync } from "node:fs";
 import {
   createServer,
   request as httpRequest,
   type IncomingHttpHeaders,
   type IncomingMessage,
+  type Server,
   type ServerResponse,
   STATUS_CODES,
 } from "node:http";
+import { request as httpsRequest } from "node:https";
 import { connect, isIP, type Socket } from "node:net";
 import { networkInterfaces } from "node:os";
 import type { Duplex } from "node:stream";
+import { rootCertificates, TLSSocket } from "node:tls";
 import type { NetworkPolicy } from "@remote-task/protocol";
 import type { ParsedHostPattern } from "../network.js";
+import type { CallSecret } from "../secrets.js";
 import {
   chooseAddress,
   type EgressRules,
@@ -29,7 +35,9 @@ import {
   tooManyLookups,
   unresolved,
 } from "./egress-policy.js";
+import { applySecrets, secretAllowed } from "./egress-secrets.js";
 import { createNameResolver, type NameResolverOptions, TooManyLookupsError } from "./resolver.js";
+import { createSandboxCa, type SandboxCa } from "./sandbox-ca.js";
 
 /** What the deployer sets for the egress proxy of the local and docker backends. */
 export interface EgressOptions {
@@ -40,6 +48,11 @@ export interface EgressOptions {
    * destination.
    */
   allowPrivate?: readonly string[] | undefined;
+  /**
+   * Certificate authorities (PEM) the proxy trusts for upstream TLS on intercepted (secret)
+   * hosts, besides Node's bundled roots: for a test server or a private CA. Default: none.
+   */
+  upstreamCa?: string | undefined;
 }
 
 export interface EgressProxyOptions {
@@ -55,6 +68,19 @@ export interface EgressProxyOptions {
   limits?: Partial<EgressLimits> | undefined;
   /** Name resolution (servers, per-query timeout, lookups at once, hosts file). */
   resolver?: NameResolverOptions | undefined;
+  /**
+   * The call's secrets: put into request headers to their hosts (egress-secrets.ts); a request
+   * carrying a placeholder elsewhere is refused.
+   */
+  secrets?: readonly CallSecret[] | undefined;
+  /**
+   * With secrets: where to write the CA bundle the sandbox trusts (Node's bundled roots and the
+   * sandbox's own CA, made now), removed when the proxy closes. Without it HTTPS to a secret's
+   * host is a plain tunnel (no value goes in).
+   */
+  caBundlePath?: string | undefined;
+  /** See {@link EgressOptions.upstreamCa}. */
+  upstreamCa?: string | undefined;
 }
 
 /** What one sandbox may make the bridge hold through its proxy. */
@@ -125,6 +151,19 @@ interface ProxyState {
   /** Connections to destinations open now (at most `limits.maxConnections`). */
   upstreams: number;
   refused: number;
+  /** The sandbox's CA, when it has secrets and a CA bundle path. */
+  readonly ca: SandboxCa | undefined;
+  /** Serves the requests of intercepted (TLS-terminated) connections. */
+  readonly inner: Server;
+  /** The destination of each intercepted connection. */
+  readonly intercepted: WeakMap<Duplex, Destination>;
+}
+
+/** Where an intercepted connection's requests go: the CONNECT target and its checked address. */
+interface Destination {
+  host: string;
+  port: number;
+  address: string;
 }
 
 function track(state: ProxyState, socket: Duplex): void {
@@ -249,6 +288,9 @@ async function onConnect(
   const port = Number(authority[3]);
   const decision = await decide(state, host, port);
   if (!decision.ok) return answerRaw(client, decision.status, decision.reason);
+  if (interceptable(state, host, port)) {
+    return intercept(state, client, head, { host, port, address: decision.address });
+  }
   open(
     state,
     decision.address,
@@ -278,6 +320,22 @@ function forwardHeaders(headers: IncomingHttpHeaders): IncomingHttpHeaders {
   return kept;
 }
 
+/** Response headers with any secret's value (an upstream echoing it) put back as its placeholder. */
+function hideSecrets(
+  headers: IncomingHttpHeaders,
+  secrets: readonly CallSecret[],
+): IncomingHttpHeaders {
+  if (secrets.length === 0) return headers;
+  const hide = (text: string) =>
+    secrets.reduce((out, secret) => out.split(secret.value).join(secret.placeholder), text);
+  const out: IncomingHttpHeaders = {};
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined) continue;
+    out[name] = Array.isArray(value) ? value.map(hide) : hide(value);
+  }
+  return out;
+}
+
 /** A plain HTTP request (absolute URI): forwarded to the checked address, or refused. */
 async function onRequest(
   state: ProxyState,
@@ -299,18 +357,55 @@ async function onRequest(
   const port = Number(url.port || 80);
   const decision = await decide(state, host, port);
   if (!decision.ok) return answer(res, decision.status, decision.reason);
+  forward(state, req, res, {
+    host,
+    port,
+    address: decision.address,
+    path: `${url.pathname}${url.search}`,
+    authority: url.host,
+    tls: false,
+  });
+}
+
+/** A request to send on: to the checked address, for `host` (its TLS name when `tls`). */
+interface Forwarded extends Destination {
+  path: string;
+  /** The Host header. */
+  authority: string;
+  tls: boolean;
+}
+
+/** Sends a request on to its destination (secrets put in) and its answer back. */
+function forward(state: ProxyState, req: IncomingMessage, res: ServerResponse, to: Forwarded) {
+  const { host, port } = to;
+  const secrets = state.options.secrets ?? [];
+  const withSecrets = applySecrets(forwardHeaders(req.headers), host, port, secrets);
+  if (!withSecrets.ok) {
+    state.refused++;
+    return answer(res, withSecrets.status, withSecrets.reason);
+  }
   const full = upstreamsFull(state);
   if (full !== undefined) return answer(res, 503, full);
-  const upstream = httpRequest({
-    host: decision.address,
+  const options = {
+    host: to.address,
     port,
     method: req.method,
-    path: `${url.pathname}${url.search}`,
-    headers: { ...forwardHeaders(req.headers), host: url.host },
+    path: to.path,
+    headers: { ...withSecrets.headers, host: to.authority },
     setHost: false,
     agent: false,
     timeout: CONNECT_TIMEOUT_MS,
-  });
+  };
+  const upstream = to.tls
+    ? httpsRequest({
+        ...options,
+        ...(isIP(host) === 0 ? { servername: host } : {}),
+        // The real server is verified as any client would (Node's roots, plus upstreamCa).
+        ...(state.options.upstreamCa === undefined
+          ? {}
+          : { ca: [...rootCertificates, state.options.upstreamCa] }),
+      })
+    : httpRequest(options);
   upstream.once("socket", (socket: Socket) => {
     track(state, socket);
     countUpstream(state, socket);
@@ -320,24 +415,79 @@ async function onRequest(
     answer(
       res,
       502,
-      `remote-task egress proxy: ${url.host} (${decision.address}): ${error.code ?? error.message}.`,
+      `remote-task egress proxy: ${to.authority} (${to.address}): ${error.code ?? error.message}${to.tls ? " (the upstream TLS connection failed: the proxy verifies the real server's certificate)" : ""}.`,
     ),
   );
   // A client that goes away takes its request to the destination with it.
   res.once("close", () => upstream.destroy());
   upstream.once("response", (response) => {
-    res.writeHead(response.statusCode ?? 502, forwardHeaders(response.headers));
+    res.writeHead(
+      response.statusCode ?? 502,
+      hideSecrets(forwardHeaders(response.headers), secrets),
+    );
     response.pipe(res);
     response.once("error", () => res.destroy());
   });
   req.pipe(upstream);
 }
 
+/** Whether CONNECT to `host:port` is terminated here: the call has a secret for it (and a CA). */
+function interceptable(state: ProxyState, host: string, port: number): boolean {
+  return (
+    state.ca !== undefined &&
+    (state.options.secrets ?? []).some((secret) => secretAllowed(secret, host, port))
+  );
+}
+
+/**
+ * A CONNECT to a secret's host: answered here with a certificate for that host from the
+ * sandbox's CA; its requests are then served by the inner server and forwarded over TLS to the
+ * checked address, the real server verified as usual.
+ */
+function intercept(state: ProxyState, client: Duplex, head: Buffer, to: Destination) {
+  const ca = state.ca;
+  if (ca === undefined) return answerRaw(client, 500, "remote-task egress proxy: no CA.");
+  client.write("HTTP/1.1 200 Connection Established\r\n\r\n");
+  if (head.length > 0) client.unshift(head);
+  const tls = new TLSSocket(client as Socket, {
+    isServer: true,
+    ...ca.leaf(to.host),
+    ALPNProtocols: ["http/1.1"],
+  });
+  track(state, tls);
+  tls.on("error", () => client.destroy());
+  tls.once("close", () => client.destroy());
+  state.intercepted.set(tls, to);
+  state.inner.emit("connection", tls);
+}
+
+function onInterceptedRequest(state: ProxyState, req: IncomingMessage, res: ServerResponse) {
+  const to = state.intercepted.get(req.socket);
+  if (to === undefined) return answer(res, 500, "remote-task egress proxy: unknown connection.");
+  const path = req.url ?? "/";
+  if (!path.startsWith("/")) {
+    return answer(res, 400, `remote-task egress proxy: bad request target ${path}.`);
+  }
+  const name = to.host.includes(":") ? `[${to.host}]` : to.host;
+  forward(state, req, res, {
+    ...to,
+    path,
+    authority: to.port === 443 ? name : `${name}:${to.port}`,
+    tls: true,
+  });
+}
+
+function randomLabel(): string {
+  return randomBytes(4).toString("hex");
+}
+
 /**
  * Takes a connection's requests one at a time, in order; a connection with more than
  * {@link MAX_PIPELINED} waiting behind the one in flight is closed.
  */
-function pipelined(state: ProxyState): (req: IncomingMessage, res: ServerResponse) => void {
+function pipelined(
+  handle: (req: IncomingMessage, res: ServerResponse) => void,
+): (req: IncomingMessage, res: ServerResponse) => void {
   /** Per connection: the end of its last request, and how many of its requests have not started. */
   const inFlight = new WeakMap<Socket, { done: Promise<void>; waiting: number }>();
   return (req, res) => {
@@ -351,7 +501,7 @@ function pipelined(state: ProxyState): (req: IncomingMessage, res: ServerRespons
     const answered = new Promise<void>((resolve) => res.once("close", resolve));
     line.done = line.done.then(() => {
       line.waiting--;
-      if (!res.destroyed) void onRequest(state, req, res);
+      if (!res.destroyed) handle(req, res);
       return answered;
     });
     inFlight.set(socket, line);
@@ -364,6 +514,21 @@ function pipelined(state: ProxyState): (req: IncomingMessage, res: ServerRespons
  */
 export async function startEgressProxy(options: EgressProxyOptions): Promise<EgressProxy> {
   const limits = { ...DEFAULT_EGRESS_LIMITS, ...options.limits };
+  const serverOptions = {
+    requestTimeout: 0,
+    headersTimeout: limits.headersTimeoutMs,
+    // How often the server looks for connections past their headers timeout.
+    connectionsCheckingInterval: Math.min(1_000, limits.headersTimeoutMs),
+    keepAliveTimeout: 5_000,
+  };
+  const inner = createServer(serverOptions);
+  const withCa = (options.secrets ?? []).length > 0 && options.caBundlePath !== undefined;
+  const ca = withCa ? createSandboxCa(randomLabel()) : undefined;
+  if (ca !== undefined && options.caBundlePath !== undefined) {
+    writeFileSync(options.caBundlePath, [...rootCertificates, ca.certificatePem].join("\n"), {
+      mode: 0o644,
+    });
+  }
   const state: ProxyState = {
     options,
     limits,
@@ -371,14 +536,11 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
     sockets: new Set(),
     upstreams: 0,
     refused: 0,
+    ca,
+    inner,
+    intercepted: new WeakMap(),
   };
-  const server = createServer({
-    requestTimeout: 0,
-    headersTimeout: limits.headersTimeoutMs,
-    // How often the server looks for connections past their headers timeout.
-    connectionsCheckingInterval: Math.min(1_000, limits.headersTimeoutMs),
-    keepAliveTimeout: 5_000,
-  });
+  const server = createServer(serverOptions);
   // Beyond this the server closes each new connection as it arrives.
   server.maxConnections = limits.maxConnections;
   server.timeout = limits.idleTimeoutMs;
@@ -386,7 +548,14 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
   server.on("connect", (req: IncomingMessage, client: Duplex, head: Buffer) => {
     void onConnect(state, req, client, head);
   });
-  server.on("request", pipelined(state));
+  server.on(
+    "request",
+    pipelined((req, res) => void onRequest(state, req, res)),
+  );
+  inner.on(
+    "request",
+    pipelined((req, res) => onInterceptedRequest(state, req, res)),
+  );
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
     server.listen(options.socketPath, () => {
@@ -403,6 +572,10 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
     close() {
       closing ??= new Promise<void>((resolve) => {
         state.names.cancel();
+        inner.close();
+        if (ca !== undefined && options.caBundlePath !== undefined) {
+          rmSync(options.caBundlePath, { force: true });
+        }
         server.close(() => resolve());
         for (const socket of state.sockets) socket.destroy();
       });

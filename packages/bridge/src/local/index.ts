@@ -123,6 +123,8 @@ export function createLocalBackend(options: LocalBackendOptions = {}): LocalBack
     name: "local",
     isolation: host.isolation,
     networkModes: host.networkModes,
+    // Only bubblewrap gives a call an egress proxy of its own, where secrets go in.
+    injectsSecrets: host.networkModes?.includes("allow") === true,
     sandbox: host.report,
     stateDir: host.stateDir,
     ready: host.ready,

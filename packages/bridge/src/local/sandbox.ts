@@ -16,6 +16,7 @@ import {
   SANDBOX_NODE,
   SANDBOX_PROXY_SOCKET,
 } from "../host/relay.js";
+import { caEnvironment, SANDBOX_CA_BUNDLE } from "../host/sandbox-ca.js";
 import { bwrapArgs, isDirectoryInside } from "./bwrap.js";
 import { ENV_FD } from "./keyring.js";
 import { limitNotes } from "./notes.js";
@@ -105,6 +106,7 @@ function spawnRequest(
     LANG: "C.UTF-8",
     TMPDIR: dirs?.tmp ?? "/tmp",
     ...(binds.length > 0 ? proxyEnvironment() : {}),
+    ...(binds.some(([, inside]) => inside === SANDBOX_CA_BUNDLE) ? caEnvironment() : {}),
     ...spec.env,
   };
   const settings = ["--clearenv"];
@@ -185,11 +187,17 @@ async function startProxy(
   const network = spec.network ?? "none";
   if (host.isolation !== "bwrap" || network === "none") return [];
   const socketPath = join(host.stateDir, `egress-${call.serial}.sock`);
+  const secrets = spec.secrets ?? [];
+  const caBundlePath =
+    secrets.length > 0 ? join(host.stateDir, `egress-${call.serial}-ca.pem`) : undefined;
   sandbox.egress = await startEgressProxy({
     socketPath,
+    caBundlePath,
+    upstreamCa: host.upstreamCa,
     policy: network,
     callersAllowlist: spec.callersAllowlist === true,
     allowPrivate: host.allowPrivate,
+    secrets: spec.secrets,
     protectedEndpoints: call.bridgeEndpoints,
   });
   if (slot.uid !== undefined) chownSync(socketPath, slot.uid, slot.uid);
@@ -197,6 +205,7 @@ async function startProxy(
   return [
     [socketPath, SANDBOX_PROXY_SOCKET],
     [process.execPath, SANDBOX_NODE],
+    ...(caBundlePath === undefined ? [] : [[caBundlePath, SANDBOX_CA_BUNDLE] as [string, string]]),
   ];
 }
 

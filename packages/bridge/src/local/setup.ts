@@ -140,6 +140,8 @@ export interface LocalHost {
   readonly isolation: LocalIsolation;
   readonly limits: SandboxLimits;
   readonly allowPrivate: readonly ParsedHostPattern[];
+  /** Extra CAs the egress proxy trusts upstream on intercepted hosts (egress.upstreamCa). */
+  readonly upstreamCa: string | undefined;
   readonly onTmpfs: boolean;
   readonly killGraceMs: number;
   /** The sandboxes' host uids (the bridge runs as root), else undefined. */
@@ -464,6 +466,7 @@ export function setUpLocalHost(options: LocalBackendOptions = {}): LocalHost {
     isolation,
     limits,
     allowPrivate,
+    upstreamCa: options.egress?.upstreamCa,
     onTmpfs,
     killGraceMs,
     uids,

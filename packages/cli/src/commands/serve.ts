@@ -1,3 +1,4 @@
+import type { SecretDeclaration } from "@remote-task/bridge";
 import type { DockerBackend } from "@remote-task/bridge/docker";
 import type { LocalBackend } from "@remote-task/bridge/local";
 import type { EmbeddedBridge } from "@remote-task/bridge/node";
@@ -11,6 +12,7 @@ import { serveLogger } from "../log.js";
 import { hostList, networkPolicy } from "../network.js";
 import { inFlagTerms } from "../report.js";
 import { type LimitFlags, limitOptions, sandboxLimits } from "../sandbox-limits.js";
+import { secretFlag } from "../secrets.js";
 import { type ServeToken, serveToken } from "../token.js";
 import { type DurableFlags, durableOptions, durableServeOptions } from "./durable-flags.js";
 
@@ -26,6 +28,7 @@ interface ServeFlags extends DockerFlags, LimitFlags, DurableFlags {
   networkCeiling?: NetworkPolicy;
   allowPrivate?: string[];
   corsOrigin?: string[];
+  secret?: Record<string, SecretDeclaration>;
 }
 
 const MiB = 1024 * 1024;
@@ -36,6 +39,8 @@ const SERVE_FLAGS = {
   "network.ceiling": "--network-ceiling",
   "leave out the network option": "leave out --network-default and --network-ceiling",
   "egress.allowPrivate": "--allow-private",
+  "leave out the secrets option": "leave out --secret (it needs --isolation bwrap or --docker)",
+  "secrets.": "--secret ",
 };
 
 const LOOPBACK = new Set(["127.0.0.1", "::1", "localhost"]);
@@ -82,6 +87,7 @@ async function serveCommand(flags: ServeFlags): Promise<number> {
       durable: durableOptions(flags),
       ...(token.value === undefined ? {} : { token: token.value }),
       ...(network === undefined ? {} : { network }),
+      ...(flags.secret === undefined ? {} : { secrets: flags.secret }),
       ...(flags.corsOrigin === undefined ? {} : { cors: { origins: flags.corsOrigin } }),
     });
   } catch (error) {
@@ -104,6 +110,11 @@ async function serveCommand(flags: ServeFlags): Promise<number> {
     `remote-task ${backend.name} bridge on ${bridge.url} (backend ${backend.name}, isolation ${backend.isolation})\n` +
       `sandbox: ${describeSandbox(backend.sandbox)}\n` +
       `network: ${describeNetwork(network, backend.networkModes)}\n` +
+      (flags.secret === undefined
+        ? ""
+        : `secrets: ${Object.entries(flags.secret)
+            .map(([name, secret]) => `${name} (to ${secret.hosts.join(", ")})`)
+            .join("; ")}\n`) +
       `token: ${token.from === undefined ? bridge.token : `from ${token.from}`}\n\n` +
       `${exportLine}\n\n` +
       "Press Ctrl-C to stop.\n",
@@ -191,6 +202,11 @@ export function declareServe(program: Command, onExit: OnExit): void {
       hostList,
     )
     .option(
+      "--secret <NAME=SOURCE@HOSTS>",
+      "a secret calls may ask for by name: NAME=env:VAR@hosts or NAME=file:/path@hosts, optionally |Header: template with {value} (repeat for more); the command sees a placeholder, the value goes only into request headers to those hosts",
+      secretFlag,
+    )
+    .option(
       "--cors-origin <origin>",
       "let browser pages of this web origin call the bridge (CORS; repeat for more, e.g. https://app.example.com); other origins are refused",
       (origin: string, previous: string[] = []) => [...previous, origin],
@@ -202,6 +218,9 @@ It serves until Ctrl-C.
 
 Example, letting calls ask for the Python package index (and nothing else):
   $ remote-task serve --local --network-ceiling pypi.org,files.pythonhosted.org
+
+Example, letting calls use a GitHub token they never hold (the value goes only to api.github.com):
+  $ remote-task serve --local --secret 'GH_TOKEN=env:GH_TOKEN@api.github.com|Authorization: Bearer {value}'
 
 Example, with tighter per-sandbox limits than the defaults:
   $ remote-task serve --local --processes 64 --memory-mib 512

@@ -1,0 +1,63 @@
+/**
+ * What the egress proxy does with a call's secrets on one HTTP request, as a pure function: a
+ * request to a secret's host gets the value in place of the placeholder wherever the placeholder
+ * appears in its headers (and the deployer's header, when the secret has one); a request that
+ * carries a placeholder to any other host is refused (fails closed), so the command learns at
+ * once rather than an upstream seeing a placeholder. Only headers are rewritten: a placeholder in
+ * the URL or the body travels as written (a body is never read), so it never becomes the value.
+ */
+import type { IncomingHttpHeaders } from "node:http";
+import { hostMatches } from "../network.js";
+import type { CallSecret } from "../secrets.js";
+
+export type SecretsVerdict =
+  | { ok: true; headers: IncomingHttpHeaders }
+  | { ok: false; status: 403; reason: string };
+
+function target(host: string, port: number): string {
+  return `${host.includes(":") ? `[${host}]` : host}:${port}`;
+}
+
+function replaceAll(value: string, placeholder: string, secret: string): string {
+  return value.split(placeholder).join(secret);
+}
+
+/** Whether the secret's value may go to `host` port `port`. */
+export function secretAllowed(secret: CallSecret, host: string, port: number): boolean {
+  return secret.patterns.some((pattern) => hostMatches(pattern, host, port));
+}
+
+/**
+ * The headers to send to `host:port` with the call's secrets put in, or the refusal when a header
+ * carries the placeholder of a secret that may not go there. `headers` is not changed.
+ */
+export function applySecrets(
+  headers: IncomingHttpHeaders,
+  host: string,
+  port: number,
+  secrets: readonly CallSecret[],
+): SecretsVerdict {
+  if (secrets.length === 0) return { ok: true, headers };
+  const out: IncomingHttpHeaders = {};
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined) continue;
+    let values = Array.isArray(value) ? [...value] : [value];
+    for (const secret of secrets) {
+      if (!values.some((text) => text.includes(secret.placeholder))) continue;
+      if (!secretAllowed(secret, host, port)) {
+        return {
+          ok: false,
+          status: 403,
+          reason: `remote-task egress proxy: request to ${target(host, port)} refused: its ${name} header carries the placeholder of secret ${secret.name}, which may go only to ${secret.patterns.map((pattern) => target(pattern.host, pattern.port ?? 0).replace(/:0$/, "")).join(", ")}.`,
+        };
+      }
+      values = values.map((text) => replaceAll(text, secret.placeholder, secret.value));
+    }
+    out[name] = Array.isArray(value) ? values : values[0];
+  }
+  for (const secret of secrets) {
+    if (secret.header === undefined || !secretAllowed(secret, host, port)) continue;
+    out[secret.header.name] = replaceAll(secret.header.template, "{value}", secret.value);
+  }
+  return { ok: true, headers: out };
+}
