@@ -153,7 +153,12 @@ function useLocalBridge(mode: "none" | "bwrap", skip: boolean) {
     process.env.REMOTE_TASK_TEST_HOST_SECRET = secret;
     fx.tmpRoot = await makeTmpRoot("rt-local-test-");
     fx.backend = createLocalBackend({ isolation: mode, tmpRoot: fx.tmpRoot, killGraceMs: 300 });
-    fx.bridge = await startEmbeddedBridge({ backend: fx.backend, logger: silentLogger });
+    // No grace for a caller that left: the tests below expect its command killed at once.
+    fx.bridge = await startEmbeddedBridge({
+      backend: fx.backend,
+      logger: silentLogger,
+      durable: { disconnectGraceSeconds: 0 },
+    });
   });
   afterAll(async () => {
     if (skip) return;
