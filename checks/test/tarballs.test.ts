@@ -352,7 +352,7 @@ describe("each tarball", () => {
   });
 });
 
-describe("installed from the tarballs", () => {
+describe("installed from the tarballs: entry points and types", () => {
   it("every entry point loads with import, and with require unless it is ESM only", () => {
     const specs = PACKAGES.flatMap(entryPoints);
     expect(specs).toContain("@remote-task/tool/mcp");
@@ -479,7 +479,9 @@ describe("installed from the tarballs", () => {
       "remote_task",
     ]);
   });
+});
 
+describe("installed from the tarballs: browsers, Workers and bundlers", () => {
   it.each([
     ["a browser (DOM lib)", { lib: ["es2022", "dom"], types: [] }],
     [
@@ -567,7 +569,9 @@ describe("installed from the tarballs", () => {
     expect(packed.bridge.manifest.dependencies).not.toHaveProperty("ipaddr.js");
     expect(packed.bridge.files).toContain("THIRD_PARTY_LICENSES.md");
   });
+});
 
+describe("installed from the tarballs: the command line and agent frameworks", () => {
   it("the command line installs without the MCP SDK and its HTTP stack, and runs", () => {
     for (const name of ["@modelcontextprotocol/sdk", "express", "openai", "ai"]) {
       expect(existsSync(join(cli, "node_modules", name)), name).toBe(false);

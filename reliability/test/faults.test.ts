@@ -107,7 +107,7 @@ function lastExecLog() {
   return entries[entries.length - 1];
 }
 
-describe("fault proxy between the real client and a real bridge", () => {
+describe("fault proxy between the real client and a real bridge: refused and reset connections", () => {
   it("connection refused: retried within the budget, then a ConnectionError; nothing ran", async () => {
     const port = await freePort();
     const { client, retries } = clientFor(`http://127.0.0.1:${port}`);
@@ -187,7 +187,9 @@ describe("fault proxy between the real client and a real bridge", () => {
     await host.settled(15_000);
     expect(lastExecLog()?.endedBy).toBe("disconnect");
   });
+});
 
+describe("fault proxy between the real client and a real bridge: stalls, cut bodies and garbage", () => {
   it("stall before the response headers: TimeoutError at timeout + grace", async () => {
     onExec({ kind: "stall", marker: "", extra: 0 });
     const { client, retries } = clientFor(proxy.url);

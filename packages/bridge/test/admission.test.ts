@@ -47,7 +47,7 @@ function execLines(logger: ReturnType<typeof full>["logger"]): ExecLogEntry[] {
   return logger.entries.filter((entry): entry is ExecLogEntry => entry.event === "exec");
 }
 
-describe("admission", () => {
+describe("admission: slots and the queue", () => {
   it("runs up to maxConcurrent, queues up to maxQueued, and refuses the rest with 429 capacity_exceeded and Retry-After, unrun", async () => {
     const { bridge, backend, exec } = full();
     const running = [exec({ command: "a" }), exec({ command: "b" })];
@@ -141,7 +141,9 @@ describe("admission", () => {
     await bridge.shutdown();
     await next;
   });
+});
 
+describe("admission: deadlines, fairness and cancellation", () => {
   it("counts the time in the queue against the call's timeout: a call that waits past it is refused as unrun, never a timeout", async () => {
     const { bridge, backend, exec, logger } = full();
     void exec({ command: "a" });
@@ -258,7 +260,9 @@ describe("admission", () => {
     await Promise.all(handed);
     expect((await exec({ command: "true" })).status).toBe(200);
   });
+});
 
+describe("admission: defaults and bounds", () => {
   it("defaults to 4 calls per core running, 64 waiting per running call, and 64 MiB waiting", () => {
     expect(CONCURRENT_CALLS_PER_CORE).toBe(4);
     expect(QUEUED_CALLS_PER_RUNNING).toBe(64);

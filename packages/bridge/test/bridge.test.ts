@@ -353,7 +353,7 @@ describe("request validation", () => {
   });
 });
 
-describe("exec", () => {
+describe("exec: results, caps and timeouts", () => {
   it("runs the exact reference exchange and returns the reference shape plus extensions", async () => {
     const { bridge } = setupBridge();
     const response = await bridge(request("/exec", { body: referenceExecRequest }));
@@ -472,7 +472,9 @@ describe("exec", () => {
     expect(result.outcome).toBe("timeout");
     expect(backend.liveSandboxes()).toBe(0);
   });
+});
 
+describe("exec: backend failures and sandbox ids", () => {
   it("maps BackendError codes: invalid_request with path, capacity 503 with Retry-After, sandbox_error 502", async () => {
     const errors: Record<string, unknown> = {
       cwd: new BackendError("invalid_request", "cwd is not allowed here", { path: ["cwd"] }),

@@ -79,37 +79,49 @@ function running(pid: number): boolean {
   }
 }
 
+/**
+ * In the calling describe: a backend and bridge with the engine's defaults, `exec` on that bridge
+ * (or another), `withLimits` for a bridge on a backend of its own; every backend closed after it.
+ */
+function useDockerBridge() {
+  const fx = { limited: [] as DockerBackend[] } as {
+    backend: DockerBackend;
+    bridge: ReturnType<typeof createBridge>;
+    limited: DockerBackend[];
+  };
+  beforeAll(async () => {
+    const { host, image, ulimits } = requireEngine();
+    fx.backend = createDockerBackend({ image, engine: host, ulimits });
+    await fx.backend.ready;
+    fx.bridge = createBridge({ backend: fx.backend, token: TOKEN, logger: silentLogger });
+  });
+  afterAll(async () => {
+    await fx.bridge?.shutdown();
+    await fx.backend?.close();
+    await Promise.all(fx.limited.map((b) => b.close()));
+  });
+
+  async function exec(body: Record<string, unknown>, on = fx.bridge) {
+    const response = await post(on, "/exec", { sandboxId: freshId(), ...body });
+    return { status: response.status, body: (await response.json()) as Record<string, unknown> };
+  }
+
+  async function withLimits(limits: Parameters<typeof createDockerBackend>[0]["limits"]) {
+    const { host, image, ulimits } = requireEngine();
+    const own = createDockerBackend({ image, engine: host, ulimits, limits });
+    fx.limited.push(own);
+    await own.ready;
+    return createBridge({ backend: own, token: TOKEN, logger: silentLogger });
+  }
+
+  return { fx, exec, withLimits };
+}
+
 if (skipDocker) it.skip(`docker backend (SKIPPED: ${noEngineReason})`, () => {});
-else
+else {
   describe("docker backend", () => {
-    let backend: DockerBackend;
-    let bridge: ReturnType<typeof createBridge>;
-    const limited: DockerBackend[] = [];
-
-    beforeAll(async () => {
-      const { host, image, ulimits } = requireEngine();
-      backend = createDockerBackend({ image, engine: host, ulimits });
-      await backend.ready;
-      bridge = createBridge({ backend, token: TOKEN, logger: silentLogger });
-    });
-    afterAll(async () => {
-      await bridge?.shutdown();
-      await backend?.close();
-      await Promise.all(limited.map((b) => b.close()));
-    });
-
-    async function exec(body: Record<string, unknown>, on = bridge) {
-      const response = await post(on, "/exec", { sandboxId: freshId(), ...body });
-      return { status: response.status, body: (await response.json()) as Record<string, unknown> };
-    }
-
-    async function withLimits(limits: Parameters<typeof createDockerBackend>[0]["limits"]) {
-      const { host, image, ulimits } = requireEngine();
-      const own = createDockerBackend({ image, engine: host, ulimits, limits });
-      limited.push(own);
-      await own.ready;
-      return createBridge({ backend: own, token: TOKEN, logger: silentLogger });
-    }
+    const { fx, exec } = useDockerBridge();
+    const { limited } = fx;
 
     it("runs as a non-root user with no capabilities, a read-only image and the task environment", async () => {
       const { status, body } = await exec({
@@ -124,7 +136,7 @@ else
     });
 
     it("reports backend, image and runtime on /health", async () => {
-      const response = await bridge(
+      const response = await fx.bridge(
         new Request("http://bridge.test/health", { headers: { authorization: `Bearer ${TOKEN}` } }),
       );
       const health = healthResponseSchema.parse(await response.json());
@@ -204,6 +216,10 @@ else
         /ulimit bogus is not an rlimit the engine knows; use one of as, core/,
       );
     });
+  });
+
+  describe("docker backend: limits, network, stdin and cwd", () => {
+    const { fx, exec, withLimits } = useDockerBridge();
 
     it("enforces the memory limit", async () => {
       const small = await withLimits({ memoryBytes: 32 * 1024 * 1024 });
@@ -273,11 +289,16 @@ else
       const { body } = await exec({ command: "pwd", cwd: "/etc" });
       expect(body.stdout).toBe("/etc\n");
       // Every container is removed, the refused ones too (the last perhaps just after the answer).
-      for (let i = 0; i < 500 && backend.liveSandboxes() > 0; i++) {
+      for (let i = 0; i < 500 && fx.backend.liveSandboxes() > 0; i++) {
         await new Promise((resolve) => setTimeout(resolve, 20));
       }
-      expect(backend.liveSandboxes()).toBe(0);
+      expect(fx.backend.liveSandboxes()).toBe(0);
     });
+  });
+
+  describe("docker backend: containers removed and pooled", () => {
+    const { fx, exec } = useDockerBridge();
+    const { limited } = fx;
 
     it("removes the container after exit, timeout and cancel", async () => {
       // No pool: every container of this backend is one of a call.
@@ -387,6 +408,7 @@ else
       expect(await containersWith(owned)).toEqual([]);
     });
   });
+}
 
 describe.skipIf(skipDocker)("docker backend after a crash", () => {
   let dir: string;

@@ -48,6 +48,27 @@ function hostAddress(): string | undefined {
     .find((info) => info.family === "IPv4" && !info.internal)?.address;
 }
 
+/** Runs `command` on `bridge` in a fresh sandbox, with the network `policy` if given. */
+function runnerFor(bridge: ReturnType<typeof createBridge>) {
+  return async (command: string, policy?: unknown) => {
+    const response = await bridge(
+      new Request("http://bridge.test/exec", {
+        method: "POST",
+        headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+        body: JSON.stringify({
+          sandboxId: freshId(),
+          command,
+          ...(policy === undefined ? {} : { network: policy }),
+        }),
+      }),
+    );
+    return {
+      status: response.status,
+      body: (await response.json()) as Record<string, unknown>,
+    };
+  };
+}
+
 if (skipDocker) it.skip(`docker network (SKIPPED: ${noEngineReason})`, () => {});
 else
   describe("docker backend network policy", () => {
@@ -81,23 +102,7 @@ else
       await backend.ready;
       const bridge = createBridge({ backend, token: TOKEN, logger: silentLogger, network });
       bridges.push(bridge);
-      return async (command: string, policy?: unknown) => {
-        const response = await bridge(
-          new Request("http://bridge.test/exec", {
-            method: "POST",
-            headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
-            body: JSON.stringify({
-              sandboxId: freshId(),
-              command,
-              ...(policy === undefined ? {} : { network: policy }),
-            }),
-          }),
-        );
-        return {
-          status: response.status,
-          body: (await response.json()) as Record<string, unknown>,
-        };
-      };
+      return runnerFor(bridge);
     }
 
     it("claims every mode where the bridge can enter the containers' network namespaces", async () => {

@@ -114,7 +114,9 @@ describe("durable calls", () => {
     const done = await status(bridge, sandboxId, "?waitSeconds=30");
     expect(done).toMatchObject({ state: "finished", result: { outcome: "cancelled" } });
   });
+});
 
+describe("durable calls: streams and bounds", () => {
   it("re-attaches an event stream from byte offsets, then follows to the exit", async () => {
     const { bridge, exec } = setupBridge(DURABLE);
     const sandboxId = freshId();

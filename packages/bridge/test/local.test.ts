@@ -140,38 +140,45 @@ describe("isolation option", () => {
   });
 });
 
-describe.each(isolationModes)("local backend, $title", ({ mode, skip }) => {
-  let tmpRoot: string;
-  let backend: LocalBackend;
-  let bridge: EmbeddedBridge<LocalBackend>;
+/**
+ * In the calling describe: a local backend in `mode` behind an embedded bridge, with a secret in
+ * the host's environment; after each test no sandbox or call directory is left, after all nothing.
+ */
+function useLocalBridge(mode: "none" | "bwrap", skip: boolean) {
+  const fx = {} as { tmpRoot: string; backend: LocalBackend; bridge: EmbeddedBridge<LocalBackend> };
   const secret = `host-secret-${Math.random().toString(36).slice(2)}`;
 
   beforeAll(async () => {
     if (skip) return;
     process.env.REMOTE_TASK_TEST_HOST_SECRET = secret;
-    tmpRoot = await makeTmpRoot("rt-local-test-");
-    backend = createLocalBackend({ isolation: mode, tmpRoot, killGraceMs: 300 });
-    bridge = await startEmbeddedBridge({ backend, logger: silentLogger });
+    fx.tmpRoot = await makeTmpRoot("rt-local-test-");
+    fx.backend = createLocalBackend({ isolation: mode, tmpRoot: fx.tmpRoot, killGraceMs: 300 });
+    // No grace for a caller that left: the tests below expect its command killed at once.
+    fx.bridge = await startEmbeddedBridge({
+      backend: fx.backend,
+      logger: silentLogger,
+      durable: { disconnectGraceSeconds: 0 },
+    });
   });
   afterAll(async () => {
     if (skip) return;
     delete process.env.REMOTE_TASK_TEST_HOST_SECRET;
-    await bridge.close();
-    await backend.close();
+    await fx.bridge.close();
+    await fx.backend.close();
     // Closed, the backend leaves nothing behind in its tmpRoot.
-    expect(await readdir(tmpRoot)).toEqual([]);
-    await rm(tmpRoot, { recursive: true, force: true });
+    expect(await readdir(fx.tmpRoot)).toEqual([]);
+    await rm(fx.tmpRoot, { recursive: true, force: true });
   });
   afterEach(async () => {
     if (skip) return;
-    expect(backend.liveSandboxes()).toBe(0);
-    expect(await leftoverCallDirs(backend)).toEqual([]);
+    expect(fx.backend.liveSandboxes()).toBe(0);
+    expect(await leftoverCallDirs(fx.backend)).toEqual([]);
   });
 
   const post = (body: Record<string, unknown>, signal?: AbortSignal) =>
-    fetch(`${bridge.url}/exec`, {
+    fetch(`${fx.bridge.url}/exec`, {
       method: "POST",
-      headers: { authorization: `Bearer ${bridge.token}`, "content-type": "application/json" },
+      headers: { authorization: `Bearer ${fx.bridge.token}`, "content-type": "application/json" },
       body: JSON.stringify({ sandboxId: freshId(), ...body }),
       ...(signal ? { signal } : {}),
     });
@@ -181,10 +188,15 @@ describe.each(isolationModes)("local backend, $title", ({ mode, skip }) => {
     expect(response.status, JSON.stringify(json)).toBe(200);
     return execResultSchema.parse(json);
   };
+  return { fx, secret, post, run };
+}
+
+describe.each(isolationModes)("local backend, $title", ({ mode, skip }) => {
+  const { fx, secret, post, run } = useLocalBridge(mode, skip);
 
   it.skipIf(skip)("reports the isolation in force on /health", async () => {
-    const health = await fetch(`${bridge.url}/health`, {
-      headers: { authorization: `Bearer ${bridge.token}` },
+    const health = await fetch(`${fx.bridge.url}/health`, {
+      headers: { authorization: `Bearer ${fx.bridge.token}` },
     });
     expect(await health.json()).toMatchObject({ backend: "local", isolation: mode });
   });
@@ -206,8 +218,8 @@ describe.each(isolationModes)("local backend, $title", ({ mode, skip }) => {
       expect(env.HOME).toBe("/workspace");
       expect(env.TMPDIR).toBe("/tmp");
     } else {
-      expect(env.HOME?.startsWith(tmpRoot)).toBe(true);
-      expect(env.TMPDIR?.startsWith(tmpRoot)).toBe(true);
+      expect(env.HOME?.startsWith(fx.tmpRoot)).toBe(true);
+      expect(env.TMPDIR?.startsWith(fx.tmpRoot)).toBe(true);
     }
     const names = Object.keys(env).filter(
       (name) => !["PWD", "SHLVL", "_", "OLDPWD"].includes(name),
@@ -226,7 +238,7 @@ describe.each(isolationModes)("local backend, $title", ({ mode, skip }) => {
       expect(processesWith(value)).toEqual([]);
       controller.abort();
       await pending;
-      await eventually(() => backend.liveSandboxes() === 0, "destroyed");
+      await eventually(() => fx.backend.liveSandboxes() === 0, "destroyed");
       // A loader variable in the request env must affect only the sandboxed command.
       const preload = await run({
         command: ":",
@@ -262,6 +274,10 @@ describe.each(isolationModes)("local backend, $title", ({ mode, skip }) => {
     }
     expect((await run({ command: "pwd", cwd: "/workspace/" })).stdout).toMatch(/\/workspace\n$/);
   });
+});
+
+describe.each(isolationModes)("local backend, $title: cwd and processes", ({ mode, skip }) => {
+  const { fx, post, run } = useLocalBridge(mode, skip);
 
   if (mode === "none")
     it.skipIf(skip)("refuses a cwd outside /workspace without isolation", async () => {
@@ -330,10 +346,10 @@ describe.each(isolationModes)("local backend, $title", ({ mode, skip }) => {
   it.skipIf(skip)("kills the command when the client disconnects mid-stream", async () => {
     const { command, marker } = markedSleep();
     const controller = new AbortController();
-    const response = await fetch(`${bridge.url}/exec`, {
+    const response = await fetch(`${fx.bridge.url}/exec`, {
       method: "POST",
       headers: {
-        authorization: `Bearer ${bridge.token}`,
+        authorization: `Bearer ${fx.bridge.token}`,
         "content-type": "application/json",
         accept: "text/event-stream",
       },
@@ -345,7 +361,7 @@ describe.each(isolationModes)("local backend, $title", ({ mode, skip }) => {
     while (!seen.includes("ready")) seen += (await reader.read()).value ?? "";
     expect(processesWith(marker).length).toBeGreaterThan(0);
     controller.abort();
-    await eventually(() => backend.liveSandboxes() === 0, "sandbox destroyed after disconnect");
+    await eventually(() => fx.backend.liveSandboxes() === 0, "sandbox destroyed after disconnect");
     await eventually(() => processesWith(marker).length === 0, "command killed after disconnect");
   });
 

@@ -58,7 +58,7 @@ function partialUpload(bridge: EmbeddedBridge, length: number, sent: string): Pr
   });
 }
 
-describe("startEmbeddedBridge", () => {
+describe("startEmbeddedBridge: slow uploads and admission", () => {
   it("closes an upload slower than minUploadBytesPerSecond once it has had headersTimeoutMs", {
     timeout: 60_000,
   }, async () => {
@@ -167,7 +167,9 @@ describe("startEmbeddedBridge", () => {
     controller.abort();
     await Promise.all([running, waiting]);
   });
+});
 
+describe("startEmbeddedBridge", () => {
   it("listens on 127.0.0.1 on a random port with a random 256-bit token", async () => {
     const a = await start({ backend: createFakeBackend() });
     const b = await start({ backend: createFakeBackend() });

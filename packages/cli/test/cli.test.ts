@@ -623,7 +623,9 @@ describe("serve and health", () => {
       await once(server, "exit");
     }
   });
+});
 
+describe("serve and health: network, limits and health output", () => {
   it("serve --local takes the deployer's network default, ceiling and private hosts, shows them and /health reports them", async () => {
     const server = startCli([
       "serve",

@@ -107,7 +107,9 @@ describe("against the embedded local bridge (loopback, real commands)", () => {
     const json = await client.run(`seq 1 ${lines}`);
     expect(formatOutput(json)).toEqual(shown);
   });
+});
 
+describe("against the embedded local bridge: aborts, cancel and many calls", () => {
   it("an abort kills the remote command and leaves nothing running", async () => {
     const marker = "31.4159";
     const controller = new AbortController();

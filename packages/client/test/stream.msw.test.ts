@@ -142,7 +142,9 @@ describe("run with onOutput (SSE mode)", () => {
     expect(TimeoutError.isInstance(error)).toBe(true);
     expect(error.message).toMatch(/did not finish within/);
   });
+});
 
+describe("run with onOutput (SSE mode): errors and malformed streams", () => {
   it("an error event becomes its typed error and is not retried", async () => {
     const { f } = streamingBridge((id) => [
       start(id),
