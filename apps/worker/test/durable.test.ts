@@ -1,0 +1,119 @@
+import { runDurableObjectAlarm } from "cloudflare:test";
+import { env, exports } from "cloudflare:workers";
+import type { CallStatus, ExecResult, HealthResponse } from "@remote-task/protocol";
+import { describe, expect, it } from "vitest";
+import { fakeCommand } from "./fake-container.js";
+import { AUTH, events, exec, sandboxId, sandboxState, send, workerEnv } from "./helpers.js";
+
+const durableEnv = workerEnv({ DURABLE_CALLS: "true", KEPT_SECONDS: "600" });
+
+/** A command that prints `first`, waits `ms`, prints `second` and exits 0. */
+function slowCommand(ms: number): string {
+  return fakeCommand({
+    steps: [{ data: "first\n" }, { data: "second\n", delayMs: ms }],
+  });
+}
+
+async function status(id: string, query = ""): Promise<CallStatus> {
+  const answer = await send(`/exec/${id}${query}`, { headers: AUTH, env: durableEnv });
+  expect(answer.status).toBe(200);
+  return JSON.parse(answer.text) as CallStatus;
+}
+
+describe("durable calls on the Worker (DURABLE_CALLS)", () => {
+  it("reports what is kept in /health, and nothing while off", async () => {
+    const on = await send("/health", { headers: AUTH, env: durableEnv });
+    const health = JSON.parse(on.text) as HealthResponse;
+    expect(health.durable).toMatchObject({ keptSeconds: 600, maxKept: 1, disconnectGraceSeconds: 10 });
+    const off = JSON.parse((await send("/health", { headers: AUTH })).text) as HealthResponse;
+    expect(off.durable).toBeUndefined();
+  });
+
+  it("answers a detached call at once and gives its result to GET", async () => {
+    const id = sandboxId();
+    const answer = await exec(
+      { sandboxId: id, command: slowCommand(300), detach: true },
+      { env: durableEnv },
+    );
+    expect(answer.status).toBe(202);
+    expect(JSON.parse(answer.text)).toMatchObject({ sandboxId: id });
+    const done = await status(id, "?waitSeconds=30");
+    expect(done.state).toBe("finished");
+    expect(done.result).toMatchObject({ stdout: "first\nsecond\n", code: 0 });
+    expect((await sandboxState(id)).execs).toHaveLength(1);
+  });
+
+  it("attaches a repeated POST to the call in flight: one run, one result", async () => {
+    const id = sandboxId();
+    const body = { sandboxId: id, command: slowCommand(500) };
+    const first = exec(body, { env: durableEnv });
+    await expect.poll(async () => (await sandboxState(id)).execs.length).toBe(1);
+    const second = await exec(body, { env: durableEnv });
+    const firstAnswer = await first;
+    expect(firstAnswer.status).toBe(200);
+    expect(second.status).toBe(200);
+    expect((JSON.parse(second.text) as ExecResult).stdout).toBe("first\nsecond\n");
+    // Afterwards too: the kept result, not a second run.
+    const third = await exec(body, { env: durableEnv });
+    expect((JSON.parse(third.text) as ExecResult).stdout).toBe("first\nsecond\n");
+    expect((await sandboxState(id)).execs).toHaveLength(1);
+  });
+
+  it("refuses a second run of an id whose call used another command", async () => {
+    const id = sandboxId();
+    await exec({ sandboxId: id, command: "echo one" }, { env: durableEnv });
+    const other = await exec({ sandboxId: id, command: "echo two" }, { env: durableEnv });
+    expect(other.status).toBe(409);
+    expect((await sandboxState(id)).execs).toHaveLength(1);
+  });
+
+  it("re-attaches an event stream from byte offsets", async () => {
+    const id = sandboxId();
+    await exec({ sandboxId: id, command: slowCommand(300), detach: true }, { env: durableEnv });
+    const answer = await send(`/exec/${id}?stdoutFrom=6`, {
+      headers: { ...AUTH, accept: "text/event-stream" },
+      env: durableEnv,
+    });
+    const received = await events(answer.text);
+    const stdout = received
+      .flatMap((event) => (event.type === "stdout" ? [event.data] : []))
+      .join("");
+    expect(stdout).toBe("second\n");
+    expect(received.at(-1)).toMatchObject({ type: "exit", result: { code: 0 } });
+  });
+
+  it("keeps a call whose caller left running for the grace, and re-attaches to it", async () => {
+    const id = sandboxId();
+    const controller = new AbortController();
+    const pending = exports.default
+      .fetch("https://bridge.test/exec", {
+        method: "POST",
+        headers: { ...AUTH, "content-type": "application/json" },
+        body: JSON.stringify({ sandboxId: id, command: slowCommand(1_000) }),
+        signal: controller.signal,
+      })
+      .catch((error: unknown) => error);
+    await expect.poll(async () => (await sandboxState(id)).execs.length).toBe(1);
+    controller.abort();
+    await pending;
+    const done = await status(id, "?waitSeconds=30");
+    expect(done.state).toBe("finished");
+    expect(done.result).toMatchObject({ stdout: "first\nsecond\n", outcome: "exited" });
+  });
+
+  it("answers expired once the TTL's alarm ran, and never runs the id again", async () => {
+    const id = sandboxId();
+    await exec({ sandboxId: id, command: "echo kept" }, { env: durableEnv });
+    const keeper = env.CallKeeper.get(env.CallKeeper.idFromName(id));
+    await expect.poll(async () => (await status(id)).keptForSeconds).toBeGreaterThan(500);
+    expect(await runDurableObjectAlarm(keeper)).toBe(true);
+    expect((await status(id)).state).toBe("expired");
+    const again = await exec({ sandboxId: id, command: "echo kept" }, { env: durableEnv });
+    expect(again.status).toBe(409);
+    expect((await sandboxState(id)).execs).toHaveLength(1);
+  });
+
+  it("answers unknown for an id never sent", async () => {
+    expect((await status(sandboxId())).state).toBe("unknown");
+  });
+});
