@@ -10,11 +10,7 @@
  * everything.
  */
 import { DurableObject } from "cloudflare:workers";
-import {
-  type BridgeHandler,
-  errorResponse,
-  jsonLineLogger,
-} from "@remote-task/bridge";
+import { type BridgeHandler, errorResponse, jsonLineLogger } from "@remote-task/bridge";
 import { BRIDGE_TEXTS } from "@remote-task/internal";
 import {
   type CallStatus,

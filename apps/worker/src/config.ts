@@ -411,7 +411,8 @@ function readDurable(env: WorkerEnv): DurableConfig | undefined {
     );
   }
   return {
-    keptSeconds: readWhole("KEPT_SECONDS", env.KEPT_SECONDS, 0, MAX_KEPT_SECONDS) ?? DEFAULT_KEPT_SECONDS,
+    keptSeconds:
+      readWhole("KEPT_SECONDS", env.KEPT_SECONDS, 0, MAX_KEPT_SECONDS) ?? DEFAULT_KEPT_SECONDS,
     disconnectGraceSeconds:
       readWhole(
         "DISCONNECT_GRACE_SECONDS",

@@ -4,8 +4,9 @@
  * the `sandboxId` of their body, `GET /exec/{sandboxId}` by its path. Whatever names no valid id
  * is left to the isolate's own bridge, which answers it (a 400, a 401, a 404) as before.
  */
-import { BRIDGE_TEXTS } from "@remote-task/internal";
+
 import { DEFAULT_LIMITS, errorResponse } from "@remote-task/bridge";
+import { BRIDGE_TEXTS } from "@remote-task/internal";
 import { sandboxIdSchema } from "@remote-task/protocol";
 import type { WorkerConfig, WorkerEnv } from "./config.js";
 

@@ -4,7 +4,10 @@ import { ConfigError, readConfig, type WorkerEnv, workerConfig } from "../src/co
 import { warmPoolNamespace } from "./helpers.js";
 
 type Vars = Partial<
-  Record<Exclude<keyof WorkerEnv, "TaskContainer" | "WarmPool" | "CallKeeper" | "CF_VERSION_METADATA">, string>
+  Record<
+    Exclude<keyof WorkerEnv, "TaskContainer" | "WarmPool" | "CallKeeper" | "CF_VERSION_METADATA">,
+    string
+  >
 >;
 const bindings = (vars: Vars): WorkerEnv => ({
   ...vars,

@@ -1,7 +1,8 @@
-import { runDurableObjectAlarm } from "cloudflare:test";
-import { env, exports } from "cloudflare:workers";
+import { createExecutionContext, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { env } from "cloudflare:workers";
 import type { CallStatus, ExecResult, HealthResponse } from "@remote-task/protocol";
 import { describe, expect, it } from "vitest";
+import worker from "../src/index.js";
 import { fakeCommand } from "./fake-container.js";
 import { AUTH, events, exec, sandboxId, sandboxState, send, workerEnv } from "./helpers.js";
 
@@ -24,7 +25,11 @@ describe("durable calls on the Worker (DURABLE_CALLS)", () => {
   it("reports what is kept in /health, and nothing while off", async () => {
     const on = await send("/health", { headers: AUTH, env: durableEnv });
     const health = JSON.parse(on.text) as HealthResponse;
-    expect(health.durable).toMatchObject({ keptSeconds: 600, maxKept: 1, disconnectGraceSeconds: 10 });
+    expect(health.durable).toMatchObject({
+      keptSeconds: 600,
+      maxKept: 1,
+      disconnectGraceSeconds: 10,
+    });
     const off = JSON.parse((await send("/health", { headers: AUTH })).text) as HealthResponse;
     expect(off.durable).toBeUndefined();
   });
@@ -82,30 +87,54 @@ describe("durable calls on the Worker (DURABLE_CALLS)", () => {
     expect(received.at(-1)).toMatchObject({ type: "exit", result: { code: 0 } });
   });
 
-  it("keeps a call whose caller left running for the grace, and re-attaches to it", async () => {
+  /** Sends a 1 s call without `detach` and drops its caller once it runs; its final status. */
+  async function dropCaller(bindings: typeof durableEnv): Promise<CallStatus> {
     const id = sandboxId();
     const controller = new AbortController();
-    const pending = exports.default
-      .fetch("https://bridge.test/exec", {
-        method: "POST",
-        headers: { ...AUTH, "content-type": "application/json" },
-        body: JSON.stringify({ sandboxId: id, command: slowCommand(1_000) }),
-        signal: controller.signal,
-      })
+    const request = new Request("https://bridge.test/exec", {
+      method: "POST",
+      headers: { ...AUTH, "content-type": "application/json" },
+      body: JSON.stringify({ sandboxId: id, command: slowCommand(1_000) }),
+      signal: controller.signal,
+    });
+    const pending = worker
+      .fetch(request, bindings, createExecutionContext())
+      .then((response) => response.text())
       .catch((error: unknown) => error);
     await expect.poll(async () => (await sandboxState(id)).execs.length).toBe(1);
     controller.abort();
     await pending;
-    const done = await status(id, "?waitSeconds=30");
+    const answer = await send(`/exec/${id}?waitSeconds=30`, { headers: AUTH, env: bindings });
+    return JSON.parse(answer.text) as CallStatus;
+  }
+
+  it("keeps a call whose caller left running for the grace, and re-attaches to it", async () => {
+    const done = await dropCaller(durableEnv);
     expect(done.state).toBe("finished");
     expect(done.result).toMatchObject({ stdout: "first\nsecond\n", outcome: "exited" });
+  });
+
+  it("cancels a call whose caller left when there is no grace", async () => {
+    const done = await dropCaller(
+      workerEnv({ DURABLE_CALLS: "true", DISCONNECT_GRACE_SECONDS: "0" }),
+    );
+    expect(done.state).toBe("finished");
+    expect(done.result).toMatchObject({ outcome: "cancelled" });
   });
 
   it("answers expired once the TTL's alarm ran, and never runs the id again", async () => {
     const id = sandboxId();
     await exec({ sandboxId: id, command: "echo kept" }, { env: durableEnv });
     const keeper = env.CallKeeper.get(env.CallKeeper.idFromName(id));
-    await expect.poll(async () => (await status(id)).keptForSeconds).toBeGreaterThan(500);
+    // The outcome is in the object's storage (its alarm set for the TTL's end).
+    await expect
+      .poll(() =>
+        runInDurableObject(keeper, (_, state) =>
+          state.storage.get<{ kind: string }>("call").then((record) => record?.kind),
+        ),
+      )
+      .toBe("finished");
+    expect((await status(id)).keptForSeconds).toBeGreaterThan(500);
     expect(await runDurableObjectAlarm(keeper)).toBe(true);
     expect((await status(id)).state).toBe("expired");
     const again = await exec({ sandboxId: id, command: "echo kept" }, { env: durableEnv });
