@@ -2,6 +2,7 @@ import { createExecutionContext, runDurableObjectAlarm, runInDurableObject } fro
 import { env } from "cloudflare:workers";
 import type { CallStatus, ExecResult, HealthResponse } from "@remote-task/protocol";
 import { describe, expect, it } from "vitest";
+import type { CallKeeper } from "../src/call-keeper.js";
 import worker from "../src/index.js";
 import { fakeCommand } from "./fake-container.js";
 import { AUTH, events, exec, sandboxId, sandboxState, send, workerEnv } from "./helpers.js";
@@ -19,6 +20,13 @@ async function status(id: string, query = ""): Promise<CallStatus> {
   const answer = await send(`/exec/${id}${query}`, { headers: AUTH, env: durableEnv });
   expect(answer.status).toBe(200);
   return JSON.parse(answer.text) as CallStatus;
+}
+
+/** What the keeper's storage says of its call: started, finished or expired. */
+function storedKind(keeper: DurableObjectStub<CallKeeper>): Promise<string | undefined> {
+  return runInDurableObject(keeper, (_, state) =>
+    state.storage.get<{ kind: string }>("call").then((record) => record?.kind),
+  );
 }
 
 describe("durable calls on the Worker (DURABLE_CALLS)", () => {
@@ -127,18 +135,38 @@ describe("durable calls on the Worker (DURABLE_CALLS)", () => {
     await exec({ sandboxId: id, command: "echo kept" }, { env: durableEnv });
     const keeper = env.CallKeeper.get(env.CallKeeper.idFromName(id));
     // The outcome is in the object's storage (its alarm set for the TTL's end).
-    await expect
-      .poll(() =>
-        runInDurableObject(keeper, (_, state) =>
-          state.storage.get<{ kind: string }>("call").then((record) => record?.kind),
-        ),
-      )
-      .toBe("finished");
+    await expect.poll(() => storedKind(keeper)).toBe("finished");
     expect((await status(id)).keptForSeconds).toBeGreaterThan(500);
     expect(await runDurableObjectAlarm(keeper)).toBe(true);
     expect((await status(id)).state).toBe("expired");
     const again = await exec({ sandboxId: id, command: "echo kept" }, { env: durableEnv });
     expect(again.status).toBe(409);
+    expect((await sandboxState(id)).execs).toHaveLength(1);
+  });
+
+  it("answers from storage once the object lost its memory, never running the call again", async () => {
+    const id = sandboxId();
+    await exec({ sandboxId: id, command: "echo stored" }, { env: durableEnv });
+    const keeper = env.CallKeeper.get(env.CallKeeper.idFromName(id));
+    await expect.poll(() => storedKind(keeper)).toBe("finished");
+    // Resets the object as an eviction or a restart would: its memory (the bridge) is gone.
+    await runInDurableObject(keeper, (_, state) => state.abort("keeper reset by test")).catch(
+      () => {},
+    );
+    const done = await status(id);
+    expect(done).toMatchObject({ state: "finished", result: { stdout: "stored\n", code: 0 } });
+    const again = await exec({ sandboxId: id, command: "echo stored" }, { env: durableEnv });
+    expect(JSON.parse(again.text)).toMatchObject({ stdout: "stored\n" });
+    const stream = await send(`/exec/${id}?stdoutFrom=2`, {
+      headers: { ...AUTH, accept: "text/event-stream" },
+      env: durableEnv,
+    });
+    expect((await events(stream.text)).map((event) => event.type)).toEqual([
+      "start",
+      "stdout",
+      "exit",
+    ]);
+    expect((await events(stream.text))[1]).toMatchObject({ data: "ored\n" });
     expect((await sandboxState(id)).execs).toHaveLength(1);
   });
 
