@@ -21,7 +21,7 @@ const KEPT_CALL_ROOM_BYTES = 1_024;
  * What a `CallKeeper` keeps, as the bridge core takes it: one call (its keeper's), within room
  * for its command and two caps of output.
  */
-export function keeperDurable(config: WorkerConfig): DurableOptions | undefined {
+function keeperDurable(config: WorkerConfig): DurableOptions | undefined {
   if (config.durable === undefined) return undefined;
   const limits = { ...DEFAULT_LIMITS, ...config.limits };
   return {

@@ -19,7 +19,7 @@ import {
   type StreamEvent,
 } from "@remote-task/protocol";
 import { buildBridge } from "./bridge-setup.js";
-import { ConfigError, type WorkerEnv, workerConfig } from "./config.js";
+import { type CallKeeperRpc, ConfigError, type WorkerEnv, workerConfig } from "./config.js";
 
 /** What the object's storage holds of its call. */
 type Record =
@@ -79,7 +79,7 @@ function offset(url: URL, name: string): number {
 }
 
 /** The `CallKeeper` Durable Object (binding `CallKeeper`); see the top of this file. */
-export class CallKeeper extends DurableObject<WorkerEnv> {
+export class CallKeeper extends DurableObject<WorkerEnv> implements CallKeeperRpc {
   #bridge: { key: string; handler: BridgeHandler } | undefined;
   /** The watch on the call's end, while one runs. */
   #watching: Promise<void> | undefined;

@@ -8,7 +8,6 @@ import {
   type NetworkPolicy,
   networkPolicySchema,
 } from "@remote-task/protocol";
-import type { CallKeeper } from "./call-keeper.js";
 import type { ContainerNamespace } from "./container-client.js";
 import type { HedgeSetting } from "./hedge.js";
 import type { WarmPoolShardRpc } from "./warm-pool-rpc.js";
@@ -73,7 +72,13 @@ export interface WorkerEnv {
   /** Seconds a call without `detach` runs on once its caller left (default 10). */
   DISCONNECT_GRACE_SECONDS?: string;
   /** The durable calls' keepers, one per sandbox id (`CallKeeper`). */
-  CallKeeper?: DurableObjectNamespace<CallKeeper>;
+  CallKeeper?: DurableObjectNamespace<CallKeeperRpc>;
+}
+
+/** What the Worker asks of a durable call's `CallKeeper` (call-keeper.ts). */
+export interface CallKeeperRpc extends Rpc.DurableObjectBranded {
+  /** Answers one request about the keeper's call, configured by the Worker's variables. */
+  serve(request: Request, sandboxId: string, vars: { [name: string]: string }): Promise<Response>;
 }
 
 /** Each limit's Worker variable; the protocol's `limitsSchema` checks the values. */
@@ -159,7 +164,7 @@ export interface WorkerConfig {
 }
 
 /** What the Worker keeps of a durable call (one call per `CallKeeper`). */
-export interface DurableConfig {
+interface DurableConfig {
   /** Seconds an outcome is kept after its call ended (KEPT_SECONDS). */
   keptSeconds: number;
   /** Seconds a call without `detach` runs on once its caller left (DISCONNECT_GRACE_SECONDS). */

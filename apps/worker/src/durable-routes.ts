@@ -52,7 +52,7 @@ function bodyId(bytes: Uint8Array): string | undefined {
 }
 
 /** The Worker's string variables: a keeper builds the same configuration from them. */
-export function stringVars(env: WorkerEnv): Record<string, string> {
+function stringVars(env: WorkerEnv): Record<string, string> {
   const vars: Record<string, string> = {};
   for (const [name, value] of Object.entries(env)) {
     if (typeof value === "string") vars[name] = value;

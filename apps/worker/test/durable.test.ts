@@ -2,7 +2,7 @@ import { createExecutionContext, runDurableObjectAlarm, runInDurableObject } fro
 import { env } from "cloudflare:workers";
 import type { CallStatus, ExecResult, HealthResponse } from "@remote-task/protocol";
 import { describe, expect, it } from "vitest";
-import type { CallKeeper } from "../src/call-keeper.js";
+import type { CallKeeperRpc } from "../src/config.js";
 import worker from "../src/index.js";
 import { fakeCommand } from "./fake-container.js";
 import { AUTH, events, exec, sandboxId, sandboxState, send, workerEnv } from "./helpers.js";
@@ -23,7 +23,7 @@ async function status(id: string, query = ""): Promise<CallStatus> {
 }
 
 /** What the keeper's storage says of its call: started, finished or expired. */
-function storedKind(keeper: DurableObjectStub<CallKeeper>): Promise<string | undefined> {
+function storedKind(keeper: DurableObjectStub<CallKeeperRpc>): Promise<string | undefined> {
   return runInDurableObject(keeper, (_, state) =>
     state.storage.get<{ kind: string }>("call").then((record) => record?.kind),
   );

@@ -1,4 +1,4 @@
-import type { CallKeeper } from "../src/call-keeper.js";
+import type { CallKeeperRpc } from "../src/config.js";
 import type { TaskContainer } from "../src/task-container.js";
 import type { TestTaskContainer } from "./fake-container.js";
 import type { TestWarmPoolShard } from "./fake-warm-pool.js";
@@ -16,7 +16,7 @@ declare global {
       /** The warm pool's shards: the real class with test hooks; its containers are fakes. */
       WarmPool: DurableObjectNamespace<TestWarmPoolShard>;
       /** The durable calls' keepers (the real class, on the fake containers). */
-      CallKeeper: DurableObjectNamespace<CallKeeper>;
+      CallKeeper: DurableObjectNamespace<CallKeeperRpc>;
       BRIDGE_TOKEN?: string;
     }
     interface GlobalProps {
