@@ -10,7 +10,13 @@
  * everything.
  */
 import { DurableObject } from "cloudflare:workers";
-import { type BridgeHandler, errorResponse, jsonLineLogger } from "@remote-task/bridge";
+import {
+  type BridgeHandler,
+  type BridgeLogger,
+  DEFAULT_LIMITS,
+  errorResponse,
+  jsonLineLogger,
+} from "@remote-task/bridge";
 import { BRIDGE_TEXTS } from "@remote-task/internal";
 import {
   type CallStatus,
@@ -31,8 +37,6 @@ type Record =
   | { kind: "expired"; forgetAt: number };
 
 const RECORD_KEY = "call";
-/** Between two looks at whether the call ended. */
-const POLL_MS = 250;
 /** How long past its deadline a call's start is remembered should its end never be seen. */
 const BACKSTOP_MS = 120_000;
 /** How long an expired id answers `expired` before it is forgotten (then `unknown`). */
@@ -83,6 +87,8 @@ export class CallKeeper extends DurableObject<WorkerEnv> implements CallKeeperRp
   #bridge: { key: string; handler: BridgeHandler } | undefined;
   /** The watch on the call's end, while one runs. */
   #watching: Promise<void> | undefined;
+  /** Tells the watch the call ended (its bridge logged its outcome). */
+  #ended: (() => void) | undefined;
 
   /**
    * Answers one request about this object's call (`POST /exec`, `POST /cancel`, `GET
@@ -140,7 +146,12 @@ export class CallKeeper extends DurableObject<WorkerEnv> implements CallKeeperRp
     const env = { ...this.env, ...vars } as WorkerEnv;
     const config = workerConfig(env);
     if (ConfigError.isInstance(config)) return config;
-    const { handler } = buildBridge(env, config, jsonLineLogger);
+    // The call's one log line comes once its outcome is decided: then it is written down.
+    const logger: BridgeLogger = (entry) => {
+      jsonLineLogger(entry);
+      if (entry.event === "exec") this.#ended?.();
+    };
+    const { handler } = buildBridge(env, config, logger);
     this.#bridge = { key, handler };
     return handler;
   }
@@ -171,70 +182,74 @@ export class CallKeeper extends DurableObject<WorkerEnv> implements CallKeeperRp
     sandboxId: string,
     vars: { [name: string]: string },
   ): Promise<Response> {
-    const body = await request.clone().text();
     let command = "";
-    let timeoutSeconds = 0;
+    let timeoutSeconds: number | undefined;
     try {
-      const parsed = JSON.parse(body) as { command?: unknown; timeoutSeconds?: unknown };
+      const parsed = (await request.clone().json()) as {
+        command?: unknown;
+        timeoutSeconds?: unknown;
+      };
       if (typeof parsed.command === "string") command = parsed.command;
       if (typeof parsed.timeoutSeconds === "number") timeoutSeconds = parsed.timeoutSeconds;
     } catch {
       return bridge.fetch(request);
     }
     const config = workerConfig({ ...this.env, ...vars } as WorkerEnv);
-    const maxTimeout = ConfigError.isInstance(config)
-      ? 3600
-      : (config.limits.maxTimeoutSeconds ?? 3600);
-    const backstopAt = Date.now() + (timeoutSeconds || maxTimeout) * 1000 + BACKSTOP_MS;
+    const longest = ConfigError.isInstance(config) ? undefined : config.limits.maxTimeoutSeconds;
+    const deadlineSeconds = timeoutSeconds ?? longest ?? DEFAULT_LIMITS.maxTimeoutSeconds;
+    const backstopAt = Date.now() + deadlineSeconds * 1000 + BACKSTOP_MS;
     await this.ctx.storage.put<Record>(RECORD_KEY, { kind: "started", command, backstopAt });
     await this.ctx.storage.setAlarm(backstopAt);
-    const watch = this.#watch(bridge, request, sandboxId, command);
+    const ended = new Promise<void>((resolve) => {
+      this.#ended = resolve;
+    });
+    const watch = this.#keepWhenEnded(bridge, request, sandboxId, command, ended);
     this.#watching = watch;
+    // The object stays alive until the call's outcome is written (a detached call's response
+    // is long gone by then).
     this.ctx.waitUntil(watch);
-    return bridge.fetch(request, { waitUntil: (p) => this.ctx.waitUntil(p) });
+    const response = await bridge.fetch(request, { waitUntil: (p) => this.ctx.waitUntil(p) });
+    // Refused before it ran (invalid, unauthorised, no room): there is no end to wait for.
+    const after = await this.#status(bridge, request, sandboxId);
+    if (after === "refused" || after.state === "unknown") this.#ended?.();
+    return response;
   }
 
-  /** Waits for the call's end and writes its status (or forgets a call the bridge refused). */
-  async #watch(
+  /**
+   * Once the call ended (its bridge logged it), writes its status with the outcome, or forgets a
+   * call the bridge refused.
+   */
+  async #keepWhenEnded(
     bridge: BridgeHandler,
     request: Request,
     sandboxId: string,
     command: string,
+    ended: Promise<void>,
   ): Promise<void> {
-    let seen = false;
     try {
-      for (;;) {
-        await new Promise((resolve) => setTimeout(resolve, POLL_MS));
-        if (this.#bridge?.handler !== bridge) return;
-        const found = await this.#status(bridge, request, sandboxId);
-        const status = found === "refused" ? undefined : found;
-        const state = status?.state ?? "unknown";
-        if (state === "queued" || state === "running") {
-          seen = true;
-          continue;
-        }
-        if (status !== undefined && state === "finished") {
-          const keptSeconds = status.keptForSeconds ?? 0;
-          const expiresAt = Date.now() + keptSeconds * 1000;
-          const { keptForSeconds: _k, ...kept } = status;
-          await this.ctx.storage.put<Record>(RECORD_KEY, {
-            kind: "finished",
-            command,
-            status: kept,
-            expiresAt,
-          });
-          await this.ctx.storage.setAlarm(expiresAt);
-        } else if (state === "expired") {
-          await this.#expire();
-        } else if (!seen) {
-          // Refused before it ran (invalid, unauthorised, no room): nothing to remember.
-          await this.ctx.storage.delete(RECORD_KEY);
-          await this.ctx.storage.deleteAlarm();
-        }
-        return;
+      await ended;
+      if (this.#bridge?.handler !== bridge) return;
+      const found = await this.#status(bridge, request, sandboxId);
+      const state = found === "refused" ? "unknown" : found.state;
+      if (found !== "refused" && state === "finished") {
+        const expiresAt = Date.now() + (found.keptForSeconds ?? 0) * 1000;
+        const { keptForSeconds: _left, ...status } = found;
+        await this.ctx.storage.put<Record>(RECORD_KEY, {
+          kind: "finished",
+          command,
+          status,
+          expiresAt,
+        });
+        await this.ctx.storage.setAlarm(expiresAt);
+      } else if (state === "expired") {
+        await this.#expire();
+      } else {
+        await this.ctx.storage.delete(RECORD_KEY);
+        await this.ctx.storage.deleteAlarm();
       }
     } finally {
-      if (this.#watching !== undefined) this.#watching = undefined;
+      this.#watching = undefined;
+      this.#ended = undefined;
     }
   }
 
