@@ -28,7 +28,7 @@ import { buildBridge } from "./bridge-setup.js";
 import { type CallKeeperRpc, ConfigError, type WorkerEnv, workerConfig } from "./config.js";
 
 /** What the object's storage holds of its call. */
-type Record =
+type KeptRecord =
   /** The call was accepted here; `backstopAt` is past its deadline. */
   | { kind: "started"; command: string; backstopAt: number }
   /** The call ended: its status (with its result or error) until `expiresAt`. */
@@ -97,7 +97,7 @@ export class CallKeeper extends DurableObject<WorkerEnv> implements CallKeeperRp
   async serve(
     request: Request,
     sandboxId: string,
-    vars: { [name: string]: string },
+    vars: Record<string, string>,
   ): Promise<Response> {
     const bridge = this.#bridgeFor(vars);
     if (ConfigError.isInstance(bridge)) return errorResponse("not_configured", bridge.message);
@@ -107,14 +107,14 @@ export class CallKeeper extends DurableObject<WorkerEnv> implements CallKeeperRp
     if (url.pathname === "/cancel" || known === "refused" || known.state !== "unknown") {
       return bridge.fetch(request, { waitUntil: (p) => this.ctx.waitUntil(p) });
     }
-    const record = await this.ctx.storage.get<Record>(RECORD_KEY);
+    const record = await this.ctx.storage.get<KeptRecord>(RECORD_KEY);
     if (record !== undefined) return this.#fromRecord(record, request, url, sandboxId);
     if (request.method !== "POST") return bridge.fetch(request);
     return this.#newCall(bridge, request, sandboxId, vars);
   }
 
   override async alarm(): Promise<void> {
-    const record = await this.ctx.storage.get<Record>(RECORD_KEY);
+    const record = await this.ctx.storage.get<KeptRecord>(RECORD_KEY);
     if (record === undefined) return;
     const now = Date.now();
     if (record.kind === "started") {
@@ -133,14 +133,14 @@ export class CallKeeper extends DurableObject<WorkerEnv> implements CallKeeperRp
   /** Drops the outcome (storage and memory): the id answers `expired` for a day. */
   async #expire(): Promise<void> {
     const forgetAt = Date.now() + EXPIRED_FOR_MS;
-    await this.ctx.storage.put<Record>(RECORD_KEY, { kind: "expired", forgetAt });
+    await this.ctx.storage.put<KeptRecord>(RECORD_KEY, { kind: "expired", forgetAt });
     await this.ctx.storage.setAlarm(forgetAt);
     const bridge = this.#bridge;
     this.#bridge = undefined;
     if (bridge !== undefined) await bridge.handler.shutdown();
   }
 
-  #bridgeFor(vars: { [name: string]: string }): BridgeHandler | ConfigError {
+  #bridgeFor(vars: Record<string, string>): BridgeHandler | ConfigError {
     const key = JSON.stringify(vars);
     if (this.#bridge?.key === key) return this.#bridge.handler;
     const env = { ...this.env, ...vars } as WorkerEnv;
@@ -180,7 +180,7 @@ export class CallKeeper extends DurableObject<WorkerEnv> implements CallKeeperRp
     bridge: BridgeHandler,
     request: Request,
     sandboxId: string,
-    vars: { [name: string]: string },
+    vars: Record<string, string>,
   ): Promise<Response> {
     let command = "";
     let timeoutSeconds: number | undefined;
@@ -198,7 +198,7 @@ export class CallKeeper extends DurableObject<WorkerEnv> implements CallKeeperRp
     const longest = ConfigError.isInstance(config) ? undefined : config.limits.maxTimeoutSeconds;
     const deadlineSeconds = timeoutSeconds ?? longest ?? DEFAULT_LIMITS.maxTimeoutSeconds;
     const backstopAt = Date.now() + deadlineSeconds * 1000 + BACKSTOP_MS;
-    await this.ctx.storage.put<Record>(RECORD_KEY, { kind: "started", command, backstopAt });
+    await this.ctx.storage.put<KeptRecord>(RECORD_KEY, { kind: "started", command, backstopAt });
     await this.ctx.storage.setAlarm(backstopAt);
     const ended = new Promise<void>((resolve) => {
       this.#ended = resolve;
@@ -234,7 +234,7 @@ export class CallKeeper extends DurableObject<WorkerEnv> implements CallKeeperRp
       if (found !== "refused" && state === "finished") {
         const expiresAt = Date.now() + (found.keptForSeconds ?? 0) * 1000;
         const { keptForSeconds: _left, ...status } = found;
-        await this.ctx.storage.put<Record>(RECORD_KEY, {
+        await this.ctx.storage.put<KeptRecord>(RECORD_KEY, {
           kind: "finished",
           command,
           status,
@@ -255,7 +255,7 @@ export class CallKeeper extends DurableObject<WorkerEnv> implements CallKeeperRp
 
   /** The answer from storage, for a call this object's memory no longer holds. */
   async #fromRecord(
-    record: Record,
+    record: KeptRecord,
     request: Request,
     url: URL,
     sandboxId: string,
