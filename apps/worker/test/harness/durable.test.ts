@@ -19,14 +19,19 @@ afterAll(async () => {
   await harness?.close();
 });
 
-/** A fetch that cuts the first `POST /exec` it carries `afterMs` after sending it. */
+/**
+ * A fetch that cuts each `POST /exec` it carries the first time it sees its body, `afterMs` after
+ * sending it (so each call's connection is cut once, while its command runs).
+ */
 function cuttingFetch(afterMs: number): { fetch: typeof fetch; cuts: () => number } {
+  const seen = new Set<string>();
   let cuts = 0;
   const cutting: typeof fetch = async (input, init) => {
     const request = new Request(input, init);
-    if (request.method !== "POST" || !request.url.endsWith("/exec") || cuts > 0) {
-      return fetch(request);
-    }
+    if (request.method !== "POST" || !request.url.endsWith("/exec")) return fetch(request);
+    const body = await request.clone().text();
+    if (seen.has(body)) return fetch(request);
+    seen.add(body);
     cuts++;
     const controller = new AbortController();
     const timer = setTimeout(() => controller.abort(), afterMs);
@@ -64,6 +69,34 @@ describe("durable calls on the built Worker", () => {
       expect(result.exitCode).toBe(0);
       const records = await harness.containersOf(sandboxId);
       expect(records.reduce((sum, record) => sum + commandsRun(record), 0)).toBe(1);
+    } finally {
+      await client.close();
+    }
+  });
+
+  it("gives each of 20 calls cut mid-run its own output once, each command run once", async () => {
+    const cutter = cuttingFetch(1_000);
+    const client = createClient({
+      url: harness.url.href,
+      token: TOKEN,
+      timeoutSeconds: 60,
+      fetch: cutter.fetch,
+    });
+    const before = harness.engine.records.length;
+    try {
+      const tasks = Array.from({ length: 20 }, (_, i) => `sleep 2; echo done-${i}`);
+      const settled = await client.runMany(tasks, { concurrency: 20 });
+      expect(
+        settled.flatMap((task) => (task.status === "rejected" ? [task.reason.message] : [])),
+      ).toEqual([]);
+      settled.forEach((task, i) => {
+        expect(task.status === "fulfilled" && task.value.stdout).toBe(`done-${i}\n`);
+      });
+      expect(cutter.cuts()).toBe(20);
+      // One command per call: no call ran twice, whatever its cut.
+      const records = harness.engine.records.slice(before);
+      expect(records.reduce((sum, record) => sum + commandsRun(record), 0)).toBe(20);
+      await expect.poll(() => harness.engine.live.length, { timeout: 15_000 }).toBe(0);
     } finally {
       await client.close();
     }
