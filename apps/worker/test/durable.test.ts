@@ -170,6 +170,23 @@ describe("durable calls on the Worker (DURABLE_CALLS)", () => {
     expect((await sandboxState(id)).execs).toHaveLength(1);
   });
 
+  it("cancels a detached call through its keeper", async () => {
+    const id = sandboxId();
+    const body = { sandboxId: id, command: fakeCommand({ hang: true }), detach: true };
+    expect((await exec(body, { env: durableEnv })).status).toBe(202);
+    await expect.poll(async () => (await sandboxState(id)).execs.length).toBe(1);
+    const cancel = await send("/cancel", {
+      method: "POST",
+      headers: { ...AUTH, "content-type": "application/json" },
+      body: JSON.stringify({ sandboxId: id }),
+      env: durableEnv,
+    });
+    expect(JSON.parse(cancel.text)).toMatchObject({ ok: true, cancelled: true });
+    const done = await status(id, "?waitSeconds=30");
+    expect(done).toMatchObject({ state: "finished", result: { outcome: "cancelled" } });
+    expect((await sandboxState(id)).destroyed).toBe(true);
+  });
+
   it("answers unknown for an id never sent", async () => {
     expect((await status(sandboxId())).state).toBe("unknown");
   });
