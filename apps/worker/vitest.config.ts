@@ -37,6 +37,7 @@ export default defineConfig({
                 TaskContainer: { className: "TestTaskContainer", useSQLite: true },
                 RealTaskContainer: { className: "TaskContainer", useSQLite: true },
                 WarmPool: { className: "TestWarmPoolShard", useSQLite: true },
+                CallKeeper: { className: "CallKeeper", useSQLite: true },
               },
               bindings: { BRIDGE_TOKEN: "test-token-0123456789" },
             },

@@ -62,6 +62,23 @@ export interface WorkerEnv {
   MAX_CONCURRENT_CALLS?: string;
   /** Most calls waiting in one isolate for a slot (default: as many as may run). */
   MAX_QUEUED_CALLS?: string;
+  /**
+   * `"true"` turns durable calls on (README: "Durable calls"): each call is owned by its own
+   * `CallKeeper` Durable Object; `"false"` or unset keeps them off.
+   */
+  DURABLE_CALLS?: string;
+  /** Seconds a durable call's outcome is kept after it ends (default 600). */
+  KEPT_SECONDS?: string;
+  /** Seconds a call without `detach` runs on once its caller left (default 10). */
+  DISCONNECT_GRACE_SECONDS?: string;
+  /** The durable calls' keepers, one per sandbox id (`CallKeeper`). */
+  CallKeeper?: DurableObjectNamespace<CallKeeperRpc>;
+}
+
+/** What the Worker asks of a durable call's `CallKeeper` (call-keeper.ts). */
+export interface CallKeeperRpc extends Rpc.DurableObjectBranded {
+  /** Answers one request about the keeper's call, configured by the Worker's variables. */
+  serve(request: Request, sandboxId: string, vars: { [name: string]: string }): Promise<Response>;
 }
 
 /** Each limit's Worker variable; the protocol's `limitsSchema` checks the values. */
@@ -142,7 +159,26 @@ export interface WorkerConfig {
   hedge: HedgeSetting;
   /** The Worker's version ({@link versionOf}). */
   version: string;
+  /** Durable calls (DURABLE_CALLS), undefined when off. */
+  durable?: DurableConfig;
 }
+
+/** What the Worker keeps of a durable call (one call per `CallKeeper`). */
+interface DurableConfig {
+  /** Seconds an outcome is kept after its call ended (KEPT_SECONDS). */
+  keptSeconds: number;
+  /** Seconds a call without `detach` runs on once its caller left (DISCONNECT_GRACE_SECONDS). */
+  disconnectGraceSeconds: number;
+}
+
+/** Default seconds an outcome is kept. */
+const DEFAULT_KEPT_SECONDS = 600;
+/** Longest an outcome may be kept (a day). */
+const MAX_KEPT_SECONDS = 86_400;
+/** Default grace of a call whose caller left. */
+const DEFAULT_DISCONNECT_GRACE_SECONDS = 10;
+/** Longest grace of a call whose caller left. */
+const MAX_DISCONNECT_GRACE_SECONDS = 300;
 
 /** The policy of a call that names none, and the most a call may ask for. */
 interface NetworkConfig {
@@ -221,6 +257,8 @@ export function readConfig(env: WorkerEnv): WorkerConfig {
     }
     config.heartbeatIntervalMs = ms;
   }
+  const durable = readDurable(env);
+  if (durable !== undefined) config.durable = durable;
   const sleepAfter = present(env.SANDBOX_SLEEP_AFTER);
   if (sleepAfter !== undefined) {
     config.backstopMs = durationSeconds(readDuration("SANDBOX_SLEEP_AFTER", sleepAfter)) * 1000;
@@ -365,6 +403,29 @@ function durationSeconds(duration: string | number): number {
 function present(value: string | undefined): string | undefined {
   const trimmed = value?.trim();
   return trimmed === undefined || trimmed === "" ? undefined : trimmed;
+}
+
+function readDurable(env: WorkerEnv): DurableConfig | undefined {
+  const text = present(env.DURABLE_CALLS)?.toLowerCase();
+  if (text === undefined || text === "false") return undefined;
+  if (text !== "true") throw new ConfigError("DURABLE_CALLS", 'must be "true" or "false"');
+  if (env.CallKeeper === undefined) {
+    throw new ConfigError(
+      "DURABLE_CALLS",
+      "needs the CallKeeper Durable Object binding (see wrangler.jsonc)",
+    );
+  }
+  return {
+    keptSeconds:
+      readWhole("KEPT_SECONDS", env.KEPT_SECONDS, 0, MAX_KEPT_SECONDS) ?? DEFAULT_KEPT_SECONDS,
+    disconnectGraceSeconds:
+      readWhole(
+        "DISCONNECT_GRACE_SECONDS",
+        env.DISCONNECT_GRACE_SECONDS,
+        0,
+        MAX_DISCONNECT_GRACE_SECONDS,
+      ) ?? DEFAULT_DISCONNECT_GRACE_SECONDS,
+  };
 }
 
 function readAllowUnauthenticated(value: string | undefined): boolean {

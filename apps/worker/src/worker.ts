@@ -1,18 +1,19 @@
 import {
   type BridgeHandler,
   type BridgeLogger,
-  createBridge,
   errorResponse,
   jsonLineLogger,
 } from "@remote-task/bridge";
-import { CloudflareSandboxBackend } from "./cloudflare-backend.js";
-import { ConfigError, type WorkerEnv, workerConfig } from "./config.js";
-import { WarmPoolClient } from "./warm-pool-client.js";
+import { buildBridge } from "./bridge-setup.js";
+import type { CloudflareSandboxBackend } from "./cloudflare-backend.js";
+import { ConfigError, type WorkerConfig, type WorkerEnv, workerConfig } from "./config.js";
+import { routeToKeeper } from "./durable-routes.js";
 
 /** One isolate's bridge for a set of bindings, and whether it has woken the warm pool yet. */
 interface Bridge {
   handler: BridgeHandler;
   backend: CloudflareSandboxBackend;
+  config: WorkerConfig;
   primed: boolean;
 }
 
@@ -38,28 +39,8 @@ export function createWorker(options: WorkerHandlerOptions = {}) {
     if (ConfigError.isInstance(config)) {
       bridge = config;
     } else {
-      const backend = new CloudflareSandboxBackend({
-        namespace: env.TaskContainer,
-        backstopMs: config.backstopMs,
-        warmPool:
-          config.warmPool.target > 0 && env.WarmPool !== undefined
-            ? new WarmPoolClient(env.WarmPool, config.warmPool, config.version)
-            : undefined,
-        pooledNetwork: config.network.default,
-        hedge: config.hedge,
-      });
-      const handler = createBridge({
-        backend,
-        logger,
-        limits: config.limits,
-        admission: config.admission,
-        allowUnauthenticated: config.allowUnauthenticated,
-        token: config.token,
-        defaultCwd: config.defaultCwd,
-        heartbeatIntervalMs: config.heartbeatIntervalMs,
-        network: config.network,
-      });
-      bridge = { handler, backend, primed: false };
+      const { handler, backend } = buildBridge(env, config, logger);
+      bridge = { handler, backend, config, primed: false };
     }
     bridges.set(env, bridge);
     return bridge;
@@ -76,8 +57,15 @@ export function createWorker(options: WorkerHandlerOptions = {}) {
         bridge.primed = true;
         ctx.waitUntil(bridge.backend.prime().catch(() => {}));
       }
+      let forward = request;
+      if (bridge.config.durable !== undefined) {
+        // Durable calls: each call's own Durable Object answers for it (durable-routes.ts).
+        const routed = await routeToKeeper(request, env, bridge.config);
+        if (routed !== undefined && "response" in routed) return routed.response;
+        if (routed !== undefined) forward = routed.retry;
+      }
       // Sandboxes are destroyed after the response is sent, without delaying it.
-      return bridge.handler.fetch(request, { waitUntil: ctx.waitUntil.bind(ctx) });
+      return bridge.handler.fetch(forward, { waitUntil: ctx.waitUntil.bind(ctx) });
     },
   } satisfies ExportedHandler<WorkerEnv>;
 }

@@ -4,7 +4,10 @@ import { ConfigError, readConfig, type WorkerEnv, workerConfig } from "../src/co
 import { warmPoolNamespace } from "./helpers.js";
 
 type Vars = Partial<
-  Record<Exclude<keyof WorkerEnv, "TaskContainer" | "WarmPool" | "CF_VERSION_METADATA">, string>
+  Record<
+    Exclude<keyof WorkerEnv, "TaskContainer" | "WarmPool" | "CallKeeper" | "CF_VERSION_METADATA">,
+    string
+  >
 >;
 const bindings = (vars: Vars): WorkerEnv => ({
   ...vars,
@@ -256,5 +259,41 @@ describe("readConfig", () => {
     expect(ConfigError.isInstance(caught) && caught.message).toContain(
       "WarmPool Durable Object binding",
     );
+  });
+});
+
+describe("durable calls' variables", () => {
+  const withKeeper = (vars: Vars): WorkerEnv => ({ ...bindings(vars), CallKeeper: env.CallKeeper });
+
+  it("are off by default, and read with their defaults when on", () => {
+    expect(readConfig(withKeeper({})).durable).toBeUndefined();
+    expect(readConfig(withKeeper({ DURABLE_CALLS: "false" })).durable).toBeUndefined();
+    expect(readConfig(withKeeper({ DURABLE_CALLS: " TRUE " })).durable).toEqual({
+      keptSeconds: 600,
+      disconnectGraceSeconds: 10,
+    });
+    expect(
+      readConfig(
+        withKeeper({ DURABLE_CALLS: "true", KEPT_SECONDS: "60", DISCONNECT_GRACE_SECONDS: "0" }),
+      ).durable,
+    ).toEqual({ keptSeconds: 60, disconnectGraceSeconds: 0 });
+  });
+
+  it("name the variable that is wrong", () => {
+    expect(configError({ DURABLE_CALLS: "yes" }).variable).toBe("DURABLE_CALLS");
+    // Without the CallKeeper binding durable calls cannot be on.
+    expect(configError({ DURABLE_CALLS: "true" }).message).toContain("CallKeeper");
+    for (const [name, value] of [
+      ["KEPT_SECONDS", "-1"],
+      ["KEPT_SECONDS", "86401"],
+      ["DISCONNECT_GRACE_SECONDS", "301"],
+    ] as const) {
+      try {
+        readConfig(withKeeper({ DURABLE_CALLS: "true", [name]: value }));
+        throw new Error("accepted");
+      } catch (error) {
+        expect(ConfigError.isInstance(error) && error.variable).toBe(name);
+      }
+    }
   });
 });

@@ -1,3 +1,4 @@
+import type { CallKeeperRpc } from "../src/config.js";
 import type { TaskContainer } from "../src/task-container.js";
 import type { TestTaskContainer } from "./fake-container.js";
 import type { TestWarmPoolShard } from "./fake-warm-pool.js";
@@ -14,11 +15,13 @@ declare global {
       RealTaskContainer: DurableObjectNamespace<TaskContainer>;
       /** The warm pool's shards: the real class with test hooks; its containers are fakes. */
       WarmPool: DurableObjectNamespace<TestWarmPoolShard>;
+      /** The durable calls' keepers (the real class, on the fake containers). */
+      CallKeeper: DurableObjectNamespace<CallKeeperRpc>;
       BRIDGE_TOKEN?: string;
     }
     interface GlobalProps {
       mainModule: typeof import("./worker-entry.js");
-      durableNamespaces: "TestTaskContainer" | "TestWarmPoolShard" | "TaskContainer";
+      durableNamespaces: "TestTaskContainer" | "TestWarmPoolShard" | "TaskContainer" | "CallKeeper";
     }
   }
 }

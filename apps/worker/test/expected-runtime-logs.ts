@@ -29,6 +29,9 @@ const OWN_REFUSALS = [
   "BackendError: Containers are not available to this Worker, so the command did not run: ",
   "BackendError: This sandbox's container object was used already (",
 ];
+/** A durable-calls test resets a `CallKeeper` (`ctx.abort("keeper reset by test")`), as an eviction would. */
+const KEEPER_RESET =
+  /^uncaught exception; exception = workerd\/api\/actor-state\.c\+\+:\d+: failed: broken\.outputGateBroken; jsg\.Error: keeper reset by test/;
 const CANCELLED_STREAM_READ =
   /^exception = kj\/async-io\.c\+\+:\d+: disconnected: abortRead\(\) has been called\n/;
 
@@ -37,7 +40,7 @@ const COLOURS = new RegExp(`${String.fromCharCode(27)}\\[[0-9;]*m`, "g");
 /** True for one of the lines above, as one write of the runtime's log (first line and stack). */
 export function isExpectedRuntimeLog(written: string): boolean {
   const text = written.replace(COLOURS, "");
-  if (CANCELLED_STREAM_READ.test(text)) return true;
+  if (CANCELLED_STREAM_READ.test(text) || KEEPER_RESET.test(text)) return true;
   if (!text.startsWith(UNCAUGHT)) return false;
   const firstLine = text.slice(UNCAUGHT.length).split("\n", 1)[0] ?? "";
   if (OWN_REFUSALS.some((start) => firstLine.startsWith(start))) return true;

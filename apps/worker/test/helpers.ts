@@ -21,7 +21,7 @@ type Handler = {
 export function workerEnv(
   overrides: Partial<
     Record<
-      Exclude<keyof WorkerEnv, "TaskContainer" | "WarmPool" | "CF_VERSION_METADATA">,
+      Exclude<keyof WorkerEnv, "TaskContainer" | "WarmPool" | "CallKeeper" | "CF_VERSION_METADATA">,
       string | undefined
     >
   > = {},

@@ -4,6 +4,6 @@
  * warm pool's shard), plus the `TaskContainer` on a fake container that the test config binds to
  * `env.TaskContainer` and the shard with test hooks bound to `env.WarmPool`.
  */
-export { default, EgressGate, TaskContainer, WarmPoolShard } from "../src/index.js";
+export { CallKeeper, default, EgressGate, TaskContainer, WarmPoolShard } from "../src/index.js";
 export { TestTaskContainer } from "./fake-container.js";
 export { TestWarmPoolShard } from "./fake-warm-pool.js";

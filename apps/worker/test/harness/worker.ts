@@ -85,6 +85,7 @@ function workerMiniflare(
               container: { imageName },
             },
             WarmPool: { className: "WarmPoolShard", useSQLite: true },
+            CallKeeper: { className: "CallKeeper", useSQLite: true },
           },
         },
       ],
