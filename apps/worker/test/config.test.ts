@@ -154,7 +154,9 @@ describe("readConfig", () => {
       );
     }
   });
+});
 
+describe("readConfig: the network policy", () => {
   it("reads the network policy: none or open, the ceiling the default unless set", () => {
     const network = (vars: Vars) => readConfig(bindings(vars)).network;
     expect(network({})).toEqual({ default: "none", ceiling: "none" });
@@ -196,7 +198,9 @@ describe("readConfig", () => {
     expect(configError({ NETWORK_CEILING: '"everything"' }).variable).toBe("NETWORK_CEILING");
     expect(configError({ MAX_STDIN_BYTES: "-1" }).variable).toBe("MAX_STDIN_BYTES");
   });
+});
 
+describe("readConfig: errors and the warm pool", () => {
   it("names the variable at fault in a branded error", () => {
     let caught: unknown;
     try {
