@@ -135,7 +135,9 @@ describe("CloudflareSandboxBackend", () => {
       expect((await sandboxState(sandboxId)).intercepts).toEqual([]);
     }
   });
+});
 
+describe("CloudflareSandboxBackend: stdin, output and one command per container", () => {
   it("streams stdin into the command's exec, bytes intact", async () => {
     const bytes = new Uint8Array([0, 1, 2, 0xfe, 0xff, 10]);
     const { sandboxId } = await run({}, { stdin: bytes, command: "cat" });
@@ -187,7 +189,9 @@ describe("CloudflareSandboxBackend", () => {
     expect(String(restart)).toContain("never reused");
     expect((await sandboxState(sandboxId)).starts).toHaveLength(1);
   });
+});
 
+describe("CloudflareSandboxBackend: failures, aborts and destroy", () => {
   it("rejects the exit with sandbox_error when the exit code is lost, env values redacted", async () => {
     const { exit } = await run({ failMidStream: "event" }, { env: { K: "container" } });
     const error = (exit as { error: unknown }).error;
