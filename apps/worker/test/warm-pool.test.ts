@@ -199,7 +199,9 @@ describe("the warm pool", () => {
     // The call's own sandbox id was never used.
     expect(await sandboxState(s.sandboxId)).toMatchObject({ starts: [], execs: [] });
   });
+});
 
+describe("the warm pool: recycling old and stray containers", () => {
   it("replaces a container that idled past WARM_POOL_MAX_IDLE", async () => {
     const { client, shards } = await pool(1, { WARM_POOL_MAX_IDLE: "60" });
     await filled(client, 1);
@@ -271,7 +273,9 @@ describe("the warm pool", () => {
       .fakeState();
     expect(state.destroyed).toBe(true);
   });
+});
 
+describe("the warm pool: network policy and the Worker", () => {
   it("starts its containers with the default network policy and lends them only to calls with it", async () => {
     const { client, shards } = await pool(1);
     await filled(client, 1);
