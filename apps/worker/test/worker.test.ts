@@ -348,7 +348,9 @@ describe("commands through the TaskContainer on a fake container", () => {
     });
     await expectDestroyed(id);
   });
+});
 
+describe("platform failures through the TaskContainer on a fake container", () => {
   it("answers 503 capacity_exceeded with Retry-After when no container is free", async () => {
     const id = sandboxId();
     const { handler } = loggingWorker();
@@ -418,7 +420,9 @@ describe("commands through the TaskContainer on a fake container", () => {
     expect(JSON.parse(answer.text).error).toContain("how the command ended is unknown");
     await expectDestroyed(id);
   });
+});
 
+describe("destroy and cancel through the TaskContainer on a fake container", () => {
   it("answers before the sandbox is destroyed: the destroy runs in ctx.waitUntil", async () => {
     const id = sandboxId();
     const { handler } = loggingWorker();
