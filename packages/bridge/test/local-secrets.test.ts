@@ -76,102 +76,45 @@ const ENV_NAME = `RT_TEST_GH_TOKEN_${process.pid}`;
 /** The CA of the test's HTTPS servers: the bridge trusts it upstream (egress.upstreamCa), the sandbox does not. */
 const upstreamCa = createSandboxCa("upstream-test");
 
-describe.skipIf(skipBwrap)("secrets under bwrap, over plain HTTP", () => {
-  let api: Awaited<ReturnType<typeof recordingServer>>;
-  let other: Awaited<ReturnType<typeof recordingServer>>;
-  let tlsApi: Awaited<ReturnType<typeof recordingServer>>;
-  let tlsOther: Awaited<ReturnType<typeof recordingServer>>;
-  /** An HTTPS server whose certificate no CA the bridge trusts signed. */
-  let tlsUntrusted: Awaited<ReturnType<typeof recordingServer>>;
-  let tmpRoot: string;
-  let backend: LocalBackend;
-  let bridge: EmbeddedBridge<LocalBackend>;
-  const answers: string[] = [];
+/* The suite's servers, backend and bridge: set up and torn down by its beforeAll and afterAll. */
+let api: Awaited<ReturnType<typeof recordingServer>>;
+let other: Awaited<ReturnType<typeof recordingServer>>;
+let tlsApi: Awaited<ReturnType<typeof recordingServer>>;
+let tlsOther: Awaited<ReturnType<typeof recordingServer>>;
+/** An HTTPS server whose certificate no CA the bridge trusts signed. */
+let tlsUntrusted: Awaited<ReturnType<typeof recordingServer>>;
+let tmpRoot: string;
+let backend: LocalBackend;
+let bridge: EmbeddedBridge<LocalBackend>;
+const answers: string[] = [];
 
-  async function post(body: Record<string, unknown>): Promise<Response> {
-    const response = await fetch(`${bridge.url}/exec`, {
-      method: "POST",
-      headers: { authorization: `Bearer ${bridge.token}`, "content-type": "application/json" },
-      body: JSON.stringify({ sandboxId: freshId("sec"), timeoutSeconds: 30, ...body }),
-    });
-    answers.push(await response.clone().text());
-    return response;
-  }
-
-  async function run(command: string, extra: Record<string, unknown> = {}): Promise<ExecResult> {
-    const response = await post({
-      command,
-      secrets: ["GH_TOKEN", "API_KEY"],
-      network: { allow: [`127.0.0.1:${other.port}`, `127.0.0.1:${tlsOther.port}`] },
-      ...extra,
-    });
-    const json: unknown = await response.json();
-    expect(response.status, JSON.stringify(json)).toBe(200);
-    return execResultSchema.parse(json);
-  }
-
-  const apiUrl = (path: string) => `http://localhost:${api.port}${path}`;
-  const otherUrl = (path: string) => `http://127.0.0.1:${other.port}${path}`;
-
-  beforeAll(async () => {
-    expect(existsSync(CURL), `${CURL} is needed inside the sandbox`).toBe(true);
-    api = await recordingServer();
-    other = await recordingServer();
-    tlsApi = await recordingServer(upstreamCa.leaf("localhost"));
-    tlsOther = await recordingServer(upstreamCa.leaf("127.0.0.1"));
-    tlsUntrusted = await recordingServer(createSandboxCa("untrusted").leaf("localhost"));
-    tmpRoot = await makeTmpRoot("rt-sec-");
-    const keyFile = join(tmpRoot, "..", `rt-sec-key-${process.pid}`);
-    await writeFile(keyFile, `${KEY_VALUE}\n`, { mode: 0o600 });
-    process.env[ENV_NAME] = GH_VALUE;
-    backend = createLocalBackend({
-      isolation: "bwrap",
-      killGraceMs: 300,
-      tmpRoot,
-      egress: {
-        allowPrivate: ["localhost", "127.0.0.1"],
-        upstreamCa: upstreamCa.certificatePem,
-      },
-    });
-    bridge = await startEmbeddedBridge({
-      backend,
-      logger: silentLogger,
-      // The call may reach the other server itself; only the secrets' hosts come with secrets.
-      network: {
-        default: "none",
-        ceiling: { allow: [`127.0.0.1:${other.port}`, `127.0.0.1:${tlsOther.port}`] },
-      },
-      secrets: {
-        GH_TOKEN: {
-          from: { env: ENV_NAME },
-          hosts: [
-            `localhost:${api.port}`,
-            `localhost:${tlsApi.port}`,
-            `localhost:${tlsUntrusted.port}`,
-          ],
-        },
-        API_KEY: { from: { file: keyFile }, hosts: [`localhost:${api.port}`], header: "X-Api-Key" },
-      },
-    });
+async function post(body: Record<string, unknown>): Promise<Response> {
+  const response = await fetch(`${bridge.url}/exec`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${bridge.token}`, "content-type": "application/json" },
+    body: JSON.stringify({ sandboxId: freshId("sec"), timeoutSeconds: 30, ...body }),
   });
+  answers.push(await response.clone().text());
+  return response;
+}
 
-  afterAll(async () => {
-    await bridge?.close();
-    await backend?.close();
-    for (const server of [api, other, tlsApi, tlsOther, tlsUntrusted]) server?.server.close();
-    delete process.env[ENV_NAME];
-    if (tmpRoot !== undefined) {
-      expect(await readdir(tmpRoot)).toEqual([]);
-      await rm(tmpRoot, { recursive: true, force: true });
-      await rm(join(tmpRoot, "..", `rt-sec-key-${process.pid}`), { force: true });
-    }
-    // No answer of the whole suite carried a value.
-    for (const answer of answers) {
-      expect(answer).not.toContain(GH_VALUE);
-      expect(answer).not.toContain(KEY_VALUE);
-    }
+async function run(command: string, extra: Record<string, unknown> = {}): Promise<ExecResult> {
+  const response = await post({
+    command,
+    secrets: ["GH_TOKEN", "API_KEY"],
+    network: { allow: [`127.0.0.1:${other.port}`, `127.0.0.1:${tlsOther.port}`] },
+    ...extra,
   });
+  const json: unknown = await response.json();
+  expect(response.status, JSON.stringify(json)).toBe(200);
+  return execResultSchema.parse(json);
+}
 
+const apiUrl = (path: string) => `http://localhost:${api.port}${path}`;
+const otherUrl = (path: string) => `http://127.0.0.1:${other.port}${path}`;
+
+/** The tests over plain HTTP; they run in the suite below, after its setup. */
+function plainHttpTests(): void {
   it("/health lists the secrets' names and hosts, never their values or sources", async () => {
     const response = await fetch(`${bridge.url}/health`, {
       headers: { authorization: `Bearer ${bridge.token}` },
@@ -296,7 +239,10 @@ describe.skipIf(skipBwrap)("secrets under bwrap, over plain HTTP", () => {
     expect(body).toContain("does not declare (AWS_KEY)");
     expect(body).toContain("it declares GH_TOKEN, API_KEY");
   });
+}
 
+/** The tests over HTTPS; they run in the suite below, after its setup. */
+function httpsTests(): void {
   it("HTTPS to a secret's host: the proxy terminates TLS with the sandbox's CA and puts the value in", {
     timeout: 30_000,
   }, async () => {
@@ -343,4 +289,68 @@ describe.skipIf(skipBwrap)("secrets under bwrap, over plain HTTP", () => {
     const result = await run('echo "[$SSL_CERT_FILE]"; ls /run/remote-task', { secrets: [] });
     expect(result.stdout).toBe("[]\nnode\nproxy.sock\n");
   });
+}
+
+describe.skipIf(skipBwrap)("secrets under bwrap, over plain HTTP", () => {
+  beforeAll(async () => {
+    expect(existsSync(CURL), `${CURL} is needed inside the sandbox`).toBe(true);
+    api = await recordingServer();
+    other = await recordingServer();
+    tlsApi = await recordingServer(upstreamCa.leaf("localhost"));
+    tlsOther = await recordingServer(upstreamCa.leaf("127.0.0.1"));
+    tlsUntrusted = await recordingServer(createSandboxCa("untrusted").leaf("localhost"));
+    tmpRoot = await makeTmpRoot("rt-sec-");
+    const keyFile = join(tmpRoot, "..", `rt-sec-key-${process.pid}`);
+    await writeFile(keyFile, `${KEY_VALUE}\n`, { mode: 0o600 });
+    process.env[ENV_NAME] = GH_VALUE;
+    backend = createLocalBackend({
+      isolation: "bwrap",
+      killGraceMs: 300,
+      tmpRoot,
+      egress: {
+        allowPrivate: ["localhost", "127.0.0.1"],
+        upstreamCa: upstreamCa.certificatePem,
+      },
+    });
+    bridge = await startEmbeddedBridge({
+      backend,
+      logger: silentLogger,
+      // The call may reach the other server itself; only the secrets' hosts come with secrets.
+      network: {
+        default: "none",
+        ceiling: { allow: [`127.0.0.1:${other.port}`, `127.0.0.1:${tlsOther.port}`] },
+      },
+      secrets: {
+        GH_TOKEN: {
+          from: { env: ENV_NAME },
+          hosts: [
+            `localhost:${api.port}`,
+            `localhost:${tlsApi.port}`,
+            `localhost:${tlsUntrusted.port}`,
+          ],
+        },
+        API_KEY: { from: { file: keyFile }, hosts: [`localhost:${api.port}`], header: "X-Api-Key" },
+      },
+    });
+  });
+
+  afterAll(async () => {
+    await bridge?.close();
+    await backend?.close();
+    for (const server of [api, other, tlsApi, tlsOther, tlsUntrusted]) server?.server.close();
+    delete process.env[ENV_NAME];
+    if (tmpRoot !== undefined) {
+      expect(await readdir(tmpRoot)).toEqual([]);
+      await rm(tmpRoot, { recursive: true, force: true });
+      await rm(join(tmpRoot, "..", `rt-sec-key-${process.pid}`), { force: true });
+    }
+    // No answer of the whole suite carried a value.
+    for (const answer of answers) {
+      expect(answer).not.toContain(GH_VALUE);
+      expect(answer).not.toContain(KEY_VALUE);
+    }
+  });
+
+  plainHttpTests();
+  httpsTests();
 });
