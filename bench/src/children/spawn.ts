@@ -12,7 +12,7 @@ import {
   DEFAULT_SANDBOX_UIDS,
   type LocalBackend,
 } from "@remote-task/bridge/local";
-import { SANDBOX_WORKSPACE } from "../../../packages/bridge/src/host/cwd.ts";
+import { SANDBOX_WORKSPACE } from "../../../packages/bridge/src/host/workspace.ts";
 // The backend's own bubblewrap flags, so the bare side runs the very same sandbox.
 import {
   bwrapArgs,

@@ -1,6 +1,7 @@
 // 8. The local backend's per-call cost with its boundary and limits in force: `client.run("echo
 // hi")` through the bridge against a bare spawn of the same command (isolation none: `sh -c`;
 // bwrap: bubblewrap with the very same flags), one at a time and 16 at a time.
+import { fileURLToPath } from "node:url";
 import { createClient } from "@remote-task/client";
 import { startBridgeProcess } from "../lib/bridges.ts";
 import { ChildRpc, cpuTimeMs } from "../lib/proc.ts";
@@ -40,7 +41,12 @@ async function measure(isolation: Isolation, options: BenchOptions): Promise<Mea
   const repeats = options.quick ? 1 : 3;
   const local = await startBridgeProcess({ backend: "local", isolation });
   const fake = await startBridgeProcess({ backend: "fake" });
-  const spawner = await ChildRpc.start("spawn");
+  // The child imports the backend's sources (its bubblewrap flags); see lib/ts-source.ts.
+  const spawner = await ChildRpc.start(
+    "spawn",
+    [],
+    ["--import", fileURLToPath(new URL("../lib/ts-source.ts", import.meta.url))],
+  );
   const client = createClient({ url: local.url, token: local.token });
   const fakeClient = createClient({ url: fake.url, token: fake.token });
   try {

@@ -6,8 +6,9 @@
  */
 
 import type { ExecSpec } from "../backend.js";
-import { checkPathLength, refuseNul, SANDBOX_WORKSPACE } from "../host/cwd.js";
+import { checkPathLength, refuseNul } from "../host/cwd.js";
 import type { SandboxLimits } from "../host/limits.js";
+import { SANDBOX_WORKSPACE } from "../host/workspace.js";
 
 /** Per-container limits of the docker backend. */
 export interface DockerLimits extends SandboxLimits {

@@ -1,9 +1,7 @@
 import { posix } from "node:path";
 import { SANDBOX_TEXTS } from "@remote-task/internal";
 import { BackendError, type ExecSpec } from "../backend.js";
-
-/** The sandbox's working directory, fresh and empty for each call, on every backend. */
-export const SANDBOX_WORKSPACE = "/workspace";
+import { SANDBOX_WORKSPACE } from "./workspace.js";
 
 /** Longest path and path component Linux accepts. */
 const PATH_MAX = 4_095;

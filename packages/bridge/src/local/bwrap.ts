@@ -1,6 +1,6 @@
 import { spawnSync } from "node:child_process";
 import { existsSync, lstatSync, readlinkSync, realpathSync, statSync } from "node:fs";
-import { SANDBOX_WORKSPACE } from "../host/cwd.js";
+import { SANDBOX_WORKSPACE } from "../host/workspace.js";
 
 /** The command's uid and gid inside the sandbox (any host uid maps to it). */
 const SANDBOX_UID = 1000;

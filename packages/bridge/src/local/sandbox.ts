@@ -7,7 +7,7 @@
 import { chmodSync, chownSync } from "node:fs";
 import { join } from "node:path";
 import { BackendError, type ExecSpec, type RunningCommand } from "../backend.js";
-import { refuseNul, resolveCwd, SANDBOX_WORKSPACE } from "../host/cwd.js";
+import { refuseNul, resolveCwd } from "../host/cwd.js";
 import { type EgressProxy, startEgressProxy } from "../host/egress.js";
 import type { Endpoint } from "../host/egress-policy.js";
 import {
@@ -17,6 +17,7 @@ import {
   SANDBOX_PROXY_SOCKET,
 } from "../host/relay.js";
 import { caEnvironment, SANDBOX_CA_BUNDLE } from "../host/sandbox-ca.js";
+import { SANDBOX_WORKSPACE } from "../host/workspace.js";
 import { bwrapArgs, isDirectoryInside } from "./bwrap.js";
 import { ENV_FD } from "./keyring.js";
 import { limitNotes } from "./notes.js";
