@@ -8,7 +8,7 @@ import type { BridgeLogEntry } from "@remote-task/bridge";
 import type { DockerBackend } from "@remote-task/bridge/docker";
 import { type EmbeddedBridge, startEmbeddedBridge } from "@remote-task/bridge/node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createClient } from "../src/index.js";
+import { ConnectionError, createClient } from "../src/index.js";
 import { eventually } from "./helpers/assertions.js";
 import { type CutProxy, startCutProxy } from "./helpers/cut-proxy.js";
 
@@ -63,18 +63,21 @@ else
       try {
         const tasks = Array.from({ length: CALLS }, (_, i) => `sleep 1; echo done-${i}`);
         const settled = await client.runMany(tasks, { concurrency: 16 });
-        const failures = settled.flatMap((task) =>
-          task.status === "rejected" ? [`${task.index}: ${task.reason.message}`] : [],
-        );
-        expect(failures).toEqual([]);
+        // As in durable.bridge.test.ts: a cut before the bridge read the request may leave a
+        // call an honest "may have run", never a second run or a wrong output.
+        const failures = settled.flatMap((task) => (task.status === "rejected" ? [task] : []));
+        for (const task of failures) {
+          expect(ConnectionError.isInstance(task.reason) && task.reason.mayHaveRun).toBe(true);
+        }
+        expect(failures.length).toBeLessThanOrEqual(3);
         for (const task of settled) {
           if (task.status === "fulfilled") expect(task.value.stdout).toBe(`done-${task.index}\n`);
         }
-        // One exec log line per call, each of a command that started: none ran twice.
+        // One exec log line per call that started, each of its own id: none ran twice.
         const lines = logs.filter((entry) => entry.event === "exec");
         const ids = lines.map((entry) => (entry as { sandboxId: string }).sandboxId);
-        expect(new Set(ids).size).toBe(CALLS);
-        expect(ids).toHaveLength(CALLS);
+        expect(new Set(ids).size).toBe(ids.length);
+        expect(ids.length).toBeGreaterThanOrEqual(CALLS - failures.length);
         expect(proxy.cuts).toBeGreaterThan(CALLS / 2);
         await eventually(() => bridge.backend.liveSandboxes() === 0, 30_000);
       } finally {
