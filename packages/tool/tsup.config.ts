@@ -18,23 +18,26 @@ const common: Options = {
   noExternal: ["@remote-task/internal"],
 };
 
+/** The package's entries: the root and one per framework adapter. */
+const ENTRIES = [
+  "src/index.ts",
+  "src/ai.ts",
+  "src/mcp.ts",
+  "src/pi.ts",
+  "src/openai.ts",
+  "src/openai-agents.ts",
+  "src/claude.ts",
+  "src/mastra.ts",
+  "src/langchain.ts",
+];
+
 /**
  * Every entry as ESM, in one build so the adapters share the root entry's chunks (one
  * `RemoteTaskToolError` class, one copy of the tool).
  */
 const esm: Options = {
   ...common,
-  entry: [
-    "src/index.ts",
-    "src/ai.ts",
-    "src/mcp.ts",
-    "src/pi.ts",
-    "src/openai.ts",
-    "src/openai-agents.ts",
-    "src/claude.ts",
-    "src/mastra.ts",
-    "src/langchain.ts",
-  ],
+  entry: ENTRIES,
   format: ["esm"],
   dts: true,
   clean: true,
@@ -49,17 +52,7 @@ const esm: Options = {
  */
 const cjs: Options = {
   ...common,
-  entry: [
-    "src/index.ts",
-    "src/ai.ts",
-    "src/mcp.ts",
-    "src/pi.ts",
-    "src/openai.ts",
-    "src/openai-agents.ts",
-    "src/claude.ts",
-    "src/mastra.ts",
-    "src/langchain.ts",
-  ],
+  entry: ENTRIES,
   format: ["cjs"],
   dts: true,
 };
