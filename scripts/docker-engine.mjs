@@ -2,7 +2,8 @@
 /**
  * The container engine the docker backend's tests and bench use: Podman's Docker-compatible API
  * on a unix socket, with storage of its own (nothing else on the machine is touched), and a small
- * test image built locally from Debian's static busybox and bash (no registry is needed).
+ * test image built locally from Debian's static busybox and bash, with the host's curl and its
+ * libraries and the host's CA bundle (no registry is needed).
  *
  *   node scripts/docker-engine.mjs ensure   start it unless it answers already, build the image
  *                                           if missing; prints {"host": ..., "image": ...,
@@ -29,15 +30,19 @@ import {
   openSync,
   readFileSync,
   readlinkSync,
+  realpathSync,
   rmSync,
   statSync,
   symlinkSync,
   writeFileSync,
 } from "node:fs";
 import { request } from "node:http";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 
 export const TEST_IMAGE = "localhost/remote-task-test:latest";
+/** What the image is made of; an image of another version is built again. */
+const IMAGE_VERSION = "2";
+const VERSION_LABEL = "remote-task.test-image";
 const dir = process.env.REMOTE_TASK_ENGINE_DIR ?? "/tmp/remote-task-engine";
 const socket = join(dir, "engine.sock");
 const host = `unix://${socket}`;
@@ -192,9 +197,37 @@ async function launchService(nproc) {
   return child.pid;
 }
 
-/** A root filesystem of static busybox (the coreutils) and static bash, imported as an image. */
+/** Copies `program` and the shared libraries it loads (as `ldd` lists them) into `root`. */
+function copyWithLibraries(root, program) {
+  const libraries = execFileSync("ldd", [program], { encoding: "utf8" })
+    .split("\n")
+    .map((line) => /(\/\S+) \(0x/.exec(line)?.[1])
+    .filter((path) => path !== undefined);
+  for (const path of [program, ...libraries]) {
+    mkdirSync(join(root, dirname(path)), { recursive: true });
+    copyFileSync(path, join(root, path));
+  }
+}
+
+/** The version label of the test image, or undefined when there is none. */
+function imageVersion() {
+  const result = podman([
+    "image",
+    "inspect",
+    "--format",
+    `{{index .Labels "${VERSION_LABEL}"}}`,
+    TEST_IMAGE,
+  ]);
+  return result.status === 0 ? String(result.stdout).trim() : undefined;
+}
+
+/**
+ * A root filesystem of static busybox (the coreutils) and static bash, with curl (dynamically
+ * linked: copied with its libraries, for tests that need a client that verifies TLS) and the
+ * host's CA bundle, imported as an image.
+ */
 function buildImage() {
-  if (podman(["image", "exists", TEST_IMAGE]).status === 0) return;
+  if (imageVersion() === IMAGE_VERSION) return;
   const busybox = ["/bin/busybox", "/usr/bin/busybox"].find((p) => existsSync(p));
   const bash = ["/bin/bash-static", "/usr/bin/bash-static"].find((p) => existsSync(p));
   if (busybox === undefined || bash === undefined) {
@@ -224,12 +257,24 @@ function buildImage() {
       "root:x:0:0:root:/root:/bin/sh\nsandbox:x:1000:1000:sandbox:/workspace:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
     );
     writeFileSync(join(root, "etc/group"), "root:x:0:\nsandbox:x:1000:\nnogroup:x:65534:\n");
+    const curl = which("curl");
+    if (curl === undefined) fail("curl is needed for the test image (apt-get install curl)");
+    copyWithLibraries(root, realpathSync(curl));
+    if (realpathSync(curl) !== "/usr/bin/curl")
+      symlinkSync(realpathSync(curl), join(root, "usr/bin/curl"));
+    const bundle = "/etc/ssl/certs/ca-certificates.crt";
+    if (existsSync(bundle)) {
+      mkdirSync(join(root, "etc/ssl/certs"), { recursive: true });
+      copyFileSync(bundle, join(root, bundle));
+    }
     const tar = join(work, "rootfs.tar");
     execFileSync("tar", ["-C", root, "-cf", tar, "."]);
     const result = podman([
       "import",
       "--change",
       "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+      "--change",
+      `LABEL ${VERSION_LABEL}=${IMAGE_VERSION}`,
       tar,
       TEST_IMAGE,
     ]);

@@ -8,6 +8,7 @@
 import type { ExecSpec } from "../backend.js";
 import { checkPathLength, refuseNul } from "../host/cwd.js";
 import type { SandboxLimits } from "../host/limits.js";
+import { caEnvironment } from "../host/sandbox-ca.js";
 import { SANDBOX_WORKSPACE } from "../host/workspace.js";
 
 /** Per-container limits of the docker backend. */
@@ -42,6 +43,28 @@ export function missingCwdMarker(nonce: string): string {
 }
 
 /**
+ * Where a call with secrets finds the CA bundle it trusts: the image's system bundle (the first
+ * of {@link SYSTEM_BUNDLES} it has) and the certificate of the call's own CA. In /tmp because the
+ * container's user may write only there and in the workspace; the image's bundle is not changed.
+ */
+export const CONTAINER_CA_BUNDLE = "/tmp/.remote-task-ca.pem";
+/** System CA bundles (Debian and Alpine, RHEL, BSD-style), in the order they are looked for. */
+const SYSTEM_BUNDLES = [
+  "/etc/ssl/certs/ca-certificates.crt",
+  "/etc/pki/tls/certs/ca-bundle.crt",
+  "/etc/ssl/cert.pem",
+];
+
+/**
+ * The lines that write {@link CONTAINER_CA_BUNDLE}: a here-document, so that the certificate
+ * is no argument of any program and no variable of the command.
+ */
+function trustScript(certificatePem: string): string {
+  const system = `for f in ${SYSTEM_BUNDLES.join(" ")}; do [ -r "$f" ] && { cat "$f"; echo; break; }; done`;
+  return `{ ${system}; cat <<'REMOTE_TASK_CA'\n${certificatePem.trimEnd()}\nREMOTE_TASK_CA\n} > ${CONTAINER_CA_BUNDLE} 2>/dev/null\n`;
+}
+
+/**
  * The line the container's shell (`/bin/sh -s`) reads from stdin: enters the cwd or reports it
  * missing, exports the call's env, says it is ready (both reports go to stderr, first, where the
  * backend reads and removes them); with stdin, reads the rest of its input (which the backend
@@ -49,14 +72,23 @@ export function missingCwdMarker(nonce: string): string {
  * is removed before the command runs, so the engine's stdin stream is drained whether or not the
  * command reads it (Podman drops a container's last output when its stdin write fails); then runs
  * the command with bash where the image has it, else with `/bin/sh`. One line: the shell has read
- * all of it before the report, and nothing after it.
+ * all of it before the report, and nothing after it. A call with secrets (`caCertificate`: its
+ * CA) first writes its CA bundle, and its env points the usual variables there (its own env wins).
  */
-export function callScript(spec: ExecSpec, cwd: string, nonce: string): string {
+export function callScript(
+  spec: ExecSpec,
+  cwd: string,
+  nonce: string,
+  caCertificate?: string | undefined,
+): string {
   const say = (marker: string) => `printf '%s\\n' ${shellQuote(marker.trimEnd())} >&2`;
   const stdinFile = `/tmp/.remote-task-stdin-${nonce}`;
-  const env = Object.entries(spec.env).map(([name, value]) => `${name}=${shellQuote(value)}`);
+  const variables =
+    caCertificate === undefined ? spec.env : { ...caEnvironment(CONTAINER_CA_BUNDLE), ...spec.env };
+  const env = Object.entries(variables).map(([name, value]) => `${name}=${shellQuote(value)}`);
   const command = shellQuote(spec.command);
-  return `${[
+  const trust = caCertificate === undefined ? "" : trustScript(caCertificate);
+  return `${trust}${[
     `cd -- ${shellQuote(cwd)} 2>/dev/null || { ${say(missingCwdMarker(nonce))}; exit 125; }`,
     ...(env.length === 0 ? [] : [`export ${env.join(" ")}`]),
     say(readyMarker(nonce)),

@@ -156,8 +156,15 @@ interface Backend {
   readonly pool: WarmPool;
   readonly ready: Promise<void>;
   closed: boolean;
-  /** The call's proxy and relay inside the started container, and their environment. */
-  startNetwork(spec: ExecSpec, call: Call, id: string): Promise<Record<string, string>>;
+  /**
+   * The call's proxy and relay inside the started container: their environment, and with
+   * secrets the certificate of the sandbox's CA.
+   */
+  startNetwork(
+    spec: ExecSpec,
+    call: Call,
+    id: string,
+  ): Promise<Pick<ContainerNetwork, "env" | "caCertificate">>;
 }
 
 /** What `/health` reports of the containers (the runtime is filled in once known). */
@@ -322,10 +329,17 @@ async function begin(
   const { container, warm } = await launch(backend, spec, call);
   const { id, socket, reader } = container;
   // The container's shell waits for its script: the relay listens before the command exists.
-  const proxyEnv = await backend.startNetwork(spec, call, id);
+  const network = await backend.startNetwork(spec, call, id);
   // A command that does not read its input ends with it unwritten: no error.
   socket.on("error", () => {});
-  socket.write(callScript({ ...spec, env: { ...proxyEnv, ...spec.env } }, cwd, nonce));
+  socket.write(
+    callScript(
+      { ...spec, env: { ...network.env, ...spec.env } },
+      cwd,
+      nonce,
+      network.caCertificate,
+    ),
+  );
   if (spec.stdin === undefined) socket.end();
   const exit = exitCode(backend.engine, id, reader);
   exit.catch(() => {});
@@ -402,7 +416,7 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
     closed: false,
     async startNetwork(spec, call, id) {
       const policy = spec.network ?? "none";
-      if (policy === "none") return {};
+      if (policy === "none") return { env: {}, caCertificate: undefined };
       const { probe } = network;
       if ("reason" in probe)
         throw new BackendError("sandbox_error", DOCKER_TEXTS.noRelay(probe.reason));
@@ -418,11 +432,12 @@ export function createDockerBackend(options: DockerBackendOptions): DockerBacken
           policy,
           callersAllowlist: spec.callersAllowlist,
           secrets: spec.secrets,
+          upstreamCa: options.egress?.upstreamCa,
           socketPath: join(ownDir(), `egress-${++serial}.sock`),
           allowPrivate,
           protectedEndpoints: () => bridgeEndpoints,
         });
-        return call.network.env;
+        return call.network;
       } catch (error) {
         throw new BackendError("sandbox_error", DOCKER_TEXTS.noRelay((error as Error).message));
       }

@@ -111,6 +111,8 @@ export function probeContainerNetwork(
 export interface ContainerNetwork {
   /** The proxy variables the command gets. */
   env: Record<string, string>;
+  /** With secrets: the sandbox CA's certificate (PEM) the container must trust. */
+  caCertificate: string | undefined;
   /** Kills the relay and closes the proxy. Idempotent. */
   close(): Promise<void>;
 }
@@ -125,6 +127,8 @@ export interface ContainerNetworkOptions {
   callersAllowlist?: boolean | undefined;
   /** The call's secrets, for its proxy to put into headers to their hosts. */
   secrets?: EgressProxyOptions["secrets"];
+  /** Extra CAs the proxy trusts upstream on the secrets' hosts (egress.upstreamCa). */
+  upstreamCa?: string | undefined;
   /** The proxy's socket (its directory must let the relay's uid through). */
   socketPath: string;
   allowPrivate: readonly ParsedHostPattern[];
@@ -155,6 +159,7 @@ export async function startContainerNetwork(
     policy: options.policy,
     callersAllowlist: options.callersAllowlist,
     secrets: options.secrets,
+    upstreamCa: options.upstreamCa,
     allowPrivate: options.allowPrivate,
     protectedEndpoints: options.protectedEndpoints,
   });
@@ -186,7 +191,7 @@ export async function startContainerNetwork(
     await close();
     throw error;
   }
-  return { env: proxyEnvironment(), close };
+  return { env: proxyEnvironment(), caCertificate: proxy.caCertificate, close };
 }
 
 /** Resolves when the relay says `ready`; rejects with what it said when it ends first. */

@@ -74,9 +74,9 @@ export interface EgressProxyOptions {
    */
   secrets?: readonly CallSecret[] | undefined;
   /**
-   * With secrets: where to write the CA bundle the sandbox trusts (Node's bundled roots and the
-   * sandbox's own CA, made now), removed when the proxy closes. Without it HTTPS to a secret's
-   * host is a plain tunnel (no value goes in).
+   * With secrets: where to write a CA bundle for the sandbox to trust (Node's bundled roots and
+   * the sandbox's CA), removed when the proxy closes. Without it the backend places
+   * {@link EgressProxy.caCertificate} itself.
    */
   caBundlePath?: string | undefined;
   /** See {@link EgressOptions.upstreamCa}. */
@@ -109,6 +109,12 @@ export const DEFAULT_EGRESS_LIMITS: Readonly<EgressLimits> = Object.freeze({
 export interface EgressProxy {
   /** Connections refused by the policy so far. */
   readonly refused: number;
+  /**
+   * With secrets: the certificate (PEM) of the sandbox's CA, made when the proxy started, which
+   * signs the certificates the proxy presents for the secrets' hosts; its key never leaves the
+   * proxy and dies with it. The sandbox must trust it for HTTPS to those hosts.
+   */
+  readonly caCertificate: string | undefined;
   /** Closes the socket and every connection through it. */
   close(): Promise<void>;
 }
@@ -151,7 +157,7 @@ interface ProxyState {
   /** Connections to destinations open now (at most `limits.maxConnections`). */
   upstreams: number;
   refused: number;
-  /** The sandbox's CA, when it has secrets and a CA bundle path. */
+  /** The sandbox's CA, when it has secrets. */
   readonly ca: SandboxCa | undefined;
   /** Serves the requests of intercepted (TLS-terminated) connections. */
   readonly inner: Server;
@@ -522,8 +528,7 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
     keepAliveTimeout: 5_000,
   };
   const inner = createServer(serverOptions);
-  const withCa = (options.secrets ?? []).length > 0 && options.caBundlePath !== undefined;
-  const ca = withCa ? createSandboxCa(randomLabel()) : undefined;
+  const ca = (options.secrets ?? []).length > 0 ? createSandboxCa(randomLabel()) : undefined;
   if (ca !== undefined && options.caBundlePath !== undefined) {
     writeFileSync(options.caBundlePath, [...rootCertificates, ca.certificatePem].join("\n"), {
       mode: 0o644,
@@ -569,6 +574,7 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
     get refused() {
       return state.refused;
     },
+    caCertificate: ca?.certificatePem,
     close() {
       closing ??= new Promise<void>((resolve) => {
         state.names.cancel();
