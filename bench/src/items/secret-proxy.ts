@@ -1,8 +1,9 @@
 // The cost of a secret on HTTPS: requests from inside a bwrap sandbox (curl) to a loopback HTTPS
 // server, through the egress proxy, to a host with a secret rule (the proxy terminates TLS with
-// the sandbox's CA, puts the value in, and opens its own verified TLS connection upstream)
-// against the same server under another name (a plain CONNECT tunnel). Both a new connection per
-// request (one curl each) and one kept-alive connection (one curl, many URLs); alternated.
+// the sandbox's CA, puts the value in, and sends the request over its own verified TLS connection
+// upstream, kept open between requests) against the same server under another name (a plain
+// CONNECT tunnel). Both a new connection per request (one curl each) and one kept-alive
+// connection (one curl, many URLs); alternated.
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer } from "node:https";
@@ -125,7 +126,7 @@ async function run(options: BenchOptions): Promise<ItemResult> {
         },
       ],
       notes: [
-        "Intercepted: the proxy terminates TLS with the sandbox's CA (a leaf per host, made once), rewrites the headers, and opens a new verified TLS connection upstream per request; tunnelled: bytes copied both ways. Both sides trust a CA bundle of the same size.",
+        "Intercepted: the proxy terminates TLS with the sandbox's CA (a leaf per host, made once), rewrites the headers, and sends them over its verified TLS connection upstream, kept open between requests (pooled per sandbox and destination); tunnelled: bytes copied both ways. Both sides trust a CA bundle of the same size.",
       ],
       raw: Object.fromEntries([...times].map(([label, values]) => [label, summarize(values)])),
     };

@@ -17,7 +17,7 @@ import {
   type ServerResponse,
   STATUS_CODES,
 } from "node:http";
-import { request as httpsRequest } from "node:https";
+import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
 import { connect, isIP, type Socket } from "node:net";
 import { networkInterfaces } from "node:os";
 import type { Duplex } from "node:stream";
@@ -127,6 +127,9 @@ const MAX_PIPELINED = 8;
 
 /** How long a connection to a destination may take to open. */
 const CONNECT_TIMEOUT_MS = 15_000;
+/** Idle TLS connections to a secret's host kept per destination, and how long (ms). */
+const MAX_IDLE_UPSTREAMS = 4;
+const IDLE_UPSTREAM_MS = 5_000;
 /** Headers that concern one hop only (RFC 9110 7.6.1), never forwarded. */
 const HOP_BY_HOP = new Set([
   "connection",
@@ -161,6 +164,14 @@ interface ProxyState {
   readonly ca: SandboxCa | undefined;
   /** Serves the requests of intercepted (TLS-terminated) connections. */
   readonly inner: Server;
+  /**
+   * Keeps the proxy's TLS connections to the secrets' hosts open between requests (each request
+   * still checked and rewritten on its own), so a client's kept-alive connection does not cost a
+   * new upstream handshake per request. Pooled by checked address, port and server name.
+   */
+  readonly tlsAgent: HttpsAgent | undefined;
+  /** Upstream sockets already tracked and counted (a pooled one serves many requests). */
+  readonly upstreamSockets: WeakSet<Socket>;
   /** The destination of each intercepted connection. */
   readonly intercepted: WeakMap<Duplex, Destination>;
 }
@@ -399,20 +410,18 @@ function forward(state: ProxyState, req: IncomingMessage, res: ServerResponse, t
     path: to.path,
     headers: { ...withSecrets.headers, host: to.authority },
     setHost: false,
-    agent: false,
     timeout: CONNECT_TIMEOUT_MS,
   };
   const upstream = to.tls
     ? httpsRequest({
         ...options,
+        agent: state.tlsAgent,
         ...(isIP(host) === 0 ? { servername: host } : {}),
-        // The real server is verified as any client would (Node's roots, plus upstreamCa).
-        ...(state.options.upstreamCa === undefined
-          ? {}
-          : { ca: [...rootCertificates, state.options.upstreamCa] }),
       })
-    : httpRequest(options);
+    : httpRequest({ ...options, agent: false });
   upstream.once("socket", (socket: Socket) => {
+    if (state.upstreamSockets.has(socket)) return;
+    state.upstreamSockets.add(socket);
     track(state, socket);
     countUpstream(state, socket);
   });
@@ -529,6 +538,19 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
   };
   const inner = createServer(serverOptions);
   const ca = (options.secrets ?? []).length > 0 ? createSandboxCa(randomLabel()) : undefined;
+  const tlsAgent =
+    ca === undefined
+      ? undefined
+      : new HttpsAgent({
+          keepAlive: true,
+          maxFreeSockets: MAX_IDLE_UPSTREAMS,
+          // An idle pooled connection is closed after this (a request in flight has its own).
+          timeout: IDLE_UPSTREAM_MS,
+          // The real server is verified as any client would (Node's roots, plus upstreamCa).
+          ...(options.upstreamCa === undefined
+            ? {}
+            : { ca: [...rootCertificates, options.upstreamCa] }),
+        });
   if (ca !== undefined && options.caBundlePath !== undefined) {
     writeFileSync(options.caBundlePath, [...rootCertificates, ca.certificatePem].join("\n"), {
       mode: 0o644,
@@ -544,6 +566,8 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
     ca,
     inner,
     intercepted: new WeakMap(),
+    tlsAgent,
+    upstreamSockets: new WeakSet(),
   };
   const server = createServer(serverOptions);
   // Beyond this the server closes each new connection as it arrives.
@@ -579,6 +603,7 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
       closing ??= new Promise<void>((resolve) => {
         state.names.cancel();
         inner.close();
+        tlsAgent?.destroy();
         if (ca !== undefined && options.caBundlePath !== undefined) {
           rmSync(options.caBundlePath, { force: true });
         }
