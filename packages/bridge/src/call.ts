@@ -22,6 +22,7 @@ import {
 import { mapBackendError } from "./backend-errors.js";
 import type { BridgeLogger, EndReason } from "./logger.js";
 import { chunkBytes, ForwardGate, TailBuffer } from "./output.js";
+import { redactOutput } from "./output-redaction.js";
 import { ReplayLog } from "./replay.js";
 
 /** Exit code reported for a command stopped by `/cancel`, a disconnect or shutdown (as after SIGINT). */
@@ -412,7 +413,9 @@ export class ExecCall {
       sink === undefined
         ? undefined
         : { stdout: new ForwardGate(this.#spec.cap), stderr: new ForwardGate(this.#spec.cap) };
-    const iterator = running.output[Symbol.asyncIterator]();
+    const secrets = this.#spec.secrets ?? [];
+    const output = secrets.length === 0 ? running.output : redactOutput(running.output, secrets);
+    const iterator = output[Symbol.asyncIterator]();
     let finishedIterating = false;
     try {
       for (;;) {
