@@ -7,6 +7,7 @@ import {
 } from "@remote-task/client";
 import { formatSize } from "@remote-task/protocol";
 import { EXIT } from "./exit-codes.js";
+import { undeclaredSecrets } from "./secrets.js";
 import { UsageError } from "./usage-error.js";
 
 /** The result as protocol `ExecResult` fields plus the sandbox id (what `--json` prints). */
@@ -126,6 +127,7 @@ const FLAG_OF_FIELD: Record<string, string> = {
   timeoutSeconds: "--timeout",
   cwd: "--cwd",
   network: "--network",
+  secrets: "--secrets",
 };
 
 /**
@@ -155,6 +157,16 @@ export function refusedStdin(error: unknown): boolean {
 
 /** One line for an error, with the error's kind so a script can tell them apart. */
 export function describeError(error: unknown): string {
+  const undeclared = ForbiddenError.isInstance(error)
+    ? undeclaredSecrets(error.bridgeMessage)
+    : undefined;
+  if (undeclared !== undefined) {
+    const declared =
+      undeclared.declared === "none"
+        ? "none (its deployer declares them with remote-task serve --secret)"
+        : `${undeclared.declared} (remote-task health lists them with their hosts)`;
+    return `${(error as ForbiddenError).name}: --secrets names ${undeclared.unknown}, which this bridge does not declare, so the command did not run; it declares ${declared}.`;
+  }
   if (ForbiddenError.isInstance(error)) {
     return `${error.name}: ${error.message} Check --network; \`remote-task health\` shows the bridge's network default and ceiling.`;
   }
