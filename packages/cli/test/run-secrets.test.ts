@@ -36,7 +36,11 @@ beforeAll(async () => {
     // A loopback API stands for api.github.com: the deployer lets calls reach it.
     local: { isolation: "bwrap", egress: { allowPrivate: [`localhost:${apiPort}`] } },
     logger: silentLogger,
-    secrets: { GH_TOKEN: { from: { env: VARIABLE }, hosts: [`localhost:${apiPort}`] } },
+    secrets: {
+      GH_TOKEN: { from: { env: VARIABLE }, hosts: [`localhost:${apiPort}`] },
+      // Declared, its variable never set: the bridge cannot read its value.
+      UNSET: { from: { env: `RT_CLI_TEST_UNSET_${process.pid}` }, hosts: ["api.example.com"] },
+    },
   });
   env = cleanEnv({ CLOUDFLARE_SANDBOX_URL: bridge.url, CLOUDFLARE_SANDBOX_TOKEN: bridge.token });
 });
@@ -82,7 +86,18 @@ describe("run --secrets", () => {
     expect(code).toBe(2);
     expect(stdout).toBe("");
     expect(stderr).toBe(
-      "remote-task: ForbiddenError: --secrets names API_KEY, which this bridge does not declare, so the command did not run; it declares GH_TOKEN (remote-task health lists them with their hosts).\n",
+      "remote-task: ForbiddenError: --secrets names API_KEY, which this bridge does not declare, so the command did not run; it declares GH_TOKEN, UNSET (remote-task health lists them with their hosts).\n",
+    );
+  });
+
+  it("a secret whose value the bridge cannot read says so in the bridge's words (exit 125)", async () => {
+    const { code, stdout, stderr } = await runCli(["run", "--secrets", "UNSET", "--", "echo ran"], {
+      env,
+    });
+    expect(code).toBe(125);
+    expect(stdout).toBe("");
+    expect(stderr).toBe(
+      "remote-task: BridgeError: The bridge cannot read the value of secret UNSET (its variable is unset or empty, or its file unreadable), so the command did not run. Its deployer must fix that where the bridge runs.\n",
     );
   });
 
@@ -143,7 +158,10 @@ describe("run-many --secrets and health", () => {
     const declared = await runCli(["health"], { env });
     expect(declared.code).toBe(0);
     expect(declared.stdout).toMatch(
-      new RegExp(`^secrets {12}GH_TOKEN \\(to localhost:${apiPort}\\)$`, "m"),
+      new RegExp(
+        `^secrets {12}GH_TOKEN \\(to localhost:${apiPort}\\); UNSET \\(to api\\.example\\.com\\)$`,
+        "m",
+      ),
     );
     expect(declared.stdout).not.toContain(VALUE);
     const plain = await startTestBridge();

@@ -1,7 +1,13 @@
 import { BRIDGE_TEXTS } from "@remote-task/internal";
 import { InvalidArgumentError } from "commander";
 import { describe, expect, it } from "vitest";
-import { secretFlag, secretNames, secretNamesFromFlag, undeclaredSecrets } from "../src/secrets.js";
+import {
+  secretFlag,
+  secretNames,
+  secretNamesFromFlag,
+  undeclaredSecrets,
+  unreadableSecret,
+} from "../src/secrets.js";
 
 describe("serve --secret", () => {
   it("takes a source, hosts and an optional header, one secret per flag", () => {
@@ -68,5 +74,7 @@ describe("--secrets NAME[,NAME...]", () => {
     });
     expect(undeclaredSecrets("network open is more than this bridge allows")).toBeUndefined();
     expect(undeclaredSecrets(undefined)).toBeUndefined();
+    expect(unreadableSecret(BRIDGE_TEXTS.secretUnavailable("GH_TOKEN"))).toBe("GH_TOKEN");
+    expect(unreadableSecret(BRIDGE_TEXTS.secretsUndeclared("A", "B"))).toBeUndefined();
   });
 });
