@@ -8,6 +8,7 @@ import { dockerOptions } from "./docker.js";
 import { EXIT } from "./exit-codes.js";
 import { networkPolicy } from "./network.js";
 import { LIMIT_OPTIONS, limitOptions } from "./sandbox-limits.js";
+import { secretNames } from "./secrets.js";
 
 /** Called with the process exit code once a command has run. */
 export type OnExit = (code: number) => void;
@@ -82,6 +83,15 @@ export function networkOption(command: Command, scope: string): Command {
   );
 }
 
+/** `--secrets NAME[,NAME...]`: the bridge's secrets `scope` may use, by name. */
+export function secretsOption(command: Command, scope: string): Command {
+  return command.option(
+    "--secrets <names>",
+    `secrets ${scope} may use, by name, among those the bridge declares (remote-task health lists them): NAME[,NAME...], repeat for more; the command sees a placeholder in $NAME, never the value`,
+    secretNames,
+  );
+}
+
 export function timingOptions(command: Command, timeoutHelp: string): Command {
   return command
     .option("--timeout <seconds>", timeoutHelp, positiveNumber)
@@ -94,11 +104,18 @@ export function timingOptions(command: Command, timeoutHelp: string): Command {
 
 /**
  * `--isolation` picks how the embedded bridge isolates, and the limit flags size its sandboxes;
- * without `--local` (or, for the limits, `--docker`) there is no such bridge.
+ * without `--local` (or, for the limits, `--docker`) there is no such bridge. `--secrets` asks a
+ * bridge for secrets its deployer declared, and the embedded bridge declares none.
  */
 export function refuseEmbeddedOnlyFlags(command: Command): void {
   const given = (name: string) => command.getOptionValueSource(name) === "cli";
   const { local, docker } = command.opts();
+  if (given("secrets") && (local || docker !== undefined)) {
+    command.error(
+      `error: --secrets asks a bridge for secrets its deployer declared, and the embedded bridge of --${local ? "local" : "docker"} declares none; serve one with remote-task serve --secret NAME=env:VAR@HOSTS and point --url (or $CLOUDFLARE_SANDBOX_URL) at it.`,
+      { exitCode: EXIT.usage, code: "remote-task.secretsWithEmbedded" },
+    );
+  }
   if (given("isolation") && !local) {
     command.error("error: --isolation applies only with --local (the embedded bridge).", {
       exitCode: EXIT.usage,

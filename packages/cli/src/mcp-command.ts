@@ -8,9 +8,10 @@ import { parseArgs } from "node:util";
 import type { NetworkPolicy } from "@remote-task/protocol";
 import { loadMcpServer } from "./mcp-loader.js";
 import { networkFromFlag } from "./network.js";
+import { secretNamesFromFlag } from "./secrets.js";
 
 function usage(program: string): string {
-  return `Usage: ${program} [--local [--isolation auto|bwrap|none] | --docker <image>] [--url <url>] [--token <token>] [--network <policy>]
+  return `Usage: ${program} [--local [--isolation auto|bwrap|none] | --docker <image>] [--url <url>] [--token <token>] [--network <policy>] [--secrets <names>]
 
 Serves the remote_task tool over the Model Context Protocol on stdio, for an MCP client to start.
 The bridge comes from CLOUDFLARE_SANDBOX_URL (and CLOUDFLARE_SANDBOX_TOKEN, CLOUDFLARE_SANDBOX_CWD).
@@ -35,6 +36,11 @@ Options:
                        visible to every process on the machine)
   --network <policy>   where every call's command may connect: none, open, or hosts separated
                        by commas; the model cannot change it
+  --secrets <names>    secrets of the bridge the model may use, by name (NAME[,NAME...], repeat
+                       for more): the tool offers them as its optional "secrets" parameter, and
+                       a command asking for one sees a placeholder in $NAME, never the value;
+                       the bridge must declare them (remote-task serve --secret), so not with
+                       --local or --docker
   -h, --help           show this help
 
 Example MCP client configuration:
@@ -42,7 +48,8 @@ Example MCP client configuration:
     "env": {"CLOUDFLARE_SANDBOX_URL": "https://bridge.example.workers.dev",
             "CLOUDFLARE_SANDBOX_TOKEN": "..."}}}}
 With the embedded bridge instead, add "--local" to "args"; to limit every call to the Python
-package index, add "--network", "pypi.org,files.pythonhosted.org".
+package index, add "--network", "pypi.org,files.pythonhosted.org"; to let the model use the
+bridge's GH_TOKEN, add "--secrets", "GH_TOKEN".
 `;
 }
 
@@ -116,9 +123,11 @@ export async function runMcpCommand(args: readonly string[], program: string): P
     url?: string | undefined;
     token?: string | undefined;
     network?: string | undefined;
+    secrets?: string[] | undefined;
     help?: boolean | undefined;
   };
   let network: NetworkPolicy | undefined;
+  let secrets: string[] | undefined;
   let ulimits: Record<string, number> | undefined;
   try {
     flags = parseArgs({
@@ -134,6 +143,7 @@ export async function runMcpCommand(args: readonly string[], program: string): P
         url: { type: "string" },
         token: { type: "string" },
         network: { type: "string" },
+        secrets: { type: "string", multiple: true },
         help: { type: "boolean", short: "h" },
       },
     }).values;
@@ -161,6 +171,15 @@ export async function runMcpCommand(args: readonly string[], program: string): P
       );
     }
     if (flags.network !== undefined) network = networkFromFlag(flags.network);
+    if (flags.secrets !== undefined) {
+      if (embedded) {
+        throw new TypeError(
+          `--secrets asks a bridge for secrets its deployer declared, and the embedded bridge of --${flags.local ? "local" : "docker"} declares none; serve one with remote-task serve --secret NAME=env:VAR@HOSTS and point --url (or $CLOUDFLARE_SANDBOX_URL) at it.`,
+        );
+      }
+      secrets = [];
+      for (const value of flags.secrets) secrets = secretNamesFromFlag(value, secrets);
+    }
   } catch (error) {
     return usageError(program, (error as Error).message);
   }
@@ -198,7 +217,7 @@ export async function runMcpCommand(args: readonly string[], program: string): P
   if (target.url !== undefined) env.CLOUDFLARE_SANDBOX_URL = target.url;
   if (target.token !== undefined) env.CLOUDFLARE_SANDBOX_TOKEN = target.token;
   try {
-    const server = await runMcpStdio({ env, network });
+    const server = await runMcpStdio({ env, network, secrets });
     // The session ends when the MCP client closes our input: the server closes its client, and
     // the embedded bridge closes with its backend.
     if (bridge) process.stdin.once("end", () => void server.close().then(() => bridge.close()));

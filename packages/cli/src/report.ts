@@ -7,6 +7,7 @@ import {
 } from "@remote-task/client";
 import { formatSize } from "@remote-task/protocol";
 import { EXIT } from "./exit-codes.js";
+import { undeclaredSecrets, unreadableSecret } from "./secrets.js";
 import { UsageError } from "./usage-error.js";
 
 /** The result as protocol `ExecResult` fields plus the sandbox id (what `--json` prints). */
@@ -126,6 +127,7 @@ const FLAG_OF_FIELD: Record<string, string> = {
   timeoutSeconds: "--timeout",
   cwd: "--cwd",
   network: "--network",
+  secrets: "--secrets",
 };
 
 /**
@@ -153,8 +155,33 @@ export function refusedStdin(error: unknown): boolean {
   return error.status === 413 || atStdin.length > 0;
 }
 
+/**
+ * A call refused over its `--secrets`, in those terms: a name the bridge does not declare (its
+ * 403 lists those it does), or one whose value it cannot read (its 503 names it; the client's
+ * message for that status speaks of a missing token). Undefined for any other failure.
+ */
+function secretsRefusal(error: unknown): string | undefined {
+  if (!RemoteTaskError.isInstance(error)) return undefined;
+  const undeclared = ForbiddenError.isInstance(error)
+    ? undeclaredSecrets(error.bridgeMessage)
+    : undefined;
+  if (undeclared !== undefined) {
+    const declared =
+      undeclared.declared === "none"
+        ? "none (its deployer declares them with remote-task serve --secret)"
+        : `${undeclared.declared} (remote-task health lists them with their hosts)`;
+    return `${error.name}: --secrets names ${undeclared.unknown}, which this bridge does not declare, so the command did not run; it declares ${declared}.`;
+  }
+  if (unreadableSecret(error.bridgeMessage) !== undefined) {
+    return `${error.name}: ${error.bridgeMessage} Its deployer must fix that where the bridge runs.`;
+  }
+  return undefined;
+}
+
 /** One line for an error, with the error's kind so a script can tell them apart. */
 export function describeError(error: unknown): string {
+  const refusal = secretsRefusal(error);
+  if (refusal !== undefined) return refusal;
   if (ForbiddenError.isInstance(error)) {
     return `${error.name}: ${error.message} Check --network; \`remote-task health\` shows the bridge's network default and ceiling.`;
   }

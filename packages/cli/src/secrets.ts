@@ -1,11 +1,16 @@
 /**
- * `serve --secret NAME=SOURCE@HOSTS[|HEADER]`: one secret a call may ask for by name. SOURCE is
- * `env:VAR` (a variable of serve's own environment) or `file:/path` (read when a call asks); HOSTS
- * are host patterns separated by commas, as in `--network-ceiling`; HEADER (optional) is how the
- * value is presented besides the placeholder: `Authorization: Bearer {value}`, or a bare header
- * name that gets the value itself. The value never appears on the command line.
+ * Secrets on the command line, both sides. The deployer's: `serve --secret
+ * NAME=SOURCE@HOSTS[|HEADER]`, one secret a call may ask for by name. SOURCE is `env:VAR` (a
+ * variable of serve's own environment) or `file:/path` (read when a call asks); HOSTS are host
+ * patterns separated by commas, as in `--network-ceiling`; HEADER (optional) is how the value is
+ * presented besides the placeholder: `Authorization: Bearer {value}`, or a bare header name that
+ * gets the value itself. The value never appears on the command line. The caller's: `--secrets
+ * NAME[,NAME...]` of `run`, `run-many` and `mcp`, the names a call asks for, and the bridge's
+ * refusal of a name it does not declare, in those terms.
  */
 import type { SecretDeclaration } from "@remote-task/bridge";
+import { BRIDGE_TEXTS } from "@remote-task/internal";
+import { secretNameSchema } from "@remote-task/protocol";
 import { InvalidArgumentError } from "commander";
 import { hostList } from "./network.js";
 
@@ -26,4 +31,62 @@ export function secretFlag(
     ...(header === undefined ? {} : { header }),
   };
   return { ...previous, [name]: declaration };
+}
+
+/**
+ * The names of `--secrets NAME[,NAME...]` (given once or more), each as the bridge declares it;
+ * a `TypeError` names one that cannot be a secret's name.
+ */
+export function secretNamesFromFlag(value: string, previous: readonly string[] = []): string[] {
+  const names = value.split(",").map((name) => name.trim());
+  const bad = names.filter((name) => !secretNameSchema.safeParse(name).success);
+  if (bad.length > 0) {
+    throw new TypeError(
+      `expected secret names separated by commas, as the bridge declares them (remote-task health lists them; a name is [A-Za-z_][A-Za-z0-9_]*): ${bad.map((name) => JSON.stringify(name)).join(", ")} is none.`,
+    );
+  }
+  return [...new Set([...previous, ...names])];
+}
+
+/** {@link secretNamesFromFlag} for commander: its `TypeError` as commander's usage error. */
+export function secretNames(value: string, previous?: string[]): string[] {
+  try {
+    return secretNamesFromFlag(value, previous);
+  } catch (error) {
+    throw new InvalidArgumentError((error as Error).message);
+  }
+}
+
+/** A regular expression matching `text`, with each of `holes` in it as a group. */
+function textPattern(text: string, holes: readonly string[]): RegExp {
+  let source = text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+  for (const hole of holes) source = source.replace(hole, "(.+?)");
+  return new RegExp(`^${source}$`);
+}
+
+/** The bridge's words refusing undeclared secrets, with the two lists as groups. */
+const UNDECLARED = textPattern(BRIDGE_TEXTS.secretsUndeclared("\u0000U", "\u0000D"), [
+  "\u0000U",
+  "\u0000D",
+]);
+
+/** The bridge's words for a secret whose value it cannot read, with the name as a group. */
+const UNREADABLE = textPattern(BRIDGE_TEXTS.secretUnavailable("\u0000N"), ["\u0000N"]);
+
+/**
+ * The names a bridge refused as undeclared and those it declares, from its words (the 403 every
+ * bridge of this project answers); undefined for any other text.
+ */
+export function undeclaredSecrets(
+  bridgeMessage: string | undefined,
+): { unknown: string; declared: string } | undefined {
+  const match = bridgeMessage === undefined ? null : UNDECLARED.exec(bridgeMessage);
+  if (match === null) return undefined;
+  return { unknown: match[1] ?? "", declared: match[2] ?? "" };
+}
+
+/** The secret whose value the bridge could not read, from its words; undefined for other text. */
+export function unreadableSecret(bridgeMessage: string | undefined): string | undefined {
+  const match = bridgeMessage === undefined ? null : UNREADABLE.exec(bridgeMessage);
+  return match?.[1];
 }

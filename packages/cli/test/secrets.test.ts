@@ -1,6 +1,13 @@
+import { BRIDGE_TEXTS } from "@remote-task/internal";
 import { InvalidArgumentError } from "commander";
 import { describe, expect, it } from "vitest";
-import { secretFlag } from "../src/secrets.js";
+import {
+  secretFlag,
+  secretNames,
+  secretNamesFromFlag,
+  undeclaredSecrets,
+  unreadableSecret,
+} from "../src/secrets.js";
 
 describe("serve --secret", () => {
   it("takes a source, hosts and an optional header, one secret per flag", () => {
@@ -41,5 +48,33 @@ describe("serve --secret", () => {
     }
     const once = secretFlag("A=env:A@a.example");
     expect(() => secretFlag("A=env:B@b.example", once)).toThrow("secret A is given twice");
+  });
+});
+
+describe("--secrets NAME[,NAME...]", () => {
+  it("takes names separated by commas, given once or more, each once", () => {
+    const first = secretNames("GH_TOKEN, API_KEY");
+    expect(secretNames("_K2,GH_TOKEN", first)).toEqual(["GH_TOKEN", "API_KEY", "_K2"]);
+  });
+
+  it("refuses what cannot be a secret's name, naming it", () => {
+    for (const text of ["GH-TOKEN", "", "A,,B", "1ABC", "$GH_TOKEN"]) {
+      expect(() => secretNames(text), text).toThrow(InvalidArgumentError);
+    }
+    expect(() => secretNamesFromFlag("A,b-c")).toThrow('"b-c" is none');
+  });
+
+  it("reads the bridge's refusal of undeclared names, and nothing else", () => {
+    expect(
+      undeclaredSecrets(BRIDGE_TEXTS.secretsUndeclared("API_KEY, X", "GH_TOKEN, OPENAI_KEY")),
+    ).toEqual({ unknown: "API_KEY, X", declared: "GH_TOKEN, OPENAI_KEY" });
+    expect(undeclaredSecrets(BRIDGE_TEXTS.secretsUndeclared("A", "none"))).toEqual({
+      unknown: "A",
+      declared: "none",
+    });
+    expect(undeclaredSecrets("network open is more than this bridge allows")).toBeUndefined();
+    expect(undeclaredSecrets(undefined)).toBeUndefined();
+    expect(unreadableSecret(BRIDGE_TEXTS.secretUnavailable("GH_TOKEN"))).toBe("GH_TOKEN");
+    expect(unreadableSecret(BRIDGE_TEXTS.secretsUndeclared("A", "B"))).toBeUndefined();
   });
 });

@@ -81,6 +81,11 @@ export interface RemoteTaskDeepAgentsBackendOptions {
   timeoutSeconds?: number | undefined;
   /** Where every command may connect (default: the bridge's default); the model cannot change it. */
   network?: NetworkPolicy | undefined;
+  /**
+   * Names of the bridge's secrets every command gets (deepagents' `execute` has no parameter for
+   * them): each command sees a placeholder under each name, never the value.
+   */
+  secrets?: readonly string[] | undefined;
   /** The backend's id (default `remote-task`). */
   id?: string | undefined;
 }
@@ -117,6 +122,7 @@ export function createRemoteTaskBackend(
     return owned;
   };
   const noFiles = async (): Promise<NoFilesResult> => ({ error: NO_FILES_TEXT });
+  const secrets = [...(options.secrets ?? [])];
   return {
     id: options.id ?? "remote-task",
     async execute(command) {
@@ -126,6 +132,7 @@ export function createRemoteTaskBackend(
             ? {}
             : { timeoutSeconds: options.timeoutSeconds }),
           ...(options.network === undefined ? {} : { network: options.network }),
+          ...(secrets.length === 0 ? {} : { secrets }),
         });
         return {
           output: outputOf(result),

@@ -60,6 +60,12 @@ export interface RemoteTaskMastraSandboxOptions {
   env?: EnvLike | undefined;
   /** Where every command may connect (default: the bridge's default); the model cannot change it. */
   network?: NetworkPolicy | undefined;
+  /**
+   * Names of the bridge's secrets every command gets (Mastra's `execute_command` has no parameter
+   * for them): each command sees a placeholder under each name, never the value, and the
+   * instructions tell the model which names there are.
+   */
+  secrets?: readonly string[] | undefined;
   /** The sandbox's id in Mastra (default `remote-task`). */
   id?: string | undefined;
 }
@@ -67,6 +73,13 @@ export interface RemoteTaskMastraSandboxOptions {
 /** What the model reads about this sandbox. */
 export const MASTRA_SANDBOX_INSTRUCTIONS =
   "Commands run in a remote sandbox through remote-task. Each command gets a fresh, empty sandbox that is thrown away afterwards: files and processes do not carry over from one command to the next, so put every step that needs the same files in one command (join them with &&).";
+
+/** The instructions, naming the secrets every command gets. */
+function instructions(secrets: readonly string[]): string {
+  if (secrets.length === 0) return MASTRA_SANDBOX_INSTRUCTIONS;
+  const names = secrets.map((name) => `$${name}`).join(", ");
+  return `${MASTRA_SANDBOX_INSTRUCTIONS} Credentials are in environment variables ${names}: each holds a placeholder, never the value, which the sandbox's network proxy swaps for the real value only in request headers to that credential's own hosts (e.g. curl -H "Authorization: Bearer $${secrets[0]}" ...).`;
+}
 
 /** `command` with `args` appended, each quoted for a POSIX shell. */
 function commandLine(command: string, args: readonly string[]): string {
@@ -109,6 +122,7 @@ export function createRemoteTaskSandbox(
   options: RemoteTaskMastraSandboxOptions = {},
 ): RemoteTaskMastraSandbox {
   const { network } = options;
+  const secrets = [...(options.secrets ?? [])];
   let owned: RemoteTaskClient | undefined;
   const clientFor = (): RemoteTaskToolClient => {
     if (options.client) return options.client;
@@ -121,7 +135,7 @@ export function createRemoteTaskSandbox(
     name: "remote-task",
     provider: "remote-task",
     status: "ready",
-    getInstructions: () => MASTRA_SANDBOX_INSTRUCTIONS,
+    getInstructions: () => instructions(secrets),
     async executeCommand(command, args = [], commandOptions = {}) {
       const { onStdout, onStderr } = commandOptions;
       const streamed = onStdout !== undefined || onStderr !== undefined;
@@ -133,6 +147,7 @@ export function createRemoteTaskSandbox(
         ...(commandOptions.cwd === undefined ? {} : { cwd: commandOptions.cwd }),
         ...(env === undefined ? {} : { env }),
         ...(network === undefined ? {} : { network }),
+        ...(secrets.length === 0 ? {} : { secrets }),
         signal: commandOptions.abortSignal,
         ...(streamed
           ? {

@@ -49,6 +49,7 @@ export function createRemoteTaskMcpServer(options: RemoteTaskMcpServerOptions = 
         defaultTimeoutSeconds: toolOptions.defaultTimeoutSeconds,
         description: toolOptions.description,
         network: toolOptions.network,
+        secrets: toolOptions.secrets,
       });
     }
   }
@@ -99,6 +100,11 @@ export interface McpStdioOptions {
   env?: EnvLike | undefined;
   /** Where every call's command may connect (default: the bridge's default). */
   network?: NetworkPolicy | undefined;
+  /**
+   * Names of the bridge's secrets the model may ask for (the tool's `secrets` option): offered
+   * as the tool's optional `secrets` parameter.
+   */
+  secrets?: readonly string[] | undefined;
   /** Streams to speak MCP over (default `process.stdin` / `process.stdout`). */
   stdin?: Readable | undefined;
   stdout?: Writable | undefined;
@@ -112,6 +118,7 @@ export async function runMcpStdio(options: McpStdioOptions = {}): Promise<McpSer
   const server = createRemoteTaskMcpServer({
     env: options.env ?? process.env,
     network: options.network,
+    secrets: options.secrets,
   });
   const stdin = options.stdin ?? process.stdin;
   await server.connect(new StdioServerTransport(stdin, options.stdout ?? process.stdout));

@@ -5,7 +5,7 @@
  * failure), as with the function-calling adapter; the run's abort signal stops the remote command.
  */
 import { type FunctionTool, tool } from "@openai/agents";
-import { strictSchema, withoutNullTimeout } from "./strict-schema.js";
+import { strictSchema, withoutNullArguments } from "./strict-schema.js";
 import {
   type EnvLike,
   isRemoteTaskAvailable,
@@ -31,7 +31,7 @@ export function createRemoteTaskOpenAIAgentsTool(
     parameters: strictSchema(core.jsonSchema),
     strict: true,
     async execute(input, _context, details) {
-      const result = await core.execute(withoutNullTimeout(input), { signal: details?.signal });
+      const result = await core.execute(withoutNullArguments(input), { signal: details?.signal });
       return result.text;
     },
   }) as RemoteTaskOpenAIAgentsTool;

@@ -7,7 +7,7 @@
  * output text, never a throw.
  */
 import { errorResult, type RemoteTaskToolResult } from "./result.js";
-import { strictSchema, withoutNullTimeout } from "./strict-schema.js";
+import { strictSchema, withoutNullArguments } from "./strict-schema.js";
 import {
   type ExecuteOptions,
   type RemoteTaskTool,
@@ -93,7 +93,7 @@ export interface RemoteTaskOpenAITool {
 
 function parseArguments(text: string): { ok: true; value: unknown } | { ok: false } {
   try {
-    return { ok: true, value: withoutNullTimeout(JSON.parse(text === "" ? "{}" : text)) };
+    return { ok: true, value: withoutNullArguments(JSON.parse(text === "" ? "{}" : text)) };
   } catch {
     return { ok: false };
   }

@@ -16,6 +16,7 @@ import {
   DEFAULT_TIMEOUT_SECONDS,
   type NetworkPolicy,
   networkPolicySchema,
+  secretNameSchema,
 } from "@remote-task/protocol";
 import {
   REMOTE_TASK_TOOL_NAME,
@@ -53,6 +54,14 @@ interface CommonToolOptions {
    * (default: the bridge's default). Sent on every call; the model's arguments cannot change it.
    */
   network?: NetworkPolicy | undefined;
+  /**
+   * Names of secrets the model may ask for, among those the bridge declares (its `/health` lists
+   * them; `remote-task serve --secret` declares them). The model gets an optional `secrets`
+   * parameter, an enum of exactly these names, and the description names them; a call asks only
+   * for those the model lists, and its command sees a placeholder under each name, never the
+   * value. Without it (or empty) the parameters are `{command, timeout?}` as before.
+   */
+  secrets?: readonly string[] | undefined;
 }
 
 /**
@@ -76,7 +85,7 @@ export interface RemoteTaskTool {
   readonly name: typeof REMOTE_TASK_TOOL_NAME;
   readonly title: string;
   readonly description: string;
-  /** zod schema of the arguments: `{command: string, timeout?: number}`. */
+  /** zod schema of the arguments: `{command: string, timeout?: number, secrets?: names[]}`. */
   readonly parameters: RemoteTaskParametersSchema;
   /** The same schema as JSON Schema (what a model is shown). */
   readonly jsonSchema: JsonSchemaObject;
@@ -99,14 +108,60 @@ function modelWords(text: string): string {
   return text.replaceAll("timeoutSeconds", "timeout");
 }
 
-function describeIssues(error: { issues: ReadonlyArray<SchemaIssue> }): string {
+/** What a call looks like, for the invalid-arguments text. */
+function argumentsForm(secrets: readonly string[]): string {
+  const names = secrets.map((name) => JSON.stringify(name)).join(", ");
+  return secrets.length === 0
+    ? `{"command": "<shell command>", "timeout": <seconds, optional>}`
+    : `{"command": "<shell command>", "timeout": <seconds, optional>, "secrets": <some of [${names}], optional>}`;
+}
+
+function describeIssues(
+  error: { issues: ReadonlyArray<SchemaIssue> },
+  secrets: readonly string[],
+): string {
   const lines = issuesOf(error).map((issue) => {
     const path = issue.path.join(".");
     const message = modelWords(issue.message);
     // "timeout must be greater than 0", not "timeout: timeout must be greater than 0".
     return path && !message.startsWith(path) ? `${path}: ${message}` : message;
   });
-  return `Invalid ${REMOTE_TASK_TOOL_NAME} arguments: ${lines.join("; ")}. Pass {"command": "<shell command>", "timeout": <seconds, optional>}.`;
+  return `Invalid ${REMOTE_TASK_TOOL_NAME} arguments: ${lines.join("; ")}. Pass ${argumentsForm(secrets)}.`;
+}
+
+/**
+ * The integrator's secret names, checked: each a name a bridge can declare (as an environment
+ * variable's), none twice.
+ */
+function checkedSecrets(secrets: readonly string[] | undefined): readonly string[] {
+  if (secrets === undefined) return [];
+  if (!Array.isArray(secrets)) {
+    throw new TypeError(`secrets must be an array of secret names; got ${JSON.stringify(secrets)}`);
+  }
+  for (const name of secrets) {
+    if (!secretNameSchema.safeParse(name).success) {
+      throw new TypeError(
+        `secrets: ${JSON.stringify(name)} is not a secret name ([A-Za-z_][A-Za-z0-9_]*, as the bridge declares it)`,
+      );
+    }
+  }
+  const twice = secrets.find((name, index) => secrets.indexOf(name) !== index);
+  if (twice !== undefined) throw new TypeError(`secrets: ${twice} is given twice`);
+  return [...secrets];
+}
+
+/**
+ * Secrets the model asked for on a tool that offers none: a call that runs without them would
+ * fail in a way the model cannot explain, so it is refused. Undefined when there is nothing to
+ * refuse (no such argument, or an empty list).
+ */
+function unofferedSecrets(args: unknown): string | undefined {
+  if (typeof args !== "object" || args === null || !("secrets" in args)) return undefined;
+  const asked = (args as { secrets: unknown }).secrets;
+  if (asked === undefined || asked === null || (Array.isArray(asked) && asked.length === 0)) {
+    return undefined;
+  }
+  return `Invalid ${REMOTE_TASK_TOOL_NAME} arguments: secrets: this tool offers no secrets, so the command did not run. Leave out "secrets"; commands run without credentials here.`;
 }
 
 /**
@@ -160,7 +215,8 @@ export function createRemoteTaskTool(options: RemoteTaskToolOptions = {}): Remot
       `network must be "none", "open" or {allow: [host patterns]}; got ${JSON.stringify(network)}`,
     );
   }
-  const parameters = remoteTaskParameters(defaultTimeoutSeconds);
+  const secrets = checkedSecrets(options.secrets);
+  const parameters = remoteTaskParameters(defaultTimeoutSeconds, secrets);
   const injected = options.client;
   const env = options.env ?? defaultEnv();
   let owned: RemoteTaskClient | undefined;
@@ -174,22 +230,26 @@ export function createRemoteTaskTool(options: RemoteTaskToolOptions = {}): Remot
   return {
     name: REMOTE_TASK_TOOL_NAME,
     title: REMOTE_TASK_TOOL_TITLE,
-    description: options.description ?? remoteTaskDescription(defaultTimeoutSeconds),
+    description: options.description ?? remoteTaskDescription(defaultTimeoutSeconds, secrets),
     parameters,
     jsonSchema: remoteTaskJsonSchema(parameters),
     defaultTimeoutSeconds,
     async execute(args, { signal } = {}) {
+      const refused = secrets.length === 0 ? unofferedSecrets(args) : undefined;
+      if (refused !== undefined) return errorResult(refused);
       const parsed = parameters.safeParse(args);
-      if (!parsed.success) return errorResult(describeIssues(parsed.error));
-      const { command, timeout } = parsed.data;
+      if (!parsed.success) return errorResult(describeIssues(parsed.error, secrets));
+      const { command, timeout, secrets: asked } = parsed.data;
       if (signal?.aborted) return abortedResult();
       try {
-        // Only the command and its deadline come from the model: never `env`, a cwd or a network
-        // policy (unknown arguments are dropped by the schema); the integrator's policy goes as is.
+        // Only the command, its deadline and which offered secrets it uses come from the model:
+        // never `env`, a cwd or a network policy (unknown arguments are dropped by the schema);
+        // the integrator's policy goes as is.
         const result = await clientFor().run(command, {
           timeoutSeconds: timeout,
           signal,
           ...(network === undefined ? {} : { network }),
+          ...(asked === undefined || asked.length === 0 ? {} : { secrets: [...new Set(asked)] }),
         });
         return resultFromTask(result, timeout);
       } catch (error) {

@@ -35,6 +35,12 @@ async function healthCommand(flags: ConnectionFlags & { json?: boolean }): Promi
       rows.push(["network default", JSON.stringify(health.network.default)]);
       rows.push(["network ceiling", JSON.stringify(health.network.ceiling)]);
     }
+    rows.push([
+      "secrets",
+      health.secrets === undefined || health.secrets.length === 0
+        ? "none declared (nothing for --secrets to ask for)"
+        : health.secrets.map(({ name, hosts }) => `${name} (to ${hosts.join(", ")})`).join("; "),
+    ]);
     if (health.durable === undefined) {
       rows.push(["durable calls", "none (no --detach, attach or re-attach on this bridge)"]);
     } else {

@@ -15,6 +15,7 @@ import { readStdinData, StdinTooLargeError } from "../stdin.js";
 interface DetachFlags extends ConnectionFlags {
   json?: boolean;
   network?: NetworkPolicy;
+  secrets?: string[];
   stdin?: boolean;
 }
 
@@ -33,6 +34,7 @@ export async function runDetached(words: string[], flags: DetachFlags): Promise<
     const handle = await connection.client.start(commandFromWords(words), {
       timeoutSeconds: flags.timeout ?? DEFAULT_TIMEOUT_SECONDS,
       network: flags.network,
+      secrets: flags.secrets,
       stdin,
       maxOutputBytes: flags.maxOutputBytes,
     });

@@ -21,6 +21,7 @@ import {
   type OnExit,
   positiveInteger,
   refuseEmbeddedOnlyFlags,
+  secretsOption,
   timingOptions,
 } from "../flags.js";
 import {
@@ -46,6 +47,8 @@ interface RunManyFlags extends ConnectionFlags {
   file?: string;
   json?: boolean;
   network?: NetworkPolicy;
+  /** Names of the bridge's secrets the command may use (`--secrets`). */
+  secrets?: string[];
   maxOutputBytes?: number;
 }
 
@@ -190,6 +193,7 @@ async function runManyCommand(flags: RunManyFlags): Promise<number> {
         command,
         timeoutSeconds,
         network: flags.network,
+        secrets: flags.secrets,
         maxOutputBytes: flags.maxOutputBytes,
       })),
       {
@@ -265,7 +269,7 @@ async function runManyCommand(flags: RunManyFlags): Promise<number> {
 export function declareRunMany(program: Command, onExit: OnExit): void {
   connectionOptions(
     timingOptions(
-      networkOption(program.command("run-many"), "each command")
+      secretsOption(networkOption(program.command("run-many"), "each command"), "each command")
         .description("Run one command per line (from --file or stdin), each in its own sandbox.")
         .option(
           "--concurrency <n>",
@@ -290,7 +294,8 @@ failure's code; Ctrl-C stops it (130; tasks not run to their end are counted apa
 
 Examples:
   $ printf 'echo one\\necho two\\nexit 3\\n' | remote-task run-many --local
-  $ remote-task run-many --local --concurrency 32 --file tasks.txt --json > results.json`,
+  $ remote-task run-many --local --concurrency 32 --file tasks.txt --json > results.json
+  $ remote-task run-many --secrets GH_TOKEN --file gh-calls.txt   # the bridge declares GH_TOKEN`,
     )
     .action(async (flags, command: Command) => {
       refuseEmbeddedOnlyFlags(command);

@@ -11,6 +11,7 @@ import {
   networkOption,
   type OnExit,
   refuseEmbeddedOnlyFlags,
+  secretsOption,
   timingOptions,
 } from "../flags.js";
 import {
@@ -39,6 +40,8 @@ interface RunFlags extends ConnectionFlags {
   json?: boolean;
   stream?: boolean;
   network?: NetworkPolicy;
+  /** Names of the bridge's secrets the command may use (`--secrets`). */
+  secrets?: string[];
   /** False with `--no-stdin`. */
   stdin?: boolean;
   /** Bytes of the end of each output to keep (and, with `--stream`, of its start to stream). */
@@ -148,6 +151,7 @@ async function runCommand(words: string[], flags: RunFlags): Promise<number> {
       timeoutSeconds,
       signal: interrupt.signal,
       network: flags.network,
+      secrets: flags.secrets,
       stdin,
       maxOutputBytes: flags.maxOutputBytes,
       ...(flags.json ? {} : { onOutput }),
@@ -205,7 +209,7 @@ async function runCommand(words: string[], flags: RunFlags): Promise<number> {
 export function declareRun(program: Command, onExit: OnExit): void {
   connectionOptions(
     timingOptions(
-      networkOption(program.command("run"), "the command")
+      secretsOption(networkOption(program.command("run"), "the command"), "the command")
         .description("Run one command in a fresh sandbox and print its output.")
         .argument(
           "<command...>",
@@ -254,6 +258,12 @@ more than the bridge allows is refused (exit 2); remote-task health shows its de
 With --local or --docker you are the embedded bridge's deployer: the hosts you name may be
 private or loopback ones (never the bridge itself):
   $ remote-task run --local --network localhost:8080 -- 'curl -s http://localhost:8080/'
+
+--secrets: secrets the bridge's deployer declared (remote-task serve --secret; remote-task
+health lists their names and hosts), by name. The command sees a placeholder in $NAME, which
+the bridge swaps for the value only in request headers to that secret's hosts; a name the
+bridge does not declare is refused (exit 2). The embedded bridge of --local declares none:
+  $ remote-task run --secrets GH_TOKEN -- 'curl -s -H "Authorization: Bearer $GH_TOKEN" https://api.github.com/user'
 
 Exit code: the command's own, 124 on timeout, 125 when the bridge or configuration failed (or
 its stdin is too large), 2 for a usage error (a flag value the bridge refuses included), 130
