@@ -1,3 +1,4 @@
+import { BRIDGE_TEXTS } from "@remote-task/internal";
 import {
   ERROR_STATUS,
   type ErrorCode,
@@ -14,6 +15,7 @@ import {
   CapacityError,
   ConnectionError,
   createClient,
+  ForbiddenError,
   InvalidRequestError,
   ProtocolError,
   type RetryInfo,
@@ -188,6 +190,35 @@ describe("run: every error status", () => {
     expect(BridgeError.isInstance(error)).toBe(true);
     expect(error.message).toMatch(/no token configured/);
     expect(execRequests(f)).toHaveLength(1);
+  });
+
+  it("says which secret the bridge cannot read, and that the command did not run", async () => {
+    const words = BRIDGE_TEXTS.secretUnavailable("GH_TOKEN");
+    const f = mswFetch(
+      http.post(`${URL_BASE}/exec`, () =>
+        HttpResponse.json({ error: words, code: "not_configured" }, { status: 503 }),
+      ),
+    );
+    const error = await failure(client(f).run("x", { secrets: ["GH_TOKEN"] }));
+    expect(BridgeError.isInstance(error)).toBe(true);
+    expect(error.message).toContain("cannot use a secret this call asks for");
+    expect(error.message).toContain("value of secret GH_TOKEN");
+    expect(error.message).not.toMatch(/token configured/);
+    expect((error as BridgeError).mayHaveRun).toBe(false);
+  });
+
+  it("points a refusal of undeclared secrets at the secrets /health lists, not the network ceiling", async () => {
+    const words = BRIDGE_TEXTS.secretsUndeclared("AWS_KEY", "GH_TOKEN");
+    const f = mswFetch(
+      http.post(`${URL_BASE}/exec`, () =>
+        HttpResponse.json({ error: words, code: "forbidden" }, { status: 403 }),
+      ),
+    );
+    const error = await failure(client(f).run("x", { secrets: ["AWS_KEY"] }));
+    expect(ForbiddenError.isInstance(error)).toBe(true);
+    expect(error.message).toContain("refused the call's secrets");
+    expect(error.message).toContain("it declares GH_TOKEN");
+    expect(error.message).not.toContain("network.ceiling");
   });
 
   it.each([
