@@ -231,6 +231,25 @@ function plainHttpTests(): void {
     expect(none.stdout).toContain("status=000");
   });
 
+  it("the bridge's process, where the proxy holds the values, is out of the command's reach", {
+    timeout: 30_000,
+  }, async () => {
+    // Every process the command can see, their environments and command lines, and the bridge's
+    // own /proc entry (its memory, its environment with the variable the value comes from).
+    const result = await run(
+      [
+        `[ -e /proc/${process.pid} ] && echo bridge-visible || echo bridge-invisible`,
+        `head -c 64 /proc/${process.pid}/mem >/dev/null 2>&1 && echo mem-read || echo mem-refused`,
+        "for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ; tr '\\0' ' ' < $p/cmdline; echo; done 2>/dev/null",
+      ].join("; "),
+    );
+    expect(result.stdout).toMatch(/^bridge-invisible\nmem-refused\n/);
+    expect(result.stdout).toContain("GH_TOKEN=rt_secret_");
+    expect(result.stdout).not.toContain(GH_VALUE);
+    expect(result.stdout).not.toContain(KEY_VALUE);
+    expect(result.stdout).not.toContain(ENV_NAME);
+  });
+
   it("asking for a secret the bridge does not declare is refused with the declared names", async () => {
     const response = await post({ command: "true", secrets: ["GH_TOKEN", "AWS_KEY"] });
     expect(response.status).toBe(403);
