@@ -82,12 +82,12 @@ export interface WorkerEnv {
   /** The durable calls' keepers, one per sandbox id (`CallKeeper`). */
   CallKeeper?: DurableObjectNamespace<CallKeeperRpc>;
   /**
-   * The secrets a call may ask for by name (README: "Secrets"), as JSON: `{"GH_TOKEN": {"hosts":
-   * ["api.github.com"], "header": "Authorization: Bearer {value}"}}`. Each value is the Worker
-   * secret of the same name (`wrangler secret put GH_TOKEN`), or the one `"from": {"env":
-   * "OTHER"}` names.
+   * The secrets a call may ask for by name (README: "Secrets"), as JSON text or a JSON var:
+   * `{"GH_TOKEN": {"hosts": ["api.github.com"], "header": "Authorization: Bearer {value}"}}`.
+   * Each value is the Worker secret of the same name (`wrangler secret put GH_TOKEN`), or the
+   * binding `"from": {"env": "OTHER"}` names.
    */
-  SECRETS?: string;
+  SECRETS?: string | Record<string, unknown>;
 }
 
 /** What the Worker asks of a durable call's `CallKeeper` (call-keeper.ts). */
@@ -448,19 +448,23 @@ function readDurable(env: WorkerEnv): DurableConfig | undefined {
 }
 
 /**
- * The SECRETS variable: a JSON object of declarations by name, each value read from the Worker
- * binding of that name unless `from: { env }` names another. Checked as the bridge core checks
- * them (names, host patterns, header), so a mistake is a configuration error, not a failed call.
+ * The SECRETS variable: a JSON object of declarations by name (text, or a JSON var of
+ * wrangler.jsonc), each value read from the Worker binding of that name unless `from: { env }`
+ * names another. Checked as the bridge core checks them (names, host patterns, header), so a
+ * mistake is a configuration error, not a failed call.
  */
-function readSecrets(value: string | undefined): SecretsOptions | undefined {
-  const text = present(value);
-  if (text === undefined) return undefined;
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(text);
-  } catch {
-    throw new ConfigError("SECRETS", "is not valid JSON");
+function readSecrets(value: WorkerEnv["SECRETS"]): SecretsOptions | undefined {
+  let parsed: unknown = value;
+  if (typeof value === "string") {
+    const text = present(value);
+    if (text === undefined) return undefined;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      throw new ConfigError("SECRETS", "is not valid JSON");
+    }
   }
+  if (parsed === undefined) return undefined;
   if (!isObject(parsed)) {
     throw new ConfigError(
       "SECRETS",

@@ -320,6 +320,10 @@ describe("the SECRETS variable", () => {
       GH_TOKEN: { ...gh, from: { env: "GH_TOKEN" } },
       NPM: { hosts: ["registry.npmjs.org:443"], from: { env: "NPM_AUTH" } },
     });
+    // A JSON var of wrangler.jsonc arrives as an object.
+    expect(readConfig({ ...bindings({}), SECRETS: { GH_TOKEN: gh } }).secrets).toEqual({
+      GH_TOKEN: { ...gh, from: { env: "GH_TOKEN" } },
+    });
   });
 
   it("is refused, naming what is wrong: bad JSON, a bad name, a file, a bad source, host or header", () => {
