@@ -212,6 +212,16 @@ describe("a call's secrets on the Worker", () => {
     expect(stored).not.toContain(VALUE);
   });
 
+  it("reach a durable call's container through its keeper, which reads the same bindings", async () => {
+    const id = sandboxId();
+    const env = { ...secretsEnv(), DURABLE_CALLS: "true" } as WorkerEnv;
+    const answer = await exec({ sandboxId: id, command: "true", secrets: ["GH_TOKEN"] }, { env });
+    expect(answer.status, answer.text).toBe(200);
+    const state = await sandboxState(id);
+    expect(state.execs[0]?.env.GH_TOKEN).toMatch(PLACEHOLDER);
+    expect(state.intercepts).toEqual(["all-http", "https *"]);
+  });
+
   it("answer 503 naming the secret when its binding is missing, and start nothing", async () => {
     const id = sandboxId();
     const env = { ...secretsEnv(), GH_TOKEN: undefined } as unknown as WorkerEnv;
