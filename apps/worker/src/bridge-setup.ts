@@ -11,7 +11,7 @@ import {
   type DurableOptions,
 } from "@remote-task/bridge";
 import { CloudflareSandboxBackend } from "./cloudflare-backend.js";
-import type { WorkerConfig, WorkerEnv } from "./config.js";
+import { bindingReader, type WorkerConfig, type WorkerEnv } from "./config.js";
 import { WarmPoolClient } from "./warm-pool-client.js";
 
 /** What one kept call may hold beyond its command and output (its entry, its id). */
@@ -59,6 +59,9 @@ export function buildBridge(
     heartbeatIntervalMs: config.heartbeatIntervalMs,
     network: config.network,
     durable: keeperDurable(config),
+    // Each value is read from the Worker's bindings when a call that asks for it starts.
+    secrets: config.secrets,
+    readSecret: bindingReader(env),
   });
   return { handler, backend };
 }

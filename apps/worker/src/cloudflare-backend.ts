@@ -87,6 +87,8 @@ export class CloudflareSandboxBackend implements SandboxBackend {
   readonly name = "cloudflare";
   readonly isolation = "container";
   readonly networkModes = CONTAINER_NETWORK_MODES;
+  /** A call's secrets go to its egress gate, which puts them into headers (egress-gate.ts). */
+  readonly injectsSecrets = true;
   readonly #options: CloudflareSandboxBackendOptions;
 
   readonly #hedging: HedgePolicy;
@@ -157,8 +159,13 @@ export class CloudflareSandboxBackend implements SandboxBackend {
   async #claimWarm(spec: ExecSpec, network: NetworkPolicy): Promise<ContainerHandle | undefined> {
     const pool = this.#options.warmPool;
     // A pooled container keeps the network it was started with: a call with another policy
-    // (wider or narrower) starts its own.
-    if (pool === undefined || !samePolicy(network, this.#options.pooledNetwork ?? "none")) {
+    // (wider or narrower) starts its own. So does a call with secrets: a pooled container's
+    // egress gate was registered without them.
+    if (
+      pool === undefined ||
+      (spec.secrets ?? []).length > 0 ||
+      !samePolicy(network, this.#options.pooledNetwork ?? "none")
+    ) {
       return undefined;
     }
     this.#placed.set(spec.sandboxId, { claiming: true });
@@ -221,7 +228,7 @@ export class CloudflareSandboxBackend implements SandboxBackend {
       const backstopMs = budgetMs + spec.timeoutMs + this.#backstopMs();
       const started = this.#track(
         spec.sandboxId,
-        startContainer(sandbox, budgetMs, network, backstopMs),
+        startContainer(sandbox, budgetMs, network, backstopMs, spec.secrets),
       );
       return { name, sandbox, started, at: Date.now() };
     };

@@ -1,4 +1,12 @@
-import { type AdmissionSettings, DEFAULT_LIMITS, networkAllows } from "@remote-task/bridge";
+import {
+  type AdmissionSettings,
+  DEFAULT_LIMITS,
+  networkAllows,
+  resolveSecrets,
+  type SecretDeclaration,
+  type SecretReader,
+  type SecretsOptions,
+} from "@remote-task/bridge";
 import { brandClass } from "@remote-task/internal";
 import {
   DEFAULT_NETWORK_POLICY,
@@ -8,7 +16,7 @@ import {
   type NetworkPolicy,
   networkPolicySchema,
 } from "@remote-task/protocol";
-import type { ContainerNamespace } from "./container-client.js";
+import { CONTAINER_NETWORK_MODES, type ContainerNamespace } from "./container-client.js";
 import type { HedgeSetting } from "./hedge.js";
 import type { WarmPoolShardRpc } from "./warm-pool-rpc.js";
 
@@ -73,6 +81,13 @@ export interface WorkerEnv {
   DISCONNECT_GRACE_SECONDS?: string;
   /** The durable calls' keepers, one per sandbox id (`CallKeeper`). */
   CallKeeper?: DurableObjectNamespace<CallKeeperRpc>;
+  /**
+   * The secrets a call may ask for by name (README: "Secrets"), as JSON text or a JSON var:
+   * `{"GH_TOKEN": {"hosts": ["api.github.com"], "header": "Authorization: Bearer {value}"}}`.
+   * Each value is the Worker secret of the same name (`wrangler secret put GH_TOKEN`), or the
+   * binding `"from": {"env": "OTHER"}` names.
+   */
+  SECRETS?: string | Record<string, unknown>;
 }
 
 /** What the Worker asks of a durable call's `CallKeeper` (call-keeper.ts). */
@@ -161,6 +176,8 @@ export interface WorkerConfig {
   version: string;
   /** Durable calls (DURABLE_CALLS), undefined when off. */
   durable?: DurableConfig;
+  /** The deployer's secrets (SECRETS), undefined when none are declared. */
+  secrets?: SecretsOptions;
 }
 
 /** What the Worker keeps of a durable call (one call per `CallKeeper`). */
@@ -259,6 +276,8 @@ export function readConfig(env: WorkerEnv): WorkerConfig {
   }
   const durable = readDurable(env);
   if (durable !== undefined) config.durable = durable;
+  const secrets = readSecrets(env.SECRETS);
+  if (secrets !== undefined) config.secrets = secrets;
   const sleepAfter = present(env.SANDBOX_SLEEP_AFTER);
   if (sleepAfter !== undefined) {
     config.backstopMs = durationSeconds(readDuration("SANDBOX_SLEEP_AFTER", sleepAfter)) * 1000;
@@ -425,6 +444,84 @@ function readDurable(env: WorkerEnv): DurableConfig | undefined {
         0,
         MAX_DISCONNECT_GRACE_SECONDS,
       ) ?? DEFAULT_DISCONNECT_GRACE_SECONDS,
+  };
+}
+
+/**
+ * The SECRETS variable: a JSON object of declarations by name (text, or a JSON var of
+ * wrangler.jsonc), each value read from the Worker binding of that name unless `from: { env }`
+ * names another. Checked as the bridge core checks them (names, host patterns, header), so a
+ * mistake is a configuration error, not a failed call.
+ */
+function readSecrets(value: WorkerEnv["SECRETS"]): SecretsOptions | undefined {
+  let parsed: unknown = value;
+  if (typeof value === "string") {
+    const text = present(value);
+    if (text === undefined) return undefined;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      throw new ConfigError("SECRETS", "is not valid JSON");
+    }
+  }
+  if (parsed === undefined) return undefined;
+  if (!isObject(parsed)) {
+    throw new ConfigError(
+      "SECRETS",
+      'must be a JSON object of secrets by name, e.g. {"GH_TOKEN": {"hosts": ["api.github.com"]}}',
+    );
+  }
+  const secrets: Record<string, SecretDeclaration> = {};
+  for (const [name, declaration] of Object.entries(parsed)) {
+    if (!isObject(declaration)) {
+      throw new ConfigError(
+        "SECRETS",
+        `has ${name} as ${JSON.stringify(declaration)}, not an object`,
+      );
+    }
+    const from = declaration.from ?? { env: name };
+    if (isObject(from) && "file" in from) {
+      throw new ConfigError(
+        "SECRETS",
+        `has ${name}.from.file, but a Worker reads no files: store the value as a Worker secret (\`wrangler secret put ${name}\`) and leave out "from", or name another binding with {"env": "NAME"}`,
+      );
+    }
+    if (!isObject(from) || typeof from.env !== "string" || from.env === "") {
+      throw new ConfigError(
+        "SECRETS",
+        `has ${name}.from as ${JSON.stringify(from)}; it must be {"env": "BINDING"} (or left out: the binding ${name})`,
+      );
+    }
+    secrets[name] = {
+      ...(declaration as Omit<SecretDeclaration, "from">),
+      from: { env: from.env },
+    };
+  }
+  try {
+    resolveSecrets(
+      secrets,
+      { name: "cloudflare", injectsSecrets: true, networkModes: CONTAINER_NETWORK_MODES },
+      true,
+    );
+  } catch (error) {
+    throw new ConfigError("SECRETS", `is wrong: ${(error as Error).message.replace(/\.$/, "")}`);
+  }
+  return secrets;
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+/**
+ * Reads a secret's value from the Worker's bindings (a `wrangler secret put` secret, or a
+ * variable): the binding `source.env` when it holds text, else undefined.
+ */
+export function bindingReader(env: WorkerEnv): SecretReader {
+  return async (source) => {
+    if (!("env" in source)) return undefined;
+    const value = (env as unknown as Record<string, unknown>)[source.env];
+    return typeof value === "string" ? value : undefined;
   };
 }
 

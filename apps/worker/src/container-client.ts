@@ -5,6 +5,7 @@
  */
 import {
   BackendError,
+  type CallSecret,
   type ExecSpec,
   type OutputChunk,
   type RunningCommand,
@@ -48,16 +49,22 @@ export function containerHandle(namespace: ContainerNamespace, name: string): Co
 /**
  * Starts the container with the internet as `network` says, and waits until it runs commands;
  * `budgetMs` bounds placement and readiness; `backstopMs` is when the object destroys it by
- * itself should every destroy fail. The caller bounds the wait (and keeps the promise, to know
- * when the start really ended).
+ * itself should every destroy fail; `secrets` are the call's, for its egress gate. The caller
+ * bounds the wait (and keeps the promise, to know when the start really ended).
  */
 export function startContainer(
   handle: ContainerHandle,
   budgetMs: number,
   network: NetworkPolicy,
   backstopMs: number,
+  secrets: readonly CallSecret[] = [],
 ): Promise<void> {
-  return handle.start({ network, budgetMs, backstopMs });
+  return handle.start({
+    network,
+    budgetMs,
+    backstopMs,
+    ...(secrets.length === 0 ? {} : { secrets: [...secrets] }),
+  });
 }
 
 /** Whether the container is up and has run nothing yet. */

@@ -11,7 +11,7 @@
  * The container's PID 1 is {@link PID1}: a shell that waits and exits at once on SIGTERM.
  */
 import { DurableObject } from "cloudflare:workers";
-import { BackendError } from "@remote-task/bridge";
+import { BackendError, type CallSecret } from "@remote-task/bridge";
 import { CLOUDFLARE_TEXTS } from "@remote-task/internal";
 import type { NetworkPolicy } from "@remote-task/protocol";
 import { type EgressProps, egressEnv } from "./egress-gate.js";
@@ -37,6 +37,11 @@ export interface StartRequest {
   budgetMs: number;
   /** The object's alarm destroys the container this long after the start, should all else fail. */
   backstopMs: number;
+  /**
+   * The call's secrets, for its egress gate (values included): held in memory and in the gate's
+   * props only, never written to storage.
+   */
+  secrets?: CallSecret[] | undefined;
 }
 
 /** What a command run asks for. */
@@ -56,7 +61,8 @@ export interface RunRequest {
 type Phase = "new" | "starting" | "started" | "ran" | "destroyed";
 
 const PHASE_KEY = "phase";
-const NETWORK_KEY = "network";
+/** Whether the container's HTTP and HTTPS go through the egress gate (its CA then trusted). */
+const INTERCEPTED_KEY = "intercepted";
 /** Between two readiness probes while the container comes up. */
 const PROBE_INTERVAL_MS = 100;
 /** The pause grows by half after each refused probe, up to this (fewer calls to a busy engine). */
@@ -107,7 +113,7 @@ export class TaskContainer extends DurableObject {
   async start(request: StartRequest): Promise<void> {
     if (this.#phase !== "new") throw usedError(this.#phase);
     await this.#setPhase("starting");
-    await this.ctx.storage.put(NETWORK_KEY, request.network);
+    await this.ctx.storage.put(INTERCEPTED_KEY, intercepted(request));
     await this.ctx.storage.setAlarm(Date.now() + request.backstopMs);
     const starting = this.#bringUp(request);
     this.#starting = starting.catch(() => {});
@@ -128,10 +134,15 @@ export class TaskContainer extends DurableObject {
     if (!container.running) {
       container.start({ enableInternet: network === "open", entrypoint: [...PID1] });
     }
-    if (typeof network === "object") {
-      // The internet is off; HTTP and HTTPS go to the Worker's gate, which lets through what the
-      // allowlist names (egress-gate.ts). Registered before the container runs anything.
-      const gate = this.egressGate({ allow: network.allow });
+    if (intercepted(request)) {
+      // HTTP and HTTPS go to the Worker's gate, which lets through what the allowlist names (the
+      // internet is off) and puts the call's secrets in (egress-gate.ts); under `open` with
+      // secrets it checks no allowlist. Registered before the container runs anything.
+      const secrets = request.secrets ?? [];
+      const gate = this.egressGate({
+        allow: network === "open" ? undefined : typeof network === "object" ? network.allow : [],
+        ...(secrets.length === 0 ? {} : { secrets }),
+      });
       await container.interceptAllOutboundHttp(gate);
       await container.interceptOutboundHttps("*", gate);
     }
@@ -202,9 +213,9 @@ export class TaskContainer extends DurableObject {
     }
     await this.#setPhase("ran");
     await this.ctx.storage.setAlarm(Date.now() + request.timeoutMs + request.graceMs);
-    const network = await this.ctx.storage.get<NetworkPolicy>(NETWORK_KEY);
-    const env =
-      typeof network === "object" ? { ...egressEnv(), ...request.env } : { ...request.env };
+    const env = (await this.ctx.storage.get<boolean>(INTERCEPTED_KEY))
+      ? { ...egressEnv(), ...request.env }
+      : { ...request.env };
     const stop = new AbortController();
     const process = await container.exec(
       taskArgv({
@@ -330,6 +341,11 @@ export class TaskContainer extends DurableObject {
     this.#phase = phase;
     await this.ctx.storage.put(PHASE_KEY, phase);
   }
+}
+
+/** Whether a start's container gets the egress gate: under an allowlist, or with secrets. */
+function intercepted(request: StartRequest): boolean {
+  return typeof request.network === "object" || (request.secrets ?? []).length > 0;
 }
 
 /**

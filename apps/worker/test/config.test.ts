@@ -301,3 +301,51 @@ describe("durable calls' variables", () => {
     }
   });
 });
+
+describe("the SECRETS variable", () => {
+  const gh = { hosts: ["api.github.com"], header: "Authorization: Bearer {value}" };
+
+  it("reads each secret from the binding of its name, or the one from.env names", () => {
+    expect(readConfig(bindings({})).secrets).toBeUndefined();
+    expect(
+      readConfig(
+        bindings({
+          SECRETS: JSON.stringify({
+            GH_TOKEN: gh,
+            NPM: { hosts: ["registry.npmjs.org:443"], from: { env: "NPM_AUTH" } },
+          }),
+        }),
+      ).secrets,
+    ).toEqual({
+      GH_TOKEN: { ...gh, from: { env: "GH_TOKEN" } },
+      NPM: { hosts: ["registry.npmjs.org:443"], from: { env: "NPM_AUTH" } },
+    });
+    // A JSON var of wrangler.jsonc arrives as an object.
+    expect(readConfig({ ...bindings({}), SECRETS: { GH_TOKEN: gh } }).secrets).toEqual({
+      GH_TOKEN: { ...gh, from: { env: "GH_TOKEN" } },
+    });
+  });
+
+  it("is refused, naming what is wrong: bad JSON, a bad name, a file, a bad source, host or header", () => {
+    const problems: Array<[unknown, string]> = [
+      ["{GH_TOKEN:", "is not valid JSON"],
+      [["GH_TOKEN"], "must be a JSON object of secrets by name"],
+      [{ GH_TOKEN: "api.github.com" }, 'has GH_TOKEN as "api.github.com", not an object'],
+      [{ "GH-TOKEN": gh }, 'secrets: "GH-TOKEN" is not a secret name'],
+      [
+        { GH_TOKEN: { ...gh, from: { file: "/run/secrets/gh" } } },
+        "has GH_TOKEN.from.file, but a Worker reads no files",
+      ],
+      [{ GH_TOKEN: { ...gh, from: { env: "" } } }, 'it must be {"env": "BINDING"}'],
+      [{ GH_TOKEN: { hosts: [] } }, "secrets.GH_TOKEN.hosts must list at least one host pattern"],
+      [{ GH_TOKEN: { hosts: ["https://api.github.com"] } }, "is not a host pattern"],
+      [{ GH_TOKEN: { ...gh, header: "Authorization: Bearer" } }, "{value}"],
+    ];
+    for (const [value, words] of problems) {
+      const text = typeof value === "string" ? value : JSON.stringify(value);
+      const error = configError({ SECRETS: text });
+      expect(error.variable, text).toBe("SECRETS");
+      expect(error.message, text).toContain(words);
+    }
+  });
+});

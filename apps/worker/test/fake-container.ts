@@ -10,6 +10,7 @@
  */
 
 import { interpretCommand } from "@remote-task/bridge/testing";
+import { EgressGate, type EgressProps } from "../src/egress-gate.js";
 import { TaskContainer } from "../src/task-container.js";
 import { readTaskArgv } from "../src/task-script.js";
 import { INJECTED_FAILURES } from "./expected-runtime-logs.js";
@@ -57,6 +58,8 @@ export interface FakeState {
     cwd: string;
     /** Names of the env the command was given (exec's `env`). */
     envNames: string[];
+    /** The env itself. */
+    env: Record<string, string>;
     /** The stdin bytes the command was given, if any. */
     stdin?: number[];
     user?: string;
@@ -235,6 +238,7 @@ class FakeContainer implements Container {
         command: task.command,
         cwd: task.cwd,
         envNames: Object.keys(options?.env ?? {}),
+        env: { ...options?.env },
       });
     });
     if (this.scenario.startError === "capacity") throw new Error(INJECTED_FAILURES.capacity);
@@ -355,6 +359,38 @@ async function bytesOf(stream: ReadableStream<Uint8Array>): Promise<Uint8Array> 
   return new Uint8Array(await new Response(stream).arrayBuffer());
 }
 
+/**
+ * The real egress gate, whose upstream is a stand-in: instead of the internet, it answers each
+ * request it lets out with what arrived (method, URL, redirect mode, headers, body) as JSON, and
+ * echoes the `x-api-key` and `authorization` it got in response headers.
+ */
+export class TestEgressGate extends EgressGate {
+  protected override async upstream(request: Request): Promise<Response> {
+    return Response.json(
+      {
+        method: request.method,
+        url: request.url,
+        redirect: request.redirect,
+        headers: Object.fromEntries(request.headers),
+        body: await request.text(),
+      },
+      {
+        headers: {
+          "x-echo-key": request.headers.get("x-api-key") ?? "",
+          "x-echo-auth": request.headers.get("authorization") ?? "",
+        },
+      },
+    );
+  }
+}
+
+/** What the container's outbound request got from its egress gate. */
+export interface EgressAnswer {
+  status: number;
+  text: string;
+  headers: Record<string, string>;
+}
+
 /** The real `TaskContainer` on a fake container, with hooks for the tests. */
 export class TestTaskContainer extends TaskContainer {
   readonly #fake: FakeContainer;
@@ -372,6 +408,19 @@ export class TestTaskContainer extends TaskContainer {
 
   protected override container(): Container {
     return this.#fake;
+  }
+
+  /** The real gate on a stand-in upstream ({@link TestEgressGate}). */
+  protected override egressGate(props: EgressProps): Fetcher {
+    const exports = this.ctx.exports as unknown as {
+      TestEgressGate: (options: { props: EgressProps }) => Fetcher;
+    };
+    return exports.TestEgressGate({ props });
+  }
+
+  /** Everything the object keeps in its storage, as JSON text. */
+  async storedText(): Promise<string> {
+    return JSON.stringify([...(await this.ctx.storage.list())]);
   }
 
   async fakeState(): Promise<FakeState> {
@@ -394,10 +443,17 @@ export class TestTaskContainer extends TaskContainer {
   }
 
   /** What the container's outbound request to `url` gets: the egress gate's answer. */
-  async egressFetch(url: string): Promise<{ status: number; text: string }> {
-    if (this.#fake.gate === undefined) return { status: 0, text: "no interception" };
-    const response = await this.#fake.gate.fetch(url);
-    return { status: response.status, text: await response.text() };
+  async egressFetch(
+    url: string,
+    init: { method?: string; headers?: Record<string, string>; body?: string } = {},
+  ): Promise<EgressAnswer> {
+    if (this.#fake.gate === undefined) return { status: 0, text: "no interception", headers: {} };
+    const response = await this.#fake.gate.fetch(url, init);
+    return {
+      status: response.status,
+      text: await response.text(),
+      headers: Object.fromEntries(response.headers),
+    };
   }
 }
 

@@ -306,6 +306,42 @@ describe("the warm pool: network policy and the Worker", () => {
     expect((await sandboxState(none.sandboxId)).starts).toEqual([]);
   });
 
+  it("never lends a call with secrets a pooled container, even one with its very policy", async () => {
+    const allow = { allow: ["api.github.com"] };
+    const { client, shards } = await pool(1, { NETWORK_DEFAULT: "api.github.com" });
+    await filled(client, 1);
+    const [ready] = (await rows(shards)).filter((row) => row.state === "ready");
+    const b = new CloudflareSandboxBackend({
+      namespace: env.TaskContainer,
+      warmPool: client,
+      pooledNetwork: allow,
+    });
+    const secret = {
+      name: "GH_TOKEN",
+      placeholder: "rt_secret_0123",
+      value: "value-0123456789abcdef",
+      patterns: [{ host: "api.github.com", port: undefined, literal: false }],
+      header: undefined,
+    };
+    // The pooled container's gate was registered without the call's secrets: the call starts
+    // its own, whose gate has them.
+    const withSecrets = { ...spec("pwd"), network: allow, secrets: [secret] };
+    const cold = await b.start(withSecrets);
+    expect(cold.warm).toBe(false);
+    await drain(cold);
+    await b.destroy(withSecrets.sandboxId);
+    const own = await sandboxState(withSecrets.sandboxId);
+    expect(own.starts).toHaveLength(1);
+    expect(own.intercepts).toEqual(["all-http", "https *"]);
+    expect(await rows(shards)).toEqual([ready]);
+    // The same policy without secrets is lent the waiting container.
+    const plain = { ...spec("pwd"), network: allow };
+    const warm = await b.start(plain);
+    expect(warm.warm).toBe(true);
+    await drain(warm);
+    await b.destroy(plain.sandboxId);
+  });
+
   it("through the Worker: with NETWORK_DEFAULT open the pool starts with the internet, and a call asking for none starts cold", async () => {
     const { client, shards, bindings } = await pool(1, { NETWORK_DEFAULT: "open" });
     await filled(client, 1);

@@ -50,7 +50,7 @@ describe("the default Worker entry in workerd", () => {
     );
     expect(body).toMatchObject({ outcome: "exited", stdoutBytes: 11, stdoutTruncated: false });
     const state = await expectDestroyed(referenceExecRequest.sandboxId);
-    expect(state.execs).toEqual([{ command: "pwd", cwd: "/workspace", envNames: [] }]);
+    expect(state.execs).toEqual([{ command: "pwd", cwd: "/workspace", envNames: [], env: {} }]);
   });
 
   it("is reachable through the runtime's own binding of the entry (exports.default)", async () => {

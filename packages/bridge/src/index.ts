@@ -57,11 +57,19 @@ export {
   parseHostPattern,
 } from "./network.js";
 export { type ErrorDetails, errorResponse } from "./responses.js";
-export type {
-  CallSecret,
-  SecretDeclaration,
-  SecretReader,
-  SecretSource,
-  SecretsOptions,
+export {
+  applySecrets,
+  hideSecrets,
+  type SecretHeaders,
+  type SecretsVerdict,
+  secretAllowed,
+} from "./secret-headers.js";
+export {
+  type CallSecret,
+  resolveSecrets,
+  type SecretDeclaration,
+  type SecretReader,
+  type SecretSource,
+  type SecretsOptions,
 } from "./secrets.js";
 export { BRIDGE_VERSION } from "./version.js";

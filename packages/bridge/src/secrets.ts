@@ -2,7 +2,7 @@
  * Secrets the deployer declares (by name: where the value comes from, the hosts it may go to,
  * how it is presented) and a call asks for by name. The command never holds a value: its env
  * gets a placeholder per secret (`rt_secret_<random>`, new for each call), and the egress proxy
- * (host/egress-secrets.ts) puts the value into request headers to the secret's hosts only. A
+ * (secret-headers.ts) puts the value into request headers to the secret's hosts only. A
  * value is read when a call that asks for it starts (so a rotated file or variable is picked
  * up), never from the call, by the host's {@link SecretReader}: this module runs in any runtime
  * (no Node built-in), so reading a file is the Node host's part (node.ts).
@@ -106,7 +106,7 @@ export function resolveSecrets(
     (backend.injectsSecrets !== true || !(backend.networkModes ?? []).includes("allow"))
   ) {
     throw new TypeError(
-      `The ${backend.name} backend cannot inject secrets here (it needs an egress proxy: the local backend with bubblewrap, or docker); leave out the secrets option.`,
+      `The ${backend.name} backend cannot inject secrets here (it needs an egress proxy: the local backend with bubblewrap, docker, or the Cloudflare Worker); leave out the secrets option.`,
     );
   }
   return entries.map(([name, declaration]) => {

@@ -1,7 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { afterEach, describe, expect, it } from "vitest";
-import { applySecrets } from "../src/host/egress-secrets.js";
-import { createBridge } from "../src/index.js";
+import { applySecrets, createBridge, hideSecrets } from "../src/index.js";
 import { type CallSecret, resolveSecrets, withSecretHosts } from "../src/secrets.js";
 import { createFakeBackend } from "../src/testing/index.js";
 import { memoryLogger, request, TOKEN, trackBridge } from "./helpers.js";
@@ -106,6 +105,21 @@ describe("a call's secrets in request headers", () => {
       const plain = applySecrets({ accept: "*/*" }, host, port, [secret]);
       expect(plain).toEqual({ ok: true, headers: { accept: "*/*" } });
     }
+  });
+});
+
+describe("a call's secrets in response headers", () => {
+  it("put an echoed value back as the placeholder, in single and repeated headers", () => {
+    const secret = {
+      name: "A",
+      placeholder: "rt_secret_77",
+      value: VALUE,
+      patterns: [],
+      header: undefined,
+    } satisfies CallSecret;
+    expect(
+      hideSecrets({ "x-echo": `got ${VALUE}`, "set-cookie": [`a=${VALUE}`, "b=1"] }, [secret]),
+    ).toEqual({ "x-echo": "got rt_secret_77", "set-cookie": ["a=rt_secret_77", "b=1"] });
   });
 });
 

@@ -38,6 +38,11 @@ export interface WorkerHarnessOptions {
   vars?: Record<string, string>;
   /** workerd output lines kept in `logs` (default 5000; the oldest go first). */
   logLines?: number;
+  /**
+   * Answers the Worker's own outbound `fetch` (the egress gate's requests) instead of the
+   * network, so a test can stand in for a public host (Miniflare's `outboundService`).
+   */
+  outbound?: ((request: Request) => Promise<Response>) | undefined;
 }
 
 /** What a warm pool shard reports of itself (`ShardStats` in src/warm-pool.ts). */
@@ -78,6 +83,7 @@ function workerMiniflare(
           bindings: { ...wrangler.bindings, BRIDGE_TOKEN: TOKEN, ...options.vars },
           // A new version id each time Miniflare starts, as each deploy gets one.
           versionMetadata: "CF_VERSION_METADATA",
+          ...(options.outbound === undefined ? {} : { outboundService: options.outbound }),
           durableObjects: {
             TaskContainer: {
               className: "TaskContainer",

@@ -24,6 +24,7 @@ import type { Duplex } from "node:stream";
 import { rootCertificates, TLSSocket } from "node:tls";
 import type { NetworkPolicy } from "@remote-task/protocol";
 import type { ParsedHostPattern } from "../network.js";
+import { applySecrets, hideSecrets, secretAllowed } from "../secret-headers.js";
 import type { CallSecret } from "../secrets.js";
 import {
   chooseAddress,
@@ -35,7 +36,6 @@ import {
   tooManyLookups,
   unresolved,
 } from "./egress-policy.js";
-import { applySecrets, secretAllowed } from "./egress-secrets.js";
 import { createNameResolver, type NameResolverOptions, TooManyLookupsError } from "./resolver.js";
 import { createSandboxCa, type SandboxCa } from "./sandbox-ca.js";
 
@@ -69,7 +69,7 @@ export interface EgressProxyOptions {
   /** Name resolution (servers, per-query timeout, lookups at once, hosts file). */
   resolver?: NameResolverOptions | undefined;
   /**
-   * The call's secrets: put into request headers to their hosts (egress-secrets.ts); a request
+   * The call's secrets: put into request headers to their hosts (secret-headers.ts); a request
    * carrying a placeholder elsewhere is refused.
    */
   secrets?: readonly CallSecret[] | undefined;
@@ -335,22 +335,6 @@ function forwardHeaders(headers: IncomingHttpHeaders): IncomingHttpHeaders {
   for (const [name, value] of Object.entries(headers))
     if (!HOP_BY_HOP.has(name)) kept[name] = value;
   return kept;
-}
-
-/** Response headers with any secret's value (an upstream echoing it) put back as its placeholder. */
-function hideSecrets(
-  headers: IncomingHttpHeaders,
-  secrets: readonly CallSecret[],
-): IncomingHttpHeaders {
-  if (secrets.length === 0) return headers;
-  const hide = (text: string) =>
-    secrets.reduce((out, secret) => out.split(secret.value).join(secret.placeholder), text);
-  const out: IncomingHttpHeaders = {};
-  for (const [name, value] of Object.entries(headers)) {
-    if (value === undefined) continue;
-    out[name] = Array.isArray(value) ? value.map(hide) : hide(value);
-  }
-  return out;
 }
 
 /** A plain HTTP request (absolute URI): forwarded to the checked address, or refused. */

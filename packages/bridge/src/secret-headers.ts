@@ -1,17 +1,23 @@
 /**
- * What the egress proxy does with a call's secrets on one HTTP request, as a pure function: a
- * request to a secret's host gets the value in place of the placeholder wherever the placeholder
- * appears in its headers (and the deployer's header, when the secret has one); a request that
- * carries a placeholder to any other host is refused (fails closed), so the command learns at
- * once rather than an upstream seeing a placeholder. Only headers are rewritten: a placeholder in
- * the URL or the body travels as written (a body is never read), so it never becomes the value.
+ * What an egress boundary does with a call's secrets on one HTTP request, as pure functions of
+ * plain header records (no Node or Workers type), so the Node egress proxy (host/egress.ts) and
+ * the Worker's egress gate run the very same code. A request to a secret's host gets the value in
+ * place of the placeholder wherever the placeholder appears in its headers (and the deployer's
+ * header, when the secret has one); a request that carries a placeholder to any other host is
+ * refused (fails closed), so the command learns at once rather than an upstream seeing a
+ * placeholder. Only headers are rewritten: a placeholder in the URL or the body travels as
+ * written (a body is never read), so it never becomes the value. An upstream echoing a value in
+ * its response headers gets the placeholder back ({@link hideSecrets}).
  */
-import type { IncomingHttpHeaders } from "node:http";
-import { hostMatches } from "../network.js";
-import type { CallSecret } from "../secrets.js";
+import { hostMatches } from "./network.js";
+import type { CallSecret } from "./secrets.js";
 
+/** HTTP headers by lower-case name: one value, several (a repeated header), or none. */
+export type SecretHeaders = Record<string, string | string[] | undefined>;
+
+/** The headers to send with the secrets put in, or why the request is refused. */
 export type SecretsVerdict =
-  | { ok: true; headers: IncomingHttpHeaders }
+  | { ok: true; headers: SecretHeaders }
   | { ok: false; status: 403; reason: string };
 
 function target(host: string, port: number): string {
@@ -32,13 +38,13 @@ export function secretAllowed(secret: CallSecret, host: string, port: number): b
  * carries the placeholder of a secret that may not go there. `headers` is not changed.
  */
 export function applySecrets(
-  headers: IncomingHttpHeaders,
+  headers: SecretHeaders,
   host: string,
   port: number,
   secrets: readonly CallSecret[],
 ): SecretsVerdict {
   if (secrets.length === 0) return { ok: true, headers };
-  const out: IncomingHttpHeaders = {};
+  const out: SecretHeaders = {};
   for (const [name, value] of Object.entries(headers)) {
     if (value === undefined) continue;
     let values = Array.isArray(value) ? [...value] : [value];
@@ -60,4 +66,17 @@ export function applySecrets(
     out[secret.header.name] = replaceAll(secret.header.template, "{value}", secret.value);
   }
   return { ok: true, headers: out };
+}
+
+/** Response headers with any secret's value (an upstream echoing it) put back as its placeholder. */
+export function hideSecrets(headers: SecretHeaders, secrets: readonly CallSecret[]): SecretHeaders {
+  if (secrets.length === 0) return headers;
+  const hide = (text: string) =>
+    secrets.reduce((out, secret) => out.split(secret.value).join(secret.placeholder), text);
+  const out: SecretHeaders = {};
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined) continue;
+    out[name] = Array.isArray(value) ? value.map(hide) : hide(value);
+  }
+  return out;
 }
