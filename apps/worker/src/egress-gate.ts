@@ -125,7 +125,11 @@ export class EgressGate extends WorkerEntrypoint<Cloudflare.Env, EgressProps> {
     }
     if (secrets.length === 0) return this.upstream(request);
     const { host, port } = destination(url);
-    const verdict = applySecrets(headerRecord(request.headers), host, port, secrets);
+    const verdict = applySecrets(
+      headerRecord(request.headers),
+      { host, port, tls: url.protocol === "https:" },
+      secrets,
+    );
     if (!verdict.ok) return refused(verdict.reason);
     // Never followed here: a redirect to another host would carry the value there.
     const response = await this.upstream(

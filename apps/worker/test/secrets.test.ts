@@ -105,7 +105,7 @@ describe("a call's secrets on the Worker", () => {
     expect(JSON.stringify(health)).not.toContain("NPM_BINDING");
   });
 
-  it("give the command a placeholder, and the gate the value for the secret's hosts (https and http)", async () => {
+  it("give the command a placeholder, and the gate the value for the secret's hosts (over https; plain http refused)", async () => {
     await withCall({ secrets: ["GH_TOKEN"] }, async ({ id, fetch, env }) => {
       const placeholder = env.GH_TOKEN as string;
       expect(placeholder).toMatch(PLACEHOLDER);
@@ -114,7 +114,7 @@ describe("a call's secrets on the Worker", () => {
       const state = await sandboxState(id);
       expect(state.starts).toMatchObject([{ enableInternet: false }]);
       expect(state.intercepts).toEqual(["all-http", "https *"]);
-      for (const scheme of ["https", "http"]) {
+      for (const scheme of ["https"]) {
         const got = echo(
           await fetch(`${scheme}://api.github.com/repos?q=${placeholder}`, {
             method: "POST",
@@ -131,6 +131,13 @@ describe("a call's secrets on the Worker", () => {
         expect(got.body).toBe(`token=${placeholder}`);
         expect(got.redirect).toBe("manual");
       }
+      // A bare host in the declaration: never over plain HTTP, where the value would be readable.
+      const clear = await fetch(`http://api.github.com/repos`, {
+        headers: { "x-api-key": `key ${placeholder}` },
+      });
+      expect(clear.status).toBe(403);
+      expect(clear.text).toContain("over HTTPS only");
+      expect(clear.text).not.toContain(VALUE);
     });
   });
 

@@ -60,6 +60,7 @@ export { type ErrorDetails, errorResponse } from "./responses.js";
 export {
   applySecrets,
   hideSecrets,
+  type SecretDestination,
   type SecretHeaders,
   type SecretsVerdict,
   secretAllowed,

@@ -28,19 +28,48 @@ function replaceAll(value: string, placeholder: string, secret: string): string 
   return value.split(placeholder).join(secret);
 }
 
-/** Whether the secret's value may go to `host` port `port`. */
+/** Whether the secret's value may go to `host` port `port` (over TLS). */
 export function secretAllowed(secret: CallSecret, host: string, port: number): boolean {
   return secret.patterns.some((pattern) => hostMatches(pattern, host, port));
 }
 
+/** Where a request goes, and whether it travels encrypted from the boundary on. */
+export interface SecretDestination {
+  host: string;
+  port: number;
+  /** HTTPS upstream; `false` for plain HTTP, which anyone on the way can read. */
+  tls: boolean;
+}
+
 /**
- * The headers to send to `host:port` with the call's secrets put in, or the refusal when a header
- * carries the placeholder of a secret that may not go there. `headers` is not changed.
+ * Whether the secret's value may go to `to`: over TLS to any host and port of its patterns; over
+ * plain HTTP only where a pattern names the port (`localhost:8080`, `api.internal:80`): a
+ * deployer who writes a bare host (`api.github.com`) never has the value sent in clear text.
+ */
+function allowedOver(secret: CallSecret, to: SecretDestination): boolean {
+  return secret.patterns.some(
+    (pattern) => (to.tls || pattern.port !== undefined) && hostMatches(pattern, to.host, to.port),
+  );
+}
+
+function refusal(name: string, secret: CallSecret, to: SecretDestination): string {
+  const where = target(to.host, to.port);
+  const hosts = secret.patterns
+    .map((pattern) => target(pattern.host, pattern.port ?? 0).replace(/:0$/, ""))
+    .join(", ");
+  return secretAllowed(secret, to.host, to.port)
+    ? `remote-task egress proxy: request to ${where} refused: its ${name} header carries the placeholder of secret ${secret.name}, which goes to ${where} over HTTPS only (this request is plain HTTP, readable on the way); use https://, or the deployer names the port in the secret's host to allow plain HTTP.`
+    : `remote-task egress proxy: request to ${where} refused: its ${name} header carries the placeholder of secret ${secret.name}, which may go only to ${hosts}.`;
+}
+
+/**
+ * The headers to send to `to` with the call's secrets put in, or the refusal when a header
+ * carries the placeholder of a secret that may not go there (that host and port, that way).
+ * `headers` is not changed.
  */
 export function applySecrets(
   headers: SecretHeaders,
-  host: string,
-  port: number,
+  to: SecretDestination,
   secrets: readonly CallSecret[],
 ): SecretsVerdict {
   if (secrets.length === 0) return { ok: true, headers };
@@ -50,19 +79,15 @@ export function applySecrets(
     let values = Array.isArray(value) ? [...value] : [value];
     for (const secret of secrets) {
       if (!values.some((text) => text.includes(secret.placeholder))) continue;
-      if (!secretAllowed(secret, host, port)) {
-        return {
-          ok: false,
-          status: 403,
-          reason: `remote-task egress proxy: request to ${target(host, port)} refused: its ${name} header carries the placeholder of secret ${secret.name}, which may go only to ${secret.patterns.map((pattern) => target(pattern.host, pattern.port ?? 0).replace(/:0$/, "")).join(", ")}.`,
-        };
+      if (!allowedOver(secret, to)) {
+        return { ok: false, status: 403, reason: refusal(name, secret, to) };
       }
       values = values.map((text) => replaceAll(text, secret.placeholder, secret.value));
     }
     out[name] = Array.isArray(value) ? values : values[0];
   }
   for (const secret of secrets) {
-    if (secret.header === undefined || !secretAllowed(secret, host, port)) continue;
+    if (secret.header === undefined || !allowedOver(secret, to)) continue;
     out[secret.header.name] = replaceAll(secret.header.template, "{value}", secret.value);
   }
   return { ok: true, headers: out };

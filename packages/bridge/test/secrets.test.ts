@@ -79,8 +79,7 @@ describe("a call's secrets in request headers", () => {
   it("put the value in every header carrying the placeholder, and the declared header, for its host", () => {
     const verdict = applySecrets(
       { authorization: "Bearer rt_secret_0123", "x-two": ["rt_secret_0123", "a"], accept: "*/*" },
-      "api.test",
-      443,
+      { host: "api.test", port: 443, tls: true },
       [secret],
     );
     expect(verdict).toEqual({
@@ -99,12 +98,51 @@ describe("a call's secrets in request headers", () => {
       ["evil.test", 443],
       ["api.test", 80],
     ] as const) {
-      const refused = applySecrets({ cookie: "s=rt_secret_0123" }, host, port, [secret]);
+      const refused = applySecrets({ cookie: "s=rt_secret_0123" }, { host, port, tls: true }, [
+        secret,
+      ]);
       expect(refused.ok).toBe(false);
       expect(JSON.stringify(refused)).not.toContain(VALUE);
-      const plain = applySecrets({ accept: "*/*" }, host, port, [secret]);
+      const plain = applySecrets({ accept: "*/*" }, { host, port, tls: true }, [secret]);
       expect(plain).toEqual({ ok: true, headers: { accept: "*/*" } });
     }
+  });
+
+  it("send a value over plain HTTP only where a pattern of the secret names the port", () => {
+    const [bare, ported] = resolveSecrets(
+      {
+        G: { from: { env: "X" }, hosts: ["api.test"] },
+        L: { from: { env: "X" }, hosts: ["local.test:8080"], header: "X-Key" },
+      },
+      proxyBackend,
+    ).map((declared) => ({
+      name: declared.name,
+      placeholder: `rt_secret_${declared.name}`,
+      value: VALUE,
+      patterns: declared.patterns,
+      header: declared.header,
+    }));
+    const carrying = { authorization: "Bearer rt_secret_G" };
+    // A bare host: HTTPS on any port, never plain HTTP (the value would cross the network readable).
+    expect(
+      applySecrets(carrying, { host: "api.test", port: 443, tls: true }, [bare as CallSecret]).ok,
+    ).toBe(true);
+    const clear = applySecrets(carrying, { host: "api.test", port: 80, tls: false }, [
+      bare as CallSecret,
+    ]);
+    expect(clear.ok).toBe(false);
+    expect(JSON.stringify(clear)).toContain("over HTTPS only (this request is plain HTTP");
+    expect(JSON.stringify(clear)).not.toContain(VALUE);
+    // A pattern that names the port: the deployer allows plain HTTP there.
+    expect(
+      applySecrets({}, { host: "local.test", port: 8080, tls: false }, [ported as CallSecret]),
+    ).toEqual({ ok: true, headers: { "x-key": VALUE } });
+    expect(
+      applySecrets({}, { host: "api.test", port: 80, tls: false }, [bare as CallSecret]),
+    ).toEqual({
+      ok: true,
+      headers: {},
+    });
   });
 });
 

@@ -35,7 +35,9 @@ beforeAll(async () => {
   harness = await WorkerHarness.start({
     vars: {
       SECRETS: JSON.stringify({
-        GH_TOKEN: { hosts: ["api.github.com"], header: "X-Declared: token {value}" },
+        // Port 80 named: the fake engine carries plain HTTP only, and a bare host would get its
+        // value over HTTPS only.
+        GH_TOKEN: { hosts: ["api.github.com:80"], header: "X-Declared: token {value}" },
       }),
       GH_TOKEN: VALUE,
     },
@@ -87,7 +89,7 @@ describe("a secret through the built Worker's egress gate", () => {
     expect(answer.text).not.toContain(VALUE);
     expect(harness.logs.join("\n")).not.toContain(VALUE);
     expect((await harness.health()).secrets).toEqual([
-      { name: "GH_TOKEN", hosts: ["api.github.com"] },
+      { name: "GH_TOKEN", hosts: ["api.github.com:80"] },
     ]);
   });
 

@@ -380,7 +380,11 @@ interface Forwarded extends Destination {
 function forward(state: ProxyState, req: IncomingMessage, res: ServerResponse, to: Forwarded) {
   const { host, port } = to;
   const secrets = state.options.secrets ?? [];
-  const withSecrets = applySecrets(forwardHeaders(req.headers), host, port, secrets);
+  const withSecrets = applySecrets(
+    forwardHeaders(req.headers),
+    { host, port, tls: to.tls },
+    secrets,
+  );
   if (!withSecrets.ok) {
     state.refused++;
     return answer(res, withSecrets.status, withSecrets.reason);
