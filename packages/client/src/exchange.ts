@@ -91,7 +91,7 @@ export async function sendOnce(
       url: `${baseUrl}${exchange.path}`,
       headers,
       body,
-      signal: scope.signal,
+      abort: scope,
     });
   } catch (error) {
     if (scope.reason) throw scope.reason;
@@ -101,7 +101,7 @@ export async function sendOnce(
   }
   scope.answered();
   // However the call ends early, the response is released (even a stalled read ends).
-  scope.signal.addEventListener("abort", () => response.discard(), { once: true });
+  scope.onAbort(() => response.discard());
   if (response.status >= 200 && response.status < 300) return response;
   // The bridge answered with an error: it is not (or no longer) running the command.
   scope.settled();
@@ -109,7 +109,7 @@ export async function sendOnce(
   const bytes = await readOrFail(
     scope,
     response,
-    readBounded(response, MAX_ERROR_BODY_BYTES, scope.signal, context),
+    readBounded(response, MAX_ERROR_BODY_BYTES, scope, context),
     () => undefined,
   );
   const timedOut = exchange.path === "/exec" ? referenceTimeout(response.status, bytes) : undefined;
@@ -142,7 +142,7 @@ export async function receiveJson<T>(
   const parsed = await readOrFail(
     scope,
     response,
-    readJson(response, { maxBytes, keptBytes }, scope.signal, context),
+    readJson(response, { maxBytes, keptBytes }, scope, context),
   );
   if (!parsed.ok) {
     response.discard();

@@ -143,7 +143,9 @@ export async function sendWithRetries<Target, T>(tries: Tries<Target, T>): Promi
   let failures = 0;
   let waitedMs = 0;
   for (let number = 1; ; number++) {
-    const target = await tries.target(number, refusals);
+    // A target known at once is tried at once (no turn of the event loop per call).
+    const next = tries.target(number, refusals);
+    const target = next instanceof Promise ? await next : next;
     try {
       return await tries.attempt(target, number);
     } catch (error) {

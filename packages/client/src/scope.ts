@@ -14,6 +14,31 @@ export interface ScopeOptions {
 }
 
 /**
+ * How an exchange is ended early: `signal` aborts, and each `onAbort` listener is told right
+ * after (a call's scope: plain callbacks, cheaper per request than listeners on the signal).
+ */
+export interface CallAbort {
+  readonly signal: AbortSignal;
+  onAbort(listener: () => void): void;
+}
+
+/**
+ * `promise`, or a rejection with the abort's reason as soon as `abort` ends it, even when what
+ * `promise` waits for ignores the abort (as `raceAbort`, without a listener on the signal).
+ */
+export function raceCall<T>(promise: Promise<T>, abort: CallAbort): Promise<T> {
+  const signal = abort.signal;
+  if (signal.aborted) {
+    promise.catch(() => {});
+    return Promise.reject(signal.reason);
+  }
+  return new Promise<T>((resolve, reject) => {
+    abort.onAbort(() => reject(signal.reason));
+    promise.then(resolve, reject);
+  });
+}
+
+/**
  * Where a call stands, one phase at a time:
  * - `waiting`: waiting for room on a bridge; its deadline then ends it with how long it waited;
  * - `unsent`: nothing sent yet, or the last try provably never left (nothing runs);
@@ -32,7 +57,7 @@ type Phase = "waiting" | "unsent" | "sent" | "answered" | "settled";
  * the error the call must end with (caller abort, deadline, idle stream, oversized body), and
  * the call's phase, which says whether its command may have run or may still be running.
  */
-export class CallScope {
+export class CallScope implements CallAbort {
   readonly #controller = new AbortController();
   readonly #callerSignal: AbortSignal | undefined;
   readonly #onCallerAbort = () =>
@@ -50,6 +75,8 @@ export class CallScope {
   #patience: (() => RemoteTaskError) | undefined;
   #idleTimer: ReturnType<typeof setTimeout> | undefined;
   #idleMs = 0;
+  /** Told when the call is aborted: plain callbacks, cheaper per call than listeners on `signal`. */
+  #onAbort: Array<() => void> | undefined;
   readonly what: string;
   readonly sandboxId: string | undefined;
   /** When the deadline passes, in `Date.now()` time. */
@@ -176,7 +203,20 @@ export class CallScope {
   abort(error: RemoteTaskError): void {
     if (this.#controller.signal.aborted) return;
     this.#controller.abort(error);
+    const listeners = this.#onAbort;
+    this.#onAbort = undefined;
+    if (listeners !== undefined) for (const listener of listeners) listener();
     this.dispose();
+  }
+
+  /**
+   * Calls `listener` when the call is aborted, right after `signal` aborts (as a listener on it
+   * would be, without one per call); never when the call was aborted already.
+   */
+  onAbort(listener: () => void): void {
+    if (this.#controller.signal.aborted) return;
+    this.#onAbort ??= [];
+    this.#onAbort.push(listener);
   }
 
   /** Starts (or restarts) the idle watchdog: the call fails if `touch()` is not called in time. */
