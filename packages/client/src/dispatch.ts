@@ -44,7 +44,7 @@ export class Dispatcher {
     if (named !== undefined) {
       return sendWithRetries({
         policy: exchange.retry,
-        signal: scope.signal,
+        abort: scope,
         deadlineAt: scope.deadlineAt,
         patient: false,
         sleeps: true,
@@ -59,7 +59,7 @@ export class Dispatcher {
     const waitUntil = scope.deadlineAt;
     return sendWithRetries({
       policy,
-      signal: scope.signal,
+      abort: scope,
       deadlineAt: waitUntil,
       patient: policy.patient,
       sleeps: false,

@@ -14,6 +14,7 @@ import {
   type SchemaError,
 } from "./error-mapping.js";
 import { ProtocolError, RemoteTaskError } from "./errors.js";
+import type { ParsedJson } from "./json.js";
 import { referenceTimeout } from "./result.js";
 import type { CallScope } from "./scope.js";
 import type { Secrets } from "./secrets.js";
@@ -139,11 +140,12 @@ export async function receiveJson<T>(
   const { maxResponseBytes, keptBytes } = limits;
   const maxBytes =
     keptBytes === undefined ? maxResponseBytes : Math.min(maxResponseBytes, WHOLE_RESULT_BYTES);
-  const parsed = await readOrFail(
-    scope,
-    response,
-    readJson(response, { maxBytes, keptBytes }, scope, context),
-  );
+  let parsed: ParsedJson;
+  try {
+    parsed = await readJson(response, { maxBytes, keptBytes }, scope, context);
+  } catch (error) {
+    throw readFailure(scope, response, error);
+  }
   if (!parsed.ok) {
     response.discard();
     throw notJson(response.status, response.header("content-type"), scope.facts);
@@ -157,23 +159,34 @@ export async function receiveJson<T>(
 }
 
 /**
- * Waits for `reading` (of the answer's body); a failure is the call's typed error. A body over
- * its limit reads as `tooLarge()` when it is given (an error answer, whose status alone then
- * explains the error).
+ * Waits for `reading` (of an error answer's body); a failure is the call's typed error. A body
+ * over its limit reads as `tooLarge()` (the answer's status alone then explains the error).
  */
 function readOrFail<T>(
   scope: CallScope,
   response: TransportResponse,
   reading: Promise<T>,
-  tooLarge?: () => T,
+  tooLarge: () => T,
 ): Promise<T> {
   return reading.catch((error: unknown) => {
-    response.discard();
-    if (scope.reason) throw scope.reason;
-    if (tooLarge !== undefined && ProtocolError.isInstance(error)) return tooLarge();
-    if (RemoteTaskError.isInstance(error)) throw error;
-    throw connectionFailure(error, false, scope.facts);
+    if (!scope.reason && ProtocolError.isInstance(error)) {
+      response.discard();
+      return tooLarge();
+    }
+    throw readFailure(scope, response, error);
   });
+}
+
+/** The call's typed error for a failed read of the answer's body (which is released). */
+function readFailure(
+  scope: CallScope,
+  response: TransportResponse,
+  error: unknown,
+): RemoteTaskError {
+  response.discard();
+  if (scope.reason) return scope.reason;
+  if (RemoteTaskError.isInstance(error)) return error;
+  return connectionFailure(error, false, scope.facts);
 }
 
 /** The typed error a failure of the call is (a transport failure while reading becomes a `ConnectionError`). */

@@ -18,7 +18,10 @@ export interface ScopeOptions {
  * after (a call's scope: plain callbacks, cheaper per request than listeners on the signal).
  */
 export interface CallAbort {
+  /** An AbortSignal for what needs one (made when first asked for). */
   readonly signal: AbortSignal;
+  /** The abort's reason once it aborted, else undefined (without making the signal). */
+  readonly reason: unknown;
   onAbort(listener: () => void): void;
 }
 
@@ -27,13 +30,12 @@ export interface CallAbort {
  * `promise` waits for ignores the abort (as `raceAbort`, without a listener on the signal).
  */
 export function raceCall<T>(promise: Promise<T>, abort: CallAbort): Promise<T> {
-  const signal = abort.signal;
-  if (signal.aborted) {
+  if (abort.reason !== undefined) {
     promise.catch(() => {});
-    return Promise.reject(signal.reason);
+    return Promise.reject(abort.reason);
   }
   return new Promise<T>((resolve, reject) => {
-    abort.onAbort(() => reject(signal.reason));
+    abort.onAbort(() => reject(abort.reason));
     promise.then(resolve, reject);
   });
 }
@@ -58,7 +60,9 @@ type Phase = "waiting" | "unsent" | "sent" | "answered" | "settled";
  * the call's phase, which says whether its command may have run or may still be running.
  */
 export class CallScope implements CallAbort {
+  /** Its signal is made only when something asks for it: most calls end without one. */
   readonly #controller = new AbortController();
+  #reason: RemoteTaskError | undefined;
   readonly #callerSignal: AbortSignal | undefined;
   readonly #onCallerAbort = () =>
     this.abort(
@@ -114,7 +118,7 @@ export class CallScope implements CallAbort {
    * the command gets all of its timeout however long the wait was.
    */
   restartDeadline(): void {
-    if (this.#controller.signal.aborted) return;
+    if (this.#reason !== undefined) return;
     clearTimeout(this.#deadlineTimer);
     this.deadlineAt = Date.now() + this.#deadlineMs;
     this.#deadlineTimer = this.#startDeadline();
@@ -195,13 +199,12 @@ export class CallScope implements CallAbort {
 
   /** The error the call was ended with, once it was. */
   get reason(): RemoteTaskError | undefined {
-    return this.#controller.signal.aborted
-      ? (this.#controller.signal.reason as RemoteTaskError)
-      : undefined;
+    return this.#reason;
   }
 
   abort(error: RemoteTaskError): void {
-    if (this.#controller.signal.aborted) return;
+    if (this.#reason !== undefined) return;
+    this.#reason = error;
     this.#controller.abort(error);
     const listeners = this.#onAbort;
     this.#onAbort = undefined;
@@ -214,7 +217,7 @@ export class CallScope implements CallAbort {
    * would be, without one per call); never when the call was aborted already.
    */
   onAbort(listener: () => void): void {
-    if (this.#controller.signal.aborted) return;
+    if (this.#reason !== undefined) return;
     this.#onAbort ??= [];
     this.#onAbort.push(listener);
   }
@@ -226,7 +229,7 @@ export class CallScope implements CallAbort {
   }
 
   touch(): void {
-    if (this.#idleMs === 0 || this.#controller.signal.aborted) return;
+    if (this.#idleMs === 0 || this.#reason !== undefined) return;
     if (this.#idleTimer !== undefined) clearTimeout(this.#idleTimer);
     const seconds = Math.round(this.#idleMs / 100) / 10;
     this.#idleTimer = setTimeout(

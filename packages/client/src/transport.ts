@@ -101,7 +101,7 @@ export function undiciTransport(
       // A response that arrives after the abort is released at once.
       pending.then(
         (late) => {
-          if (abort.signal.aborted) late.body.destroy();
+          if (abort.reason !== undefined) late.body.destroy();
         },
         () => {},
       );
@@ -147,7 +147,7 @@ class EmitterSignal {
   }
 
   get reason(): unknown {
-    return this.#abort.signal.reason;
+    return this.#abort.reason;
   }
 
   on(_event: "abort", listener: () => void): this {
