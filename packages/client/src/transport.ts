@@ -71,6 +71,7 @@ export function undiciTransport(
 ): Transport {
   let owned: Agent | undefined;
   let dispatcher = injected;
+  const urls = new UrlCache();
   return {
     prepare() {
       return undici === undefined ? loadUndici().then(() => {}) : undefined;
@@ -85,7 +86,7 @@ export function undiciTransport(
         connect: { timeout: 10_000 },
       });
       const { abort } = req;
-      const pending = request(req.url, {
+      const pending = request(urls.parse(req.url), {
         method: req.method,
         headers: req.headers,
         body: req.body ?? null,
@@ -125,6 +126,27 @@ export function undiciTransport(
       if (owned !== undefined && !owned.closed) await owned.close();
     },
   };
+}
+
+/** Most request URLs a transport keeps parsed: a few bridges' `/exec`, `/health` and `/cancel`. */
+const MAX_PARSED_URLS = 64;
+
+/**
+ * Request URLs parsed once: a client sends to the same few URLs again and again, which undici
+ * would parse on every request given their text. A URL with a query (a call's own status) is
+ * parsed each time.
+ */
+class UrlCache {
+  readonly #parsed = new Map<string, URL>();
+
+  parse(url: string): URL {
+    let parsed = this.#parsed.get(url);
+    if (parsed === undefined) {
+      parsed = new URL(url);
+      if (!url.includes("?") && this.#parsed.size < MAX_PARSED_URLS) this.#parsed.set(url, parsed);
+    }
+    return parsed;
+  }
 }
 
 /** The `signal` option of undici's request(), which takes an EventEmitter as well as an AbortSignal. */
