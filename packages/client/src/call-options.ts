@@ -105,6 +105,12 @@ function defaultsValid(config: ResolvedConfig): boolean {
   return valid;
 }
 
+/** Whether every option `options` names is one calls have. */
+function knownKeys(options: object): boolean {
+  for (const key of Object.keys(options)) if (!RUN_OPTIONS.has(key)) return false;
+  return true;
+}
+
 /** Refuses call options that are not an object or name an option calls do not have. */
 export function assertRunOptions(options: RunOptions): void {
   if (typeof options !== "object" || options === null) {
@@ -112,6 +118,8 @@ export function assertRunOptions(options: RunOptions): void {
       "The options of a call must be an object, e.g. {timeoutSeconds: 30}.",
     );
   }
+  // The error is only made for a call that names an unknown option.
+  if (knownKeys(options)) return;
   assertKnownKeys(
     options,
     RUN_OPTIONS,

@@ -74,7 +74,7 @@ export async function sendOnce(
   exchange: Exchange,
   bridge: Bridge,
 ): Promise<TransportResponse> {
-  const { token, baseUrl } = bridge.target;
+  const { token } = bridge.target;
   const headers: Record<string, string> = { accept: exchange.accept };
   if (exchange.body !== undefined) headers["content-type"] = "application/json";
   if (token !== undefined) headers.authorization = `Bearer ${token}`;
@@ -89,7 +89,7 @@ export async function sendOnce(
   try {
     response = await transport.send({
       method: exchange.method,
-      url: `${baseUrl}${exchange.path}`,
+      url: bridge.url(exchange.path),
       headers,
       body,
       abort: scope,
