@@ -8,6 +8,7 @@ import { formatSize } from "@remote-task/protocol";
 import { type CallFacts, ProtocolError } from "./errors.js";
 import { type ParsedJson, parseJson } from "./json.js";
 import { readResultTail } from "./result-tail.js";
+import { type CallAbort, raceCall } from "./scope.js";
 import type { TransportResponse } from "./transport.js";
 
 /**
@@ -51,16 +52,16 @@ type BoundedBody =
 async function readUpTo(
   response: TransportResponse,
   maxBytes: number,
-  signal: AbortSignal,
+  abort: CallAbort,
 ): Promise<BoundedBody> {
   const declared = declaredLength(response);
   if (declared !== undefined) {
-    if (declared > maxBytes) return { larger: abortableChunks(response.body, signal) };
+    if (declared > maxBytes) return { larger: abortableChunks(response.body, abort.signal) };
     // The transport holds the body to its declared length, so reading it whole is bounded.
-    const bytes = await raceAbort(response.readAll(), signal);
+    const bytes = await raceCall(response.readAll(), abort);
     return bytes.byteLength > maxBytes ? { larger: replay([bytes], undefined) } : { bytes };
   }
-  const iterator = abortableChunks(response.body, signal);
+  const iterator = abortableChunks(response.body, abort.signal);
   const chunks: Uint8Array[] = [];
   let size = 0;
   for (;;) {
@@ -109,10 +110,10 @@ function tooLarge(maxBytes: number, context: CallFacts & { status: number }): Pr
 export async function readBounded(
   response: TransportResponse,
   maxBytes: number,
-  signal: AbortSignal,
+  abort: CallAbort,
   context: CallFacts & { status: number },
 ): Promise<Uint8Array> {
-  const body = await readUpTo(response, maxBytes, signal);
+  const body = await readUpTo(response, maxBytes, abort);
   if (body.larger !== undefined) throw tooLarge(maxBytes, context);
   return body.bytes;
 }
@@ -124,10 +125,10 @@ export async function readBounded(
 export async function readJson(
   response: TransportResponse,
   limits: { maxBytes: number; keptBytes: number | undefined },
-  signal: AbortSignal,
+  abort: CallAbort,
   context: CallFacts & { status: number },
 ): Promise<ParsedJson> {
-  const body = await readUpTo(response, limits.maxBytes, signal);
+  const body = await readUpTo(response, limits.maxBytes, abort);
   if (body.larger === undefined) return parseJson(body.bytes);
   if (limits.keptBytes === undefined) throw tooLarge(limits.maxBytes, context);
   return readResultTail(body.larger, limits.keptBytes);

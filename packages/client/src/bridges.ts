@@ -26,7 +26,20 @@ export class Bridge {
   /** No call is sent before this time (`Date.now()`), after a refusal or an unreachable bridge. */
   closedUntil = 0;
 
+  /** The URLs of its fixed routes (`/exec`, `/health`, `/cancel`), joined once. */
+  readonly #urls = new Map<string, string>();
+
   constructor(readonly target: BridgeTarget) {}
+
+  /** The URL of `path` at this bridge (a path with a query is joined each time). */
+  url(path: string): string {
+    let url = this.#urls.get(path);
+    if (url === undefined) {
+      url = `${this.target.baseUrl}${path}`;
+      if (!path.includes("?")) this.#urls.set(path, url);
+    }
+    return url;
+  }
 
   hasRoom(now: number): boolean {
     return now >= this.closedUntil && this.inFlight < Math.max(1, Math.floor(this.limit));

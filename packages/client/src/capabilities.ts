@@ -55,8 +55,9 @@ export class BridgeCapabilities {
    * either, the bridge's `/health` is asked once whether it takes them; if not, nothing is sent.
    * From a browser page on another origin, `/health` is asked before the first call of any kind
    * (see page-origin.ts): when the browser cannot fetch it, the command is not sent.
+   * Undefined when there is nothing to ask (most calls: they go on without waiting a turn).
    */
-  async assertTakes(request: ExecRequest, bridge: Bridge): Promise<void> {
+  assertTakes(request: ExecRequest, bridge: Bridge): Promise<void> | undefined {
     const page = crossOriginPage(bridge.target.baseUrl);
     if (
       request.network === undefined &&
@@ -64,8 +65,17 @@ export class BridgeCapabilities {
       request.detach !== true &&
       page === undefined
     ) {
-      return;
+      return undefined;
     }
+    return this.#assertHealthTakes(request, bridge, page);
+  }
+
+  /** {@link assertTakes} once the bridge's `/health` is needed. */
+  async #assertHealthTakes(
+    request: ExecRequest,
+    bridge: Bridge,
+    page: string | undefined,
+  ): Promise<void> {
     let health: HealthResponse;
     try {
       health = await this.#healthOf(bridge);

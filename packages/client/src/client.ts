@@ -380,16 +380,12 @@ class Client implements RemoteTaskClient {
       what: "Running the command",
       runsCommand: true,
     });
-    scope.signal.addEventListener(
-      "abort",
-      () => {
-        const bridge = this.#dispatch.bridgeOf(call.sandboxId);
-        if (scope.commandInFlight && bridge !== undefined) {
-          this.#cancels.inBackground(bridge, call.sandboxId);
-        }
-      },
-      { once: true },
-    );
+    scope.onAbort(() => {
+      const bridge = this.#dispatch.bridgeOf(call.sandboxId);
+      if (scope.commandInFlight && bridge !== undefined) {
+        this.#cancels.inBackground(bridge, call.sandboxId);
+      }
+    });
     return scope;
   }
 

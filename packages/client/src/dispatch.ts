@@ -44,7 +44,7 @@ export class Dispatcher {
     if (named !== undefined) {
       return sendWithRetries({
         policy: exchange.retry,
-        signal: scope.signal,
+        abort: scope,
         deadlineAt: scope.deadlineAt,
         patient: false,
         sleeps: true,
@@ -59,21 +59,25 @@ export class Dispatcher {
     const waitUntil = scope.deadlineAt;
     return sendWithRetries({
       policy,
-      signal: scope.signal,
+      abort: scope,
       deadlineAt: waitUntil,
       patient: policy.patient,
       sleeps: false,
-      target: async (number, refusals) => {
-        const bridge =
-          this.#pool.tryAcquire(number > 1) ??
-          (await this.#waitForRoom(scope, refusals, startedAt, waitUntil));
-        this.#takenBy.set(sandboxId, bridge);
-        return bridge;
+      // A bridge with room is taken, checked and sent to without waiting a turn (the usual case).
+      target: (number, refusals) => {
+        const free = this.#pool.tryAcquire(number > 1);
+        if (free !== undefined) return this.#take(sandboxId, free);
+        return this.#waitForRoom(scope, refusals, startedAt, waitUntil).then((bridge) =>
+          this.#take(sandboxId, bridge),
+        );
       },
-      attempt: async (bridge, number) => {
-        await this.#capabilities.assertTakes(exchange.body as ExecRequest, bridge);
-        if (number > 1) scope.restartDeadline();
-        return sendOnce(this.#transport, scope, exchange, bridge);
+      attempt: (bridge, number) => {
+        const send = () => {
+          if (number > 1) scope.restartDeadline();
+          return sendOnce(this.#transport, scope, exchange, bridge);
+        };
+        const checking = this.#capabilities.assertTakes(exchange.body as ExecRequest, bridge);
+        return checking === undefined ? send() : checking.then(send);
       },
       notRun: (bridge, how) => {
         // Nothing runs: a new try (or the end of the call) sends no cancel.
@@ -88,6 +92,12 @@ export class Dispatcher {
         }
       },
     });
+  }
+
+  /** The exec call `sandboxId` goes to `bridge` (where its cancel goes while it is in flight). */
+  #take(sandboxId: string, bridge: Bridge): Bridge {
+    this.#takenBy.set(sandboxId, bridge);
+    return bridge;
   }
 
   /**

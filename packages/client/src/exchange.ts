@@ -14,6 +14,7 @@ import {
   type SchemaError,
 } from "./error-mapping.js";
 import { ProtocolError, RemoteTaskError } from "./errors.js";
+import type { ParsedJson } from "./json.js";
 import { referenceTimeout } from "./result.js";
 import type { CallScope } from "./scope.js";
 import type { Secrets } from "./secrets.js";
@@ -73,7 +74,7 @@ export async function sendOnce(
   exchange: Exchange,
   bridge: Bridge,
 ): Promise<TransportResponse> {
-  const { token, baseUrl } = bridge.target;
+  const { token } = bridge.target;
   const headers: Record<string, string> = { accept: exchange.accept };
   if (exchange.body !== undefined) headers["content-type"] = "application/json";
   if (token !== undefined) headers.authorization = `Bearer ${token}`;
@@ -88,10 +89,10 @@ export async function sendOnce(
   try {
     response = await transport.send({
       method: exchange.method,
-      url: `${baseUrl}${exchange.path}`,
+      url: bridge.url(exchange.path),
       headers,
       body,
-      signal: scope.signal,
+      abort: scope,
     });
   } catch (error) {
     if (scope.reason) throw scope.reason;
@@ -101,7 +102,7 @@ export async function sendOnce(
   }
   scope.answered();
   // However the call ends early, the response is released (even a stalled read ends).
-  scope.signal.addEventListener("abort", () => response.discard(), { once: true });
+  scope.onAbort(() => response.discard());
   if (response.status >= 200 && response.status < 300) return response;
   // The bridge answered with an error: it is not (or no longer) running the command.
   scope.settled();
@@ -109,7 +110,7 @@ export async function sendOnce(
   const bytes = await readOrFail(
     scope,
     response,
-    readBounded(response, MAX_ERROR_BODY_BYTES, scope.signal, context),
+    readBounded(response, MAX_ERROR_BODY_BYTES, scope, context),
     () => undefined,
   );
   const timedOut = exchange.path === "/exec" ? referenceTimeout(response.status, bytes) : undefined;
@@ -139,11 +140,12 @@ export async function receiveJson<T>(
   const { maxResponseBytes, keptBytes } = limits;
   const maxBytes =
     keptBytes === undefined ? maxResponseBytes : Math.min(maxResponseBytes, WHOLE_RESULT_BYTES);
-  const parsed = await readOrFail(
-    scope,
-    response,
-    readJson(response, { maxBytes, keptBytes }, scope.signal, context),
-  );
+  let parsed: ParsedJson;
+  try {
+    parsed = await readJson(response, { maxBytes, keptBytes }, scope, context);
+  } catch (error) {
+    throw readFailure(scope, response, error);
+  }
   if (!parsed.ok) {
     response.discard();
     throw notJson(response.status, response.header("content-type"), scope.facts);
@@ -157,23 +159,34 @@ export async function receiveJson<T>(
 }
 
 /**
- * Waits for `reading` (of the answer's body); a failure is the call's typed error. A body over
- * its limit reads as `tooLarge()` when it is given (an error answer, whose status alone then
- * explains the error).
+ * Waits for `reading` (of an error answer's body); a failure is the call's typed error. A body
+ * over its limit reads as `tooLarge()` (the answer's status alone then explains the error).
  */
 function readOrFail<T>(
   scope: CallScope,
   response: TransportResponse,
   reading: Promise<T>,
-  tooLarge?: () => T,
+  tooLarge: () => T,
 ): Promise<T> {
   return reading.catch((error: unknown) => {
-    response.discard();
-    if (scope.reason) throw scope.reason;
-    if (tooLarge !== undefined && ProtocolError.isInstance(error)) return tooLarge();
-    if (RemoteTaskError.isInstance(error)) throw error;
-    throw connectionFailure(error, false, scope.facts);
+    if (!scope.reason && ProtocolError.isInstance(error)) {
+      response.discard();
+      return tooLarge();
+    }
+    throw readFailure(scope, response, error);
   });
+}
+
+/** The call's typed error for a failed read of the answer's body (which is released). */
+function readFailure(
+  scope: CallScope,
+  response: TransportResponse,
+  error: unknown,
+): RemoteTaskError {
+  response.discard();
+  if (scope.reason) return scope.reason;
+  if (RemoteTaskError.isInstance(error)) return error;
+  return connectionFailure(error, false, scope.facts);
 }
 
 /** The typed error a failure of the call is (a transport failure while reading becomes a `ConnectionError`). */

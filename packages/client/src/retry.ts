@@ -6,7 +6,7 @@
  */
 import type { RetryPolicy } from "./config.js";
 import { CapacityError, RemoteTaskError } from "./errors.js";
-import { type CallScope, sleep } from "./scope.js";
+import { type CallAbort, type CallScope, sleep } from "./scope.js";
 
 /**
  * `Retry-After` as milliseconds: delta-seconds or an HTTP date (RFC 9110 section 10.2.3).
@@ -106,8 +106,8 @@ type NotRun =
 /** The request-specific parts of {@link sendWithRetries}. */
 export interface Tries<Target, T> {
   policy: RetryPolicy;
-  /** The call's signal: once aborted, nothing is tried again. */
-  signal: AbortSignal;
+  /** The call's abort: once it aborted, nothing is tried again. */
+  abort: Pick<CallAbort, "signal" | "reason">;
   /** No wait is started that would end at or after this time (`Date.now()`). */
   deadlineAt: number;
   /**
@@ -134,7 +134,7 @@ export interface Tries<Target, T> {
  * The one retry loop of every request: tries `attempt` until it answers, fails in a way that may
  * have run (never sent again), or the retry budget is spent (attempts and total wait; a
  * refusal for capacity of a patient call spends none of it and waits until the deadline). The
- * wait honours the bridge's `Retry-After` with jitter and stops when `signal` aborts. A wait
+ * wait honours the bridge's `Retry-After` with jitter and stops when the call aborts. A wait
  * that would end after the deadline is not started: the call ends with the last error.
  */
 export async function sendWithRetries<Target, T>(tries: Tries<Target, T>): Promise<T> {
@@ -143,11 +143,13 @@ export async function sendWithRetries<Target, T>(tries: Tries<Target, T>): Promi
   let failures = 0;
   let waitedMs = 0;
   for (let number = 1; ; number++) {
-    const target = await tries.target(number, refusals);
+    // A target known at once is tried at once (no turn of the event loop per call).
+    const next = tries.target(number, refusals);
+    const target = next instanceof Promise ? await next : next;
     try {
       return await tries.attempt(target, number);
     } catch (error) {
-      if (!provablyNotRun(error) || tries.signal.aborted) throw error;
+      if (!provablyNotRun(error) || tries.abort.reason !== undefined) throw error;
       const refused = CapacityError.isInstance(error);
       const patient = refused && tries.patient;
       if (!patient) failures++;
@@ -170,7 +172,7 @@ export async function sendWithRetries<Target, T>(tries: Tries<Target, T>): Promi
       }
       if (!patient) waitedMs += delayMs;
       policy.onRetry?.({ attempt: number, delayMs, error });
-      if (tries.sleeps) await sleep(delayMs, tries.signal);
+      if (tries.sleeps) await sleep(delayMs, tries.abort.signal);
     }
   }
 }

@@ -14,6 +14,33 @@ export interface ScopeOptions {
 }
 
 /**
+ * How an exchange is ended early: `signal` aborts, and each `onAbort` listener is told right
+ * after (a call's scope: plain callbacks, cheaper per request than listeners on the signal).
+ */
+export interface CallAbort {
+  /** An AbortSignal for what needs one (made when first asked for). */
+  readonly signal: AbortSignal;
+  /** The abort's reason once it aborted, else undefined (without making the signal). */
+  readonly reason: unknown;
+  onAbort(listener: () => void): void;
+}
+
+/**
+ * `promise`, or a rejection with the abort's reason as soon as `abort` ends it, even when what
+ * `promise` waits for ignores the abort (as `raceAbort`, without a listener on the signal).
+ */
+export function raceCall<T>(promise: Promise<T>, abort: CallAbort): Promise<T> {
+  if (abort.reason !== undefined) {
+    promise.catch(() => {});
+    return Promise.reject(abort.reason);
+  }
+  return new Promise<T>((resolve, reject) => {
+    abort.onAbort(() => reject(abort.reason));
+    promise.then(resolve, reject);
+  });
+}
+
+/**
  * Where a call stands, one phase at a time:
  * - `waiting`: waiting for room on a bridge; its deadline then ends it with how long it waited;
  * - `unsent`: nothing sent yet, or the last try provably never left (nothing runs);
@@ -32,8 +59,10 @@ type Phase = "waiting" | "unsent" | "sent" | "answered" | "settled";
  * the error the call must end with (caller abort, deadline, idle stream, oversized body), and
  * the call's phase, which says whether its command may have run or may still be running.
  */
-export class CallScope {
+export class CallScope implements CallAbort {
+  /** Its signal is made only when something asks for it: most calls end without one. */
   readonly #controller = new AbortController();
+  #reason: RemoteTaskError | undefined;
   readonly #callerSignal: AbortSignal | undefined;
   readonly #onCallerAbort = () =>
     this.abort(
@@ -50,6 +79,8 @@ export class CallScope {
   #patience: (() => RemoteTaskError) | undefined;
   #idleTimer: ReturnType<typeof setTimeout> | undefined;
   #idleMs = 0;
+  /** Told when the call is aborted: plain callbacks, cheaper per call than listeners on `signal`. */
+  #onAbort: Array<() => void> | undefined;
   readonly what: string;
   readonly sandboxId: string | undefined;
   /** When the deadline passes, in `Date.now()` time. */
@@ -87,7 +118,7 @@ export class CallScope {
    * the command gets all of its timeout however long the wait was.
    */
   restartDeadline(): void {
-    if (this.#controller.signal.aborted) return;
+    if (this.#reason !== undefined) return;
     clearTimeout(this.#deadlineTimer);
     this.deadlineAt = Date.now() + this.#deadlineMs;
     this.#deadlineTimer = this.#startDeadline();
@@ -168,15 +199,27 @@ export class CallScope {
 
   /** The error the call was ended with, once it was. */
   get reason(): RemoteTaskError | undefined {
-    return this.#controller.signal.aborted
-      ? (this.#controller.signal.reason as RemoteTaskError)
-      : undefined;
+    return this.#reason;
   }
 
   abort(error: RemoteTaskError): void {
-    if (this.#controller.signal.aborted) return;
+    if (this.#reason !== undefined) return;
+    this.#reason = error;
     this.#controller.abort(error);
+    const listeners = this.#onAbort;
+    this.#onAbort = undefined;
+    if (listeners !== undefined) for (const listener of listeners) listener();
     this.dispose();
+  }
+
+  /**
+   * Calls `listener` when the call is aborted, right after `signal` aborts (as a listener on it
+   * would be, without one per call); never when the call was aborted already.
+   */
+  onAbort(listener: () => void): void {
+    if (this.#reason !== undefined) return;
+    this.#onAbort ??= [];
+    this.#onAbort.push(listener);
   }
 
   /** Starts (or restarts) the idle watchdog: the call fails if `touch()` is not called in time. */
@@ -186,7 +229,7 @@ export class CallScope {
   }
 
   touch(): void {
-    if (this.#idleMs === 0 || this.#controller.signal.aborted) return;
+    if (this.#idleMs === 0 || this.#reason !== undefined) return;
     if (this.#idleTimer !== undefined) clearTimeout(this.#idleTimer);
     const seconds = Math.round(this.#idleMs / 100) / 10;
     this.#idleTimer = setTimeout(

@@ -1,6 +1,6 @@
-import { raceAbort } from "@remote-task/internal";
 import type { Agent, Dispatcher } from "undici";
 import { ConfigurationError } from "./errors.js";
+import { type CallAbort, raceCall } from "./scope.js";
 
 type Undici = typeof import("undici");
 let undici: Undici | undefined;
@@ -34,8 +34,8 @@ interface TransportRequest {
   url: string;
   headers: Record<string, string>;
   body?: string | undefined;
-  /** Aborting it must end the exchange, before or after the headers. */
-  signal: AbortSignal;
+  /** Its abort must end the exchange, before or after the headers. */
+  abort: CallAbort;
 }
 
 export interface TransportResponse {
@@ -71,6 +71,7 @@ export function undiciTransport(
 ): Transport {
   let owned: Agent | undefined;
   let dispatcher = injected;
+  const urls = new UrlCache();
   return {
     prepare() {
       return undici === undefined ? loadUndici().then(() => {}) : undefined;
@@ -84,11 +85,16 @@ export function undiciTransport(
         keepAliveTimeout: 4_000,
         connect: { timeout: 10_000 },
       });
-      const pending = request(req.url, {
+      const { abort } = req;
+      const pending = request(urls.parse(req.url), {
         method: req.method,
         headers: req.headers,
         body: req.body ?? null,
-        signal: req.signal,
+        // An injected dispatcher gets the AbortSignal itself, whatever it does with it.
+        signal:
+          dispatcher === owned
+            ? (new EmitterSignal(abort) as unknown as UndiciSignal)
+            : abort.signal,
         dispatcher,
         headersTimeout: 0,
         bodyTimeout: 0,
@@ -96,12 +102,12 @@ export function undiciTransport(
       // A response that arrives after the abort is released at once.
       pending.then(
         (late) => {
-          if (req.signal.aborted) late.body.destroy();
+          if (abort.reason !== undefined) late.body.destroy();
         },
         () => {},
       );
-      // raceAbort: end at once even if a custom dispatcher ignores the signal.
-      const response = await raceAbort(pending, req.signal);
+      // End at once even if a custom dispatcher ignores the signal.
+      const response = await raceCall(pending, abort);
       const body = response.body;
       return {
         status: response.statusCode,
@@ -122,6 +128,66 @@ export function undiciTransport(
   };
 }
 
+/** Most request URLs a transport keeps parsed: a few bridges' `/exec`, `/health` and `/cancel`. */
+const MAX_PARSED_URLS = 64;
+
+/**
+ * Request URLs parsed once: a client sends to the same few URLs again and again, which undici
+ * would parse on every request given their text. A URL with a query (a call's own status) is
+ * parsed each time.
+ */
+class UrlCache {
+  readonly #parsed = new Map<string, URL>();
+
+  parse(url: string): URL {
+    let parsed = this.#parsed.get(url);
+    if (parsed === undefined) {
+      parsed = new URL(url);
+      if (!url.includes("?") && this.#parsed.size < MAX_PARSED_URLS) this.#parsed.set(url, parsed);
+    }
+    return parsed;
+  }
+}
+
+/** The `signal` option of undici's request(), which takes an EventEmitter as well as an AbortSignal. */
+type UndiciSignal = NonNullable<Dispatcher.RequestOptions["signal"]>;
+
+/**
+ * The call's abort as the EventEmitter-style signal undici's request() takes as well as an
+ * AbortSignal: the call's scope tells undici's abort listener directly, instead of undici adding
+ * it to and removing it from an AbortSignal on every request (a cost per call the client's own
+ * Agent need not pay). undici reads the abort's reason from it, as from an AbortSignal.
+ */
+class EmitterSignal {
+  readonly #abort: CallAbort;
+  /** undici's listener (it adds one per request). */
+  #listener: (() => void) | undefined;
+
+  constructor(abort: CallAbort) {
+    this.#abort = abort;
+    abort.onAbort(() => this.#listener?.());
+  }
+
+  get reason(): unknown {
+    return this.#abort.reason;
+  }
+
+  on(_event: "abort", listener: () => void): this {
+    this.#listener = listener;
+    return this;
+  }
+
+  once(_event: "abort", listener: () => void): this {
+    this.#listener = listener;
+    return this;
+  }
+
+  removeListener(_event: "abort", listener: () => void): this {
+    if (this.#listener === listener) this.#listener = undefined;
+    return this;
+  }
+}
+
 /** Any Fetch API implementation (msw in tests, runtimes without undici). Redirects are not followed. */
 export function fetchTransport(fetchImpl: typeof globalThis.fetch): Transport {
   return {
@@ -130,11 +196,11 @@ export function fetchTransport(fetchImpl: typeof globalThis.fetch): Transport {
       const init: RequestInit = {
         method: req.method,
         headers: req.headers,
-        signal: req.signal,
+        signal: req.abort.signal,
         redirect: "manual",
       };
       if (req.body !== undefined) init.body = req.body;
-      const response = await raceAbort(fetchImpl(req.url, init), req.signal);
+      const response = await raceCall(fetchImpl(req.url, init), req.abort);
       const stream = response.body;
       let reader: ReadableStreamDefaultReader<Uint8Array> | undefined;
       async function* chunks(): AsyncGenerator<Uint8Array> {

@@ -586,6 +586,34 @@ describe("run: refused before sending", () => {
     expect(execRequests(f)).toHaveLength(0);
   });
 
+  it("a command the protocol refuses is refused in its words, with or without options", async () => {
+    const f = mswFetch(http.post(`${URL_BASE}/exec`, () => HttpResponse.json(fullResult)));
+    const c = client(f);
+    for (const options of [{}, { timeoutSeconds: 5 }]) {
+      const empty = (await failure(c.run("", options))) as InvalidRequestError;
+      expect(InvalidRequestError.isInstance(empty)).toBe(true);
+      expect(empty.message).toContain("command: command must not be empty");
+      expect(empty.issues).toEqual([{ path: ["command"], message: "command must not be empty" }]);
+      const notText = await failure(c.run(42 as unknown as string, options));
+      expect(InvalidRequestError.isInstance(notText)).toBe(true);
+      expect(notText.message).toMatch(/command/);
+    }
+    expect(execRequests(f)).toHaveLength(0);
+  });
+
+  it("a call without options sends the request the protocol's schema gives, byte for byte", async () => {
+    const f = mswFetch(http.post(`${URL_BASE}/exec`, () => HttpResponse.json(fullResult)));
+    await client(f, { cwd: "/srv", timeoutSeconds: 7 }).run("echo hi");
+    const sent = await (execRequests(f)[0] as Request).text();
+    expect(sent).toBe(JSON.stringify(execRequestSchema.parse(JSON.parse(sent))));
+    expect(JSON.parse(sent)).toEqual({
+      sandboxId: expect.stringMatching(/^mikan-task-/),
+      command: "echo hi",
+      timeoutSeconds: 7,
+      cwd: "/srv",
+    });
+  });
+
   it("a caller's upper-case sandbox id is lower-cased, as the reference bridge does", async () => {
     const f = mswFetch(
       http.post(`${URL_BASE}/exec`, () => HttpResponse.json(fullResult)),

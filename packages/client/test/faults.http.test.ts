@@ -136,6 +136,22 @@ describe("a real bridge that misbehaves (loopback)", () => {
     await client.close();
   });
 
+  it("an abort before the answer's headers closes the call's connection (the bridge sees it end)", async () => {
+    let requestClosed: Promise<void> | undefined;
+    const { url, seen } = await bridge((req) => {
+      requestClosed ??= new Promise((resolve) => req.socket.on("close", () => resolve()));
+    });
+    const controller = new AbortController();
+    const client = createClient({ url });
+    const pending = client.run("sleep 60", { signal: controller.signal });
+    await eventually(() => seen.exec.length === 1);
+    controller.abort();
+    expect(AbortError.isInstance(await failure(pending))).toBe(true);
+    // The client is still open: only the aborted request can have closed the connection.
+    await requestClosed;
+    await client.close();
+  });
+
   it("reuses keep-alive connections across calls", async () => {
     const { url } = await bridge((_, res) => {
       res.writeHead(200, { "content-type": "application/json" });

@@ -1,4 +1,5 @@
 import { execFileSync } from "node:child_process";
+import { randomUUID } from "node:crypto";
 import { silentLogger } from "@remote-task/bridge";
 import { createLocalBackend } from "@remote-task/bridge/local";
 import { startEmbeddedBridge } from "@remote-task/bridge/node";
@@ -35,6 +36,13 @@ afterAll(async () => {
 function processesMatching(text: string): string[] {
   const out = execFileSync("ps", ["-eo", "args"], { encoding: "utf8", maxBuffer: 1 << 28 });
   return out.split("\n").filter((line) => line.includes(text) && !line.includes("ps -eo"));
+}
+
+/** Resolves once no process's arguments contain `marker` (no bound: the test's timeout is the limit). */
+async function commandGone(marker: string): Promise<void> {
+  while (processesMatching(marker).length > 0) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
 }
 
 describe("against the embedded local bridge (loopback, real commands)", () => {
@@ -182,10 +190,16 @@ describe("against the embedded local bridge: aborts, cancel and many calls", () 
       let skipped = 0;
       let gaps = 0;
       let exitBytes: number | undefined;
-      for await (const event of slow.stream(`head -c ${total} /dev/zero | tr '\\0' a`)) {
+      // The command ends with a no-op naming this run, so its shell is found by its arguments.
+      const marker = `slow-reader-${randomUUID()}`;
+      for await (const event of slow.stream(
+        `head -c ${total} /dev/zero | tr '\\0' a; : ${marker}`,
+      )) {
         if (event.type === "stdout") {
-          // The first output makes this reader stop for a while, as a busy consumer would.
-          if (data === 0) await new Promise((resolve) => setTimeout(resolve, 1000));
+          // The first output makes this reader stop, as a busy consumer would, until the command
+          // has written all of its output: far more than the bridge's 16 KiB stream buffer and the
+          // socket buffers hold, so the bridge must have skipped some, however slow the machine.
+          if (data === 0) await commandGone(marker);
           data += event.data.length;
           skipped += event.skippedBytes ?? 0;
           if (event.skippedBytes !== undefined) gaps++;

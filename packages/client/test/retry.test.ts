@@ -31,7 +31,7 @@ function tryAtOne<T>(
 ): Promise<T> {
   return sendWithRetries({
     policy: retry,
-    signal: new AbortController().signal,
+    abort: { signal: new AbortController().signal, reason: undefined },
     deadlineAt: Date.now() + 60_000,
     patient: false,
     sleeps: true,
