@@ -56,6 +56,54 @@ describe("durable calls", () => {
     await expectError(await exec({ sandboxId, command: "echo other" }), "conflict");
   });
 
+  it("names its instance in /health and each status; unknown says how far back it knows every id", async () => {
+    const created = Date.now();
+    const { bridge, exec } = setupBridge(DURABLE);
+    const other = setupBridge(DURABLE).bridge;
+    const health = healthResponseSchema.parse(await (await bridge(request("/health"))).json());
+    const otherHealth = healthResponseSchema.parse(await (await other(request("/health"))).json());
+    expect(health.instance).toMatch(/^[0-9a-f-]{36}$/);
+    expect(otherHealth.instance).not.toBe(health.instance);
+    const sandboxId = freshId();
+    const detached = callStatusSchema.parse(
+      await (await exec({ sandboxId, command: "echo hi", detach: true })).json(),
+    );
+    expect(detached.instance).toBe(health.instance);
+    const finished = await status(bridge, sandboxId, "?waitSeconds=30");
+    expect(finished).toMatchObject({ state: "finished", instance: health.instance });
+    expect(finished.rememberedSeconds).toBeUndefined();
+    const first = await status(bridge, freshId());
+    expect(first).toMatchObject({ state: "unknown", instance: health.instance });
+    const remembered = first.rememberedSeconds ?? -1;
+    expect(remembered).toBeGreaterThanOrEqual(0);
+    expect(remembered).toBeLessThanOrEqual((Date.now() - created) / 1000);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const later = await status(bridge, freshId());
+    expect(later.rememberedSeconds ?? -1).toBeGreaterThanOrEqual(remembered + 0.04);
+  });
+
+  it("takes the instance a host gives, and counts what it knows from its last forgotten id", async () => {
+    const { bridge, exec } = setupBridge({
+      durable: { keptSeconds: 0, maxKept: 1 },
+      instance: "keeper-7",
+    });
+    // keptSeconds 0: each id is expired at once; past 1024 of them the oldest are forgotten.
+    const full = await status(bridge, freshId());
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    // The first id is the one forgotten once 1024 more are expired: the bridge then knows every
+    // id sent since it dropped that one, no longer every id since it started.
+    const beforeFirst = Date.now();
+    for (let index = 0; index < 1_025; index++) {
+      expect((await exec({ command: "true" })).status).toBe(200);
+    }
+    const answer = await status(bridge, freshId());
+    const window = (Date.now() - beforeFirst) / 1000;
+    expect(answer.instance).toBe("keeper-7");
+    expect(full.rememberedSeconds ?? -1).toBeGreaterThanOrEqual(0);
+    expect(answer.rememberedSeconds ?? Infinity).toBeLessThanOrEqual(window);
+    expect(() => setupBridge({ instance: "" })).toThrow(/instance/);
+  });
+
   it("answers expired once the outcome's time is up, and refuses the id again", async () => {
     const { bridge, exec, backend } = setupBridge({ durable: { keptSeconds: 0.05 } });
     const sandboxId = freshId();
