@@ -41,7 +41,13 @@ import {
 import { type Exchange, receiveJson, type Schema, settleFailure } from "./exchange.js";
 import { execEvents } from "./exec-stream.js";
 import { DurableCallHandle, type HandleHost } from "./handle.js";
-import { type Attachment, awaitResult, callStatus, type ReattachContext } from "./reattach.js";
+import {
+  type Attachment,
+  awaitResult,
+  callStatus,
+  NeverReached,
+  type ReattachContext,
+} from "./reattach.js";
 import { toTaskResult } from "./result.js";
 import { runMany } from "./run-many.js";
 import { CallScope } from "./scope.js";
@@ -151,29 +157,46 @@ class Client implements RemoteTaskClient {
   /**
    * The exchange of a JSON exec call. When the connection drops after the request left (the
    * command may be running), a bridge that re-attaches (its `/health` reports `durable`) is asked
-   * for the call's outcome until the call's deadline: the one result, never a second run.
+   * for the call's outcome until the call's deadline: the one result, never a second run. When
+   * the bridge proves the request never reached it, the same request goes to it again.
    */
   async #execResult(scope: CallScope, exchange: Exchange, call: PreparedCall): Promise<ExecResult> {
+    let sending = exchange;
     try {
-      const response = await this.#dispatch.send(scope, exchange);
-      return await receiveJson(scope, response, execResultSchema, "an exec result", {
-        maxResponseBytes: this.#config.maxResponseBytes,
-        keptBytes: exchange.keptBytes,
-      });
-    } catch (error) {
-      const attachment = await this.#reattachable(error, scope, call);
-      if (attachment === undefined) throw settleFailure(error, scope);
-      try {
-        const result = await awaitResult(
-          this.#reattach,
-          scope,
-          attachment,
-          error as RemoteTaskError,
-        );
-        scope.settled();
-        return result;
-      } catch (failure) {
-        throw settleFailure(failure, scope);
+      for (;;) {
+        const sentAt = performance.now();
+        /** Something of the answer arrived: the bridge had the request. */
+        let received = false;
+        try {
+          const response = await this.#dispatch.send(scope, sending);
+          received = true;
+          return await receiveJson(scope, response, execResultSchema, "an exec result", {
+            maxResponseBytes: this.#config.maxResponseBytes,
+            keptBytes: exchange.keptBytes,
+          });
+        } catch (error) {
+          const attachment = await this.#reattachable(
+            error,
+            scope,
+            call,
+            received ? undefined : sentAt,
+          );
+          if (attachment === undefined) throw settleFailure(error, scope);
+          try {
+            const result = await awaitResult(
+              this.#reattach,
+              scope,
+              attachment,
+              error as RemoteTaskError,
+            );
+            scope.settled();
+            return result;
+          } catch (failure) {
+            if (!(failure instanceof NeverReached)) throw settleFailure(failure, scope);
+            // Nothing of it ran: the same request, to the bridge that had it.
+            sending = { ...exchange, to: attachment.bridge };
+          }
+        }
       }
     } finally {
       scope.dispose();
@@ -181,11 +204,15 @@ class Client implements RemoteTaskClient {
     }
   }
 
-  /** Where to re-attach to a call whose connection dropped after it was sent, if anywhere. */
+  /**
+   * Where to re-attach to a call whose connection dropped after it was sent, if anywhere;
+   * `sentAt` (`performance.now()` before the request was sent) when nothing of its answer came.
+   */
   async #reattachable(
     error: unknown,
     scope: CallScope,
     call: PreparedCall,
+    sentAt: number | undefined,
   ): Promise<Attachment | undefined> {
     if (scope.reason || !ConnectionError.isInstance(error) || !error.mayHaveRun) return undefined;
     const bridge = this.#dispatch.bridgeOf(call.sandboxId);
@@ -195,7 +222,7 @@ class Client implements RemoteTaskClient {
       () => false,
     );
     if (!reattaches || scope.reason) return undefined;
-    return { bridge, sandboxId: call.sandboxId, secrets: call.secrets };
+    return { bridge, sandboxId: call.sandboxId, secrets: call.secrets, sentAt };
   }
 
   stream(command: string, options: Omit<RunOptions, "onOutput"> = {}): AsyncIterable<StreamEvent> {
@@ -426,8 +453,8 @@ class Client implements RemoteTaskClient {
       config: this.#config,
       dispatch: this.#dispatch,
       firstBridge: this.#pool.first,
-      reattach: async (error: unknown, lostScope: CallScope) => {
-        const attachment = await this.#reattachable(error, lostScope, call);
+      reattach: async (error: unknown, lostScope: CallScope, sentAt: number | undefined) => {
+        const attachment = await this.#reattachable(error, lostScope, call, sentAt);
         return attachment === undefined ? undefined : { context: this.#reattach, attachment };
       },
     };

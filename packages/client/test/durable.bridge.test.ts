@@ -1,5 +1,5 @@
 import { execFileSync, spawn } from "node:child_process";
-import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ConnectionError, createClient, InvalidRequestError } from "../src/index.js";
 import { eventually } from "./helpers/assertions.js";
 import { type CutProxy, startCutProxy } from "./helpers/cut-proxy.js";
+import { startGateProxy } from "./helpers/gate-proxy.js";
 
 const CHILD = fileURLToPath(new URL("./helpers/durable-child.ts", import.meta.url));
 const CALLS = 100;
@@ -112,6 +113,74 @@ describe("durable calls through a proxy that cuts every connection", () => {
       await client.close();
       await cutting.close();
       await plain.close();
+    }
+  });
+});
+
+describe("a request cut before the bridge read it", () => {
+  it("is sent again once the bridge's status proves it never arrived, and runs once", async () => {
+    const gate = await startGateProxy(Number(new URL(bridge.url).port), { cutBodies: 1 });
+    const client = createClient({ url: gate.url, token: bridge.token, timeoutSeconds: 30 });
+    try {
+      const result = await client.run(`echo ran >> ${markers}/cut-json; echo json-out`);
+      expect(result).toMatchObject({ stdout: "json-out\n", exitCode: 0 });
+      expect(gate.cuts).toBe(1);
+      expect(readFileSync(join(markers, "cut-json"), "utf8")).toBe("ran\n");
+    } finally {
+      await client.close();
+      await gate.close();
+    }
+  });
+
+  it("a streamed call is sent again too: its output once, in order", async () => {
+    const gate = await startGateProxy(Number(new URL(bridge.url).port), { cutBodies: 1 });
+    const client = createClient({ url: gate.url, token: bridge.token, timeoutSeconds: 30 });
+    try {
+      const seen: string[] = [];
+      const result = await client.run(`echo ran >> ${markers}/cut-sse; echo a; echo b`, {
+        onOutput: (event) => seen.push(event.data),
+      });
+      expect(seen.join("")).toBe("a\nb\n");
+      expect(result).toMatchObject({ stdout: "a\nb\n", exitCode: 0 });
+      expect(gate.cuts).toBe(1);
+      expect(readFileSync(join(markers, "cut-sse"), "utf8")).toBe("ran\n");
+    } finally {
+      await client.close();
+      await gate.close();
+    }
+  });
+
+  it("after a bridge restart (a new instance) the call may have run: never sent again", async () => {
+    const first = await startEmbeddedBridge({
+      backend: createLocalBackend({ isolation: "none" }),
+      logger: silentLogger,
+    });
+    const gate = await startGateProxy(Number(new URL(first.url).port));
+    const client = createClient({ url: gate.url, token: first.token, timeoutSeconds: 30 });
+    let second: EmbeddedBridge | undefined;
+    try {
+      const marker = join(markers, "restart");
+      const call = client.run(`echo ran >> ${marker}; sleep 20`).catch((caught: unknown) => caught);
+      await eventually(() => existsSync(marker), 15_000);
+      // The bridge restarts while the call's connection is cut: what it ran is gone with it.
+      second = await startEmbeddedBridge({
+        backend: createLocalBackend({ isolation: "none" }),
+        token: first.token,
+        logger: silentLogger,
+      });
+      gate.retarget(Number(new URL(second.url).port));
+      gate.cutAll();
+      await first.close();
+      const error = await call;
+      expect(ConnectionError.isInstance(error)).toBe(true);
+      expect((error as ConnectionError).mayHaveRun).toBe(true);
+      expect(readFileSync(marker, "utf8")).toBe("ran\n");
+      expect(second.backend.liveSandboxes()).toBe(0);
+    } finally {
+      await client.close();
+      await gate.close();
+      await first.close();
+      await second?.close();
     }
   });
 });
