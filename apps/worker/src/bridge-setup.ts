@@ -32,11 +32,15 @@ function keeperDurable(config: WorkerConfig): DurableOptions | undefined {
   };
 }
 
-/** A bridge and its backend for `env`, configured by `config`. */
+/**
+ * A bridge and its backend for `env`, configured by `config`; `instance` is the id its answers
+ * report (default: random, the isolate's own).
+ */
 export function buildBridge(
   env: WorkerEnv,
   config: WorkerConfig,
   logger: BridgeLogger,
+  instance?: string,
 ): { handler: BridgeHandler; backend: CloudflareSandboxBackend } {
   const backend = new CloudflareSandboxBackend({
     namespace: env.TaskContainer,
@@ -59,6 +63,7 @@ export function buildBridge(
     heartbeatIntervalMs: config.heartbeatIntervalMs,
     network: config.network,
     durable: keeperDurable(config),
+    instance,
   });
   return { handler, backend };
 }
