@@ -47,6 +47,7 @@ import {
   callStatus,
   NeverReached,
   type ReattachContext,
+  resentFailure,
 } from "./reattach.js";
 import { toTaskResult } from "./result.js";
 import { runMany } from "./run-many.js";
@@ -162,6 +163,8 @@ class Client implements RemoteTaskClient {
    */
   async #execResult(scope: CallScope, exchange: Exchange, call: PreparedCall): Promise<ExecResult> {
     let sending = exchange;
+    /** The failure that made the call re-attach, once its request is sent again. */
+    let lost: RemoteTaskError | undefined;
     try {
       for (;;) {
         const sentAt = performance.now();
@@ -174,7 +177,10 @@ class Client implements RemoteTaskClient {
             maxResponseBytes: this.#config.maxResponseBytes,
             keptBytes: exchange.keptBytes,
           });
-        } catch (error) {
+        } catch (caught) {
+          const error = resentFailure(caught, lost);
+          // Sent again and refused as a conflict: the call exists after all, and may have run.
+          if (lost !== undefined && error === lost) throw settleFailure(lost, scope);
           const attachment = await this.#reattachable(
             error,
             scope,
@@ -194,6 +200,7 @@ class Client implements RemoteTaskClient {
           } catch (failure) {
             if (!(failure instanceof NeverReached)) throw settleFailure(failure, scope);
             // Nothing of it ran: the same request, to the bridge that had it.
+            lost = error as RemoteTaskError;
             sending = { ...exchange, to: attachment.bridge };
           }
         }

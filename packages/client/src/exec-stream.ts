@@ -9,7 +9,7 @@ import type { PreparedCall } from "./call-options.js";
 import type { ResolvedConfig } from "./config.js";
 import type { Dispatcher } from "./dispatch.js";
 import { errorFromBody, statusForCode } from "./error-mapping.js";
-import { AbortError, ProtocolError } from "./errors.js";
+import { AbortError, ProtocolError, type RemoteTaskError } from "./errors.js";
 import { asFailure, type Exchange, errorContext, receiveJson, settleFailure } from "./exchange.js";
 import {
   type Attachment,
@@ -17,6 +17,7 @@ import {
   NeverReached,
   type ReattachContext,
   reattachedEvents,
+  resentFailure,
 } from "./reattach.js";
 import type { CallScope } from "./scope.js";
 import { sseEvents } from "./sse.js";
@@ -77,6 +78,8 @@ export async function* execEvents(
   };
   /** The request sent: the call's own, or the same again to the bridge that never got it. */
   let sending = exchange;
+  /** The failure that made the call re-attach, once its request is sent again. */
+  let resent: RemoteTaskError | undefined;
   try {
     for (;;) {
       /** Something of the answer arrived: the bridge had the request. */
@@ -144,7 +147,9 @@ export async function* execEvents(
           scope.abort(new AbortError("onOutput threw; the call was aborted.", scope.facts));
           throw error.error;
         }
-        const lost = asFailure(error, scope);
+        const lost = asFailure(resentFailure(error, resent), scope);
+        // Sent again and refused as a conflict: the call exists after all, and may have run.
+        if (lost === resent) throw settleFailure(lost, scope);
         const again = await context.reattach?.(lost, scope, received ? undefined : sentAt);
         if (again === undefined) throw settleFailure(lost, scope);
         // The connection dropped with the command running: the rest of its events, re-attached.
@@ -171,6 +176,7 @@ export async function* execEvents(
           }
           if (!(failure instanceof NeverReached)) throw settleFailure(failure, scope);
           // Nothing of it ran: the same request, to the bridge that had it.
+          resent = lost;
           sending = { ...exchange, to: again.attachment.bridge };
         }
       }

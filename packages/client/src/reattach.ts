@@ -16,7 +16,7 @@ import {
 import type { Bridge } from "./bridges.js";
 import { NO_RETRY } from "./config.js";
 import { errorFromBody, statusForCode } from "./error-mapping.js";
-import { ConnectionError, ProtocolError, type RemoteTaskError, TimeoutError } from "./errors.js";
+import { ConnectionError, ProtocolError, RemoteTaskError, TimeoutError } from "./errors.js";
 import { asFailure, type Exchange, errorContext, receiveJson, sendOnce } from "./exchange.js";
 import { CallScope, sleep } from "./scope.js";
 import type { Secrets } from "./secrets.js";
@@ -57,6 +57,16 @@ export interface Attachment {
  */
 export class NeverReached {
   constructor(readonly status: CallStatus) {}
+}
+
+/**
+ * What a request sent again after `NeverReached` fails with: a 409 `conflict` says the id's call
+ * exists after all (its first request arrived late, and its outcome is gone), so the call ends
+ * as `lost`, one that may have run; any other failure is its own.
+ */
+export function resentFailure(error: unknown, lost: RemoteTaskError | undefined): unknown {
+  if (lost === undefined || !RemoteTaskError.isInstance(error)) return error;
+  return error.code === "conflict" ? lost : error;
 }
 
 /**
