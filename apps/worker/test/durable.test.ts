@@ -186,7 +186,9 @@ describe("durable calls on the Worker (DURABLE_CALLS)", () => {
     expect(done).toMatchObject({ state: "finished", result: { outcome: "cancelled" } });
     expect((await sandboxState(id)).destroyed).toBe(true);
   });
+});
 
+describe("durable calls on the Worker: which instance answers", () => {
   it("answers unknown for an id never sent, from its keeper, which knows its id for a day", async () => {
     const unknown = await status(sandboxId());
     expect(unknown).toMatchObject({ state: "unknown", rememberedSeconds: 86_400 });
