@@ -44,6 +44,7 @@ import { DurableCallHandle, type HandleHost } from "./handle.js";
 import {
   type Attachment,
   awaitResult,
+  awaitTaken,
   callStatus,
   NeverReached,
   type ReattachContext,
@@ -279,21 +280,51 @@ class Client implements RemoteTaskClient {
       runsCommand: true,
     });
     const exchange = this.#execExchange(call, "application/json");
-    try {
-      const response = await this.#dispatch.send(scope, exchange);
-      const bridge = this.#dispatch.bridgeOf(call.sandboxId) ?? this.#pool.first;
-      await receiveJson(scope, response, callStatusSchema, "a call status", {
-        maxResponseBytes: this.#config.maxResponseBytes,
-        keptBytes: undefined,
-      });
-      const timeoutSeconds = call.request.timeoutSeconds ?? this.#config.timeoutSeconds;
-      return this.#handle(call.sandboxId, timeoutSeconds, {
+    const timeoutSeconds = call.request.timeoutSeconds ?? this.#config.timeoutSeconds;
+    const handleAt = (bridge: Bridge) =>
+      this.#handle(call.sandboxId, timeoutSeconds, {
         bridge,
         sandboxId: call.sandboxId,
         secrets: call.secrets,
       });
-    } catch (error) {
-      throw settleFailure(error, scope);
+    let sending = exchange;
+    /** The failure that made the call re-attach, once its request is sent again. */
+    let lost: RemoteTaskError | undefined;
+    try {
+      for (;;) {
+        const sentAt = performance.now();
+        /** Something of the answer arrived: the bridge had the request. */
+        let received = false;
+        try {
+          const response = await this.#dispatch.send(scope, sending);
+          received = true;
+          const bridge = this.#dispatch.bridgeOf(call.sandboxId) ?? this.#pool.first;
+          await receiveJson(scope, response, callStatusSchema, "a call status", {
+            maxResponseBytes: this.#config.maxResponseBytes,
+            keptBytes: undefined,
+          });
+          return handleAt(bridge);
+        } catch (caught) {
+          const error = resentFailure(caught, lost);
+          if (lost !== undefined && error === lost) throw settleFailure(lost, scope);
+          // The answer was lost: the bridge is asked whether it took the call.
+          const attachment = await this.#reattachable(
+            error,
+            scope,
+            call,
+            received ? undefined : sentAt,
+          );
+          if (attachment === undefined) throw settleFailure(error, scope);
+          try {
+            await awaitTaken(this.#reattach, scope, attachment, error as RemoteTaskError);
+            return handleAt(attachment.bridge);
+          } catch (failure) {
+            if (!(failure instanceof NeverReached)) throw settleFailure(failure, scope);
+            lost = error as RemoteTaskError;
+            sending = { ...exchange, to: attachment.bridge };
+          }
+        }
+      }
     } finally {
       scope.dispose();
       this.#dispatch.endCall(scope);

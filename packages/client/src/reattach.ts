@@ -137,23 +137,26 @@ export async function callStatus(
 }
 
 /**
- * Waits for the call's result by asking its state until it ends, within `parent`'s deadline.
- * A call the bridge does not know (after a few tries) or whose outcome expired ends with
- * `lost` (the error that made the caller re-attach): it may have run, and is not run again;
- * one the bridge proves never reached it throws `NeverReached`.
+ * Asks the call's state until `enough` says so (long polls of up to `MAX_POLL_SECONDS` when
+ * `wait`), within `parent`'s deadline; a dropped connection is asked again. A call the bridge
+ * does not know (after a few tries) or whose outcome expired ends with `lost` (the error that
+ * made the caller re-attach): it may have run, and is not run again; one the bridge proves never
+ * reached it throws `NeverReached`.
  */
-export async function awaitResult(
+async function followCall(
   context: ReattachContext,
   parent: CallScope,
   attachment: Attachment,
   lost: RemoteTaskError,
-): Promise<ExecResult> {
+  enough: (status: CallStatus) => boolean,
+  wait: boolean,
+): Promise<CallStatus> {
   let failures = 0;
   let unknown = 0;
   for (;;) {
     if (parent.reason) throw parent.reason;
     const left = Math.floor((parent.deadlineAt - Date.now()) / 1000) - 1;
-    const waitSeconds = Math.max(0, Math.min(MAX_POLL_SECONDS, left));
+    const waitSeconds = wait ? Math.max(0, Math.min(MAX_POLL_SECONDS, left)) : 0;
     let status: CallStatus;
     try {
       status = await callStatus(context, parent, attachment, waitSeconds);
@@ -165,7 +168,7 @@ export async function awaitResult(
       continue;
     }
     failures = 0;
-    if (status.state === "finished") return outcomeOf(status, attachment);
+    if (enough(status)) return status;
     if (neverReached(status, attachment)) throw new NeverReached(status);
     if (status.state === "unknown" && ++unknown < UNKNOWN_TRIES) {
       await sleep(UNKNOWN_PAUSE_MS, parent.signal);
@@ -173,6 +176,35 @@ export async function awaitResult(
     }
     if (status.state === "unknown" || status.state === "expired") throw lost;
   }
+}
+
+/**
+ * Waits for the call's result by asking its state until it ends (see `followCall`: `lost`, or
+ * `NeverReached`, when the bridge does not have it).
+ */
+export async function awaitResult(
+  context: ReattachContext,
+  parent: CallScope,
+  attachment: Attachment,
+  lost: RemoteTaskError,
+): Promise<ExecResult> {
+  const finished = (status: CallStatus) => status.state === "finished";
+  const status = await followCall(context, parent, attachment, lost, finished, true);
+  return outcomeOf(status, attachment);
+}
+
+/**
+ * Whether the bridge has the detached call whose answer was lost (queued, running or finished):
+ * resolves when it does (see `followCall`: `lost`, or `NeverReached`, when it does not).
+ */
+export async function awaitTaken(
+  context: ReattachContext,
+  parent: CallScope,
+  attachment: Attachment,
+  lost: RemoteTaskError,
+): Promise<void> {
+  const taken = (status: CallStatus) => status.state !== "unknown" && status.state !== "expired";
+  await followCall(context, parent, attachment, lost, taken, false);
 }
 
 /** Where a reader is in each output, in bytes (what it received plus what it was told it skipped). */

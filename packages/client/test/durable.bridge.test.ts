@@ -145,6 +145,34 @@ describe("a request cut before the bridge read it", () => {
     }
   });
 
+  it("start() whose request was cut before the bridge had it sends it again: a handle, one run", async () => {
+    const gate = await startGateProxy(Number(new URL(bridge.url).port), { cutBodies: 1 });
+    const client = createClient({ url: gate.url, token: bridge.token, timeoutSeconds: 30 });
+    try {
+      const handle = await client.start(`echo ran >> ${markers}/cut-start; echo detached`);
+      expect(await handle.result()).toMatchObject({ stdout: "detached\n", exitCode: 0 });
+      expect(gate.cuts).toBe(1);
+      expect(readFileSync(join(markers, "cut-start"), "utf8")).toBe("ran\n");
+    } finally {
+      await client.close();
+      await gate.close();
+    }
+  });
+
+  it("start() whose answer was cut gets its handle from the bridge that took the call", async () => {
+    const gate = await startGateProxy(Number(new URL(bridge.url).port), { cutAnswers: 1 });
+    const client = createClient({ url: gate.url, token: bridge.token, timeoutSeconds: 30 });
+    try {
+      const handle = await client.start(`echo ran >> ${markers}/cut-answer; echo taken`);
+      expect(await handle.result()).toMatchObject({ stdout: "taken\n", exitCode: 0 });
+      expect(gate.cuts).toBe(1);
+      expect(readFileSync(join(markers, "cut-answer"), "utf8")).toBe("ran\n");
+    } finally {
+      await client.close();
+      await gate.close();
+    }
+  });
+
   it("after a bridge restart (a new instance) the call may have run: never sent again", async () => {
     const first = await startEmbeddedBridge({
       backend: createLocalBackend({ isolation: "none" }),

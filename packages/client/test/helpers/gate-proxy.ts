@@ -1,7 +1,8 @@
 // A loopback TCP proxy that passes requests through whole, except the first `cutBodies`
 // `POST /exec` requests: their headers go on to the bridge, then the connection is cut just
 // before the body (the client's side is reset, the bridge's ended), so the bridge never has the
-// request whole and nothing of it runs. `cutAll()` cuts every open connection now, and
+// request whole and nothing of it runs; and the first `cutAnswers` (after those) go on whole,
+// then the connection is cut before their answer. `cutAll()` cuts every open connection now, and
 // `retarget(port)` sends new connections to another bridge (one that took the old one's place).
 // Requests are told apart by their headers and `Content-Length` (the client sends no chunked
 // bodies).
@@ -22,10 +23,11 @@ const HEADERS_END = Buffer.from("\r\n\r\n");
 
 export async function startGateProxy(
   upstreamPort: number,
-  options: { cutBodies?: number } = {},
+  options: { cutBodies?: number; cutAnswers?: number } = {},
 ): Promise<GateProxy> {
   let port = upstreamPort;
   let cutBodies = options.cutBodies ?? 0;
+  let cutAnswers = options.cutAnswers ?? 0;
   let cuts = 0;
   const sockets = new Set<Socket>();
   const cutters = new Set<() => void>();
@@ -36,6 +38,8 @@ export async function startGateProxy(
     let pending = Buffer.alloc(0);
     /** Body bytes of the request being forwarded still to come (0: reading headers). */
     let bodyLeft = 0;
+    /** The request being forwarded is a `POST /exec` whose answer is to be cut. */
+    let cutAnswer = false;
     let cutting = false;
     const cut = () => {
       if (cutting) return;
@@ -64,11 +68,19 @@ export async function startGateProxy(
             cut();
             return;
           }
+          if (text.startsWith("POST /exec ") && bodyLeft > 0 && cutAnswers > 0) {
+            cutAnswers--;
+            cutAnswer = true;
+          }
         }
         const taken = Math.min(bodyLeft, pending.length);
         upstream.write(pending.subarray(0, taken));
         bodyLeft -= taken;
         pending = pending.subarray(taken);
+        if (bodyLeft === 0 && cutAnswer) {
+          cut();
+          return;
+        }
       }
     });
     upstream.on("data", (chunk: Buffer) => {
