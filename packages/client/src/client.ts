@@ -54,7 +54,12 @@ import { toTaskResult } from "./result.js";
 import { runMany } from "./run-many.js";
 import { CallScope } from "./scope.js";
 import { Secrets } from "./secrets.js";
-import { fetchTransport, type Transport, undiciTransport } from "./transport.js";
+import {
+  fetchTransport,
+  type Transport,
+  type TransportResponse,
+  undiciTransport,
+} from "./transport.js";
 import type {
   CallHandle,
   CancelResult,
@@ -162,7 +167,39 @@ class Client implements RemoteTaskClient {
    * for the call's outcome until the call's deadline: the one result, never a second run. When
    * the bridge proves the request never reached it, the same request goes to it again.
    */
-  async #execResult(scope: CallScope, exchange: Exchange, call: PreparedCall): Promise<ExecResult> {
+  #execResult(scope: CallScope, exchange: Exchange, call: PreparedCall): Promise<ExecResult> {
+    return this.#sendDurably(
+      scope,
+      exchange,
+      call,
+      (response) =>
+        receiveJson(scope, response, execResultSchema, "an exec result", {
+          maxResponseBytes: this.#config.maxResponseBytes,
+          keptBytes: exchange.keptBytes,
+        }),
+      async (attachment, lost) => {
+        const result = await awaitResult(this.#reattach, scope, attachment, lost);
+        scope.settled();
+        return result;
+      },
+    );
+  }
+
+  /**
+   * Sends an exec call's request and reads its answer (`answer`). When the connection drops
+   * after the request left, a bridge that re-attaches is asked for the call instead (`follow`,
+   * given the failure the call ends with if the bridge does not have it); when the bridge proves
+   * the request never reached it, the same request goes to that bridge again, and a conflict
+   * then (the first arrived after all) ends the call with that failure. Never a second run. It
+   * ends the call's scope and its hold on the bridge.
+   */
+  async #sendDurably<T>(
+    scope: CallScope,
+    exchange: Exchange,
+    call: PreparedCall,
+    answer: (response: TransportResponse) => Promise<T>,
+    follow: (attachment: Attachment, lost: RemoteTaskError) => Promise<T>,
+  ): Promise<T> {
     let sending = exchange;
     /** The failure that made the call re-attach, once its request is sent again. */
     let lost: RemoteTaskError | undefined;
@@ -174,13 +211,9 @@ class Client implements RemoteTaskClient {
         try {
           const response = await this.#dispatch.send(scope, sending);
           received = true;
-          return await receiveJson(scope, response, execResultSchema, "an exec result", {
-            maxResponseBytes: this.#config.maxResponseBytes,
-            keptBytes: exchange.keptBytes,
-          });
+          return await answer(response);
         } catch (caught) {
           const error = resentFailure(caught, lost);
-          // Sent again and refused as a conflict: the call exists after all, and may have run.
           if (lost !== undefined && error === lost) throw settleFailure(lost, scope);
           const attachment = await this.#reattachable(
             error,
@@ -190,14 +223,7 @@ class Client implements RemoteTaskClient {
           );
           if (attachment === undefined) throw settleFailure(error, scope);
           try {
-            const result = await awaitResult(
-              this.#reattach,
-              scope,
-              attachment,
-              error as RemoteTaskError,
-            );
-            scope.settled();
-            return result;
+            return await follow(attachment, error as RemoteTaskError);
           } catch (failure) {
             if (!(failure instanceof NeverReached)) throw settleFailure(failure, scope);
             // Nothing of it ran: the same request, to the bridge that had it.
@@ -287,48 +313,24 @@ class Client implements RemoteTaskClient {
         sandboxId: call.sandboxId,
         secrets: call.secrets,
       });
-    let sending = exchange;
-    /** The failure that made the call re-attach, once its request is sent again. */
-    let lost: RemoteTaskError | undefined;
-    try {
-      for (;;) {
-        const sentAt = performance.now();
-        /** Something of the answer arrived: the bridge had the request. */
-        let received = false;
-        try {
-          const response = await this.#dispatch.send(scope, sending);
-          received = true;
-          const bridge = this.#dispatch.bridgeOf(call.sandboxId) ?? this.#pool.first;
-          await receiveJson(scope, response, callStatusSchema, "a call status", {
-            maxResponseBytes: this.#config.maxResponseBytes,
-            keptBytes: undefined,
-          });
-          return handleAt(bridge);
-        } catch (caught) {
-          const error = resentFailure(caught, lost);
-          if (lost !== undefined && error === lost) throw settleFailure(lost, scope);
-          // The answer was lost: the bridge is asked whether it took the call.
-          const attachment = await this.#reattachable(
-            error,
-            scope,
-            call,
-            received ? undefined : sentAt,
-          );
-          if (attachment === undefined) throw settleFailure(error, scope);
-          try {
-            await awaitTaken(this.#reattach, scope, attachment, error as RemoteTaskError);
-            return handleAt(attachment.bridge);
-          } catch (failure) {
-            if (!(failure instanceof NeverReached)) throw settleFailure(failure, scope);
-            lost = error as RemoteTaskError;
-            sending = { ...exchange, to: attachment.bridge };
-          }
-        }
-      }
-    } finally {
-      scope.dispose();
-      this.#dispatch.endCall(scope);
-    }
+    // An answer lost on the way: the bridge is asked whether it took the call.
+    return this.#sendDurably(
+      scope,
+      exchange,
+      call,
+      async (response) => {
+        const bridge = this.#dispatch.bridgeOf(call.sandboxId) ?? this.#pool.first;
+        await receiveJson(scope, response, callStatusSchema, "a call status", {
+          maxResponseBytes: this.#config.maxResponseBytes,
+          keptBytes: undefined,
+        });
+        return handleAt(bridge);
+      },
+      async (attachment, lost) => {
+        await awaitTaken(this.#reattach, scope, attachment, lost);
+        return handleAt(attachment.bridge);
+      },
+    );
   }
 
   attach(sandboxId: string): CallHandle {
