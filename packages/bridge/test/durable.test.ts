@@ -6,7 +6,14 @@ import {
 } from "@remote-task/protocol";
 import { afterEach, describe, expect, it } from "vitest";
 import { readStreamEvents } from "../src/testing/index.js";
-import { expectError, freshId, request, setupBridge, shutdownBridges } from "./helpers.js";
+import {
+  eventually,
+  expectError,
+  freshId,
+  request,
+  setupBridge,
+  shutdownBridges,
+} from "./helpers.js";
 
 afterEach(shutdownBridges);
 
@@ -102,6 +109,36 @@ describe("durable calls", () => {
     expect(full.rememberedSeconds ?? -1).toBeGreaterThanOrEqual(0);
     expect(answer.rememberedSeconds ?? Infinity).toBeLessThanOrEqual(window);
     expect(() => setupBridge({ instance: "" })).toThrow(/instance/);
+  });
+
+  it("a request still on its way when the same one was sent again attaches to its call: one run", async () => {
+    const { bridge, exec, backend } = setupBridge(DURABLE);
+    const sandboxId = freshId();
+    const text = JSON.stringify({ sandboxId, command: "sleep 0.2; echo late" });
+    const bytes = new TextEncoder().encode(text);
+    let rest: () => void = () => {};
+    const slowBody = new ReadableStream<Uint8Array>({
+      start(controller) {
+        controller.enqueue(bytes.subarray(0, 10));
+        rest = () => {
+          controller.enqueue(bytes.subarray(10));
+          controller.close();
+        };
+      },
+    });
+    const first = bridge(
+      request("/exec", { raw: slowBody, headers: { "content-type": "application/json" } }),
+    );
+    // While the first is read, its id is unknown: the same request sent again runs the call.
+    expect(await status(bridge, sandboxId)).toMatchObject({ state: "unknown" });
+    const again = exec({ sandboxId, command: "sleep 0.2; echo late" });
+    await eventually(() => backend.starts.length === 1, "the call sent again to start");
+    rest();
+    for (const response of [await first, await again]) {
+      expect(response.status).toBe(200);
+      expect(execResultSchema.parse(await response.json()).stdout).toBe("late\n");
+    }
+    expect(backend.starts).toHaveLength(1);
   });
 
   it("answers expired once the outcome's time is up, and refuses the id again", async () => {
