@@ -32,11 +32,15 @@ function keeperDurable(config: WorkerConfig): DurableOptions | undefined {
   };
 }
 
-/** A bridge and its backend for `env`, configured by `config`. */
+/**
+ * A bridge and its backend for `env`, configured by `config`; `instance` is the id its answers
+ * report (default: random, the isolate's own).
+ */
 export function buildBridge(
   env: WorkerEnv,
   config: WorkerConfig,
   logger: BridgeLogger,
+  instance?: string,
 ): { handler: BridgeHandler; backend: CloudflareSandboxBackend } {
   const backend = new CloudflareSandboxBackend({
     namespace: env.TaskContainer,
@@ -62,6 +66,7 @@ export function buildBridge(
     // Each value is read from the Worker's bindings when a call that asks for it starts.
     secrets: config.secrets,
     readSecret: bindingReader(env),
+    instance,
   });
   return { handler, backend };
 }

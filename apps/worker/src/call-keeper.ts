@@ -7,7 +7,10 @@
  * backstop) and writes what it must never forget to its storage: that the call started (so a
  * restarted object never runs it again) and, once it ended, its status with the result. After
  * `KEPT_SECONDS` its alarm drops the result and leaves the id `expired` for a day, then deletes
- * everything.
+ * everything. Its answers name the keeper (its Durable Object id) as their `instance`: its
+ * storage is the memory of its call, and outlives the object's restarts. An id its storage has
+ * no record of was never run here within the last day: its `unknown` says so
+ * (`rememberedSeconds`), so a caller whose request was cut before it arrived sends it again.
  */
 import { DurableObject } from "cloudflare:workers";
 import {
@@ -90,6 +93,11 @@ export class CallKeeper extends DurableObject<WorkerEnv> implements CallKeeperRp
   /** Tells the watch the call ended (its bridge logged its outcome). */
   #ended: (() => void) | undefined;
 
+  /** The `instance` of this keeper's answers: its Durable Object id, as long-lived as its storage. */
+  get #instance(): string {
+    return this.ctx.id.toString();
+  }
+
   /**
    * Answers one request about this object's call (`POST /exec`, `POST /cancel`, `GET
    * /exec/{id}`), configured by the Worker's variables `vars`.
@@ -109,7 +117,15 @@ export class CallKeeper extends DurableObject<WorkerEnv> implements CallKeeperRp
     }
     const record = await this.ctx.storage.get<KeptRecord>(RECORD_KEY);
     if (record !== undefined) return this.#fromRecord(record, request, url, sandboxId);
-    if (request.method !== "POST") return bridge.fetch(request);
+    if (request.method !== "POST") {
+      if (wantsStream(request)) return bridge.fetch(request);
+      return Response.json({
+        sandboxId,
+        state: "unknown",
+        instance: this.#instance,
+        rememberedSeconds: EXPIRED_FOR_MS / 1000,
+      } satisfies CallStatus);
+    }
     return this.#newCall(bridge, request, sandboxId, vars);
   }
 
@@ -151,7 +167,7 @@ export class CallKeeper extends DurableObject<WorkerEnv> implements CallKeeperRp
       jsonLineLogger(entry);
       if (entry.event === "exec") this.#ended?.();
     };
-    const { handler } = buildBridge(env, config, logger);
+    const { handler } = buildBridge(env, config, logger, this.#instance);
     this.#bridge = { key, handler };
     return handler;
   }
@@ -274,10 +290,14 @@ export class CallKeeper extends DurableObject<WorkerEnv> implements CallKeeperRp
           },
         ]);
       }
-      return Response.json({ sandboxId, state: "expired" } satisfies CallStatus);
+      return Response.json({
+        sandboxId,
+        state: "expired",
+        instance: this.#instance,
+      } satisfies CallStatus);
     }
     const keptForSeconds = Math.max(0, Math.round((record.expiresAt - Date.now()) / 1000));
-    const status: CallStatus = { ...record.status, keptForSeconds };
+    const status: CallStatus = { ...record.status, keptForSeconds, instance: this.#instance };
     let detach = false;
     if (request.method === "POST") {
       const body = (await request.json().catch(() => ({}))) as {

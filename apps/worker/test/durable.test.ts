@@ -186,8 +186,26 @@ describe("durable calls on the Worker (DURABLE_CALLS)", () => {
     expect(done).toMatchObject({ state: "finished", result: { outcome: "cancelled" } });
     expect((await sandboxState(id)).destroyed).toBe(true);
   });
+});
 
-  it("answers unknown for an id never sent", async () => {
-    expect((await status(sandboxId())).state).toBe("unknown");
+describe("durable calls on the Worker: which instance answers", () => {
+  it("answers unknown for an id never sent, from its keeper, which knows its id for a day", async () => {
+    const unknown = await status(sandboxId());
+    expect(unknown).toMatchObject({ state: "unknown", rememberedSeconds: 86_400 });
+    expect(unknown.instance).toMatch(/^[0-9a-f]{64}$/);
+  });
+
+  it("names the call's keeper as the instance of each status, whatever isolate answers", async () => {
+    const id = sandboxId();
+    const keeper = env.CallKeeper.get(env.CallKeeper.idFromName(id));
+    const started = await exec(
+      { sandboxId: id, command: slowCommand(50), detach: true },
+      { env: durableEnv },
+    );
+    expect(JSON.parse(started.text)).toMatchObject({ instance: keeper.id.toString() });
+    const done = await status(id, "?waitSeconds=30");
+    expect(done).toMatchObject({ state: "finished", instance: keeper.id.toString() });
+    const health = JSON.parse((await send("/health", { headers: AUTH, env: durableEnv })).text);
+    expect(typeof (health as HealthResponse).instance).toBe("string");
   });
 });

@@ -121,6 +121,12 @@ export interface BridgeOptions {
   waitUntil?: ((promise: Promise<unknown>) => void) | undefined;
   /** Reported by `/health` (default: this package's version). */
   version?: string | undefined;
+  /**
+   * The id `/health` and call statuses report as `instance` (default: a random UUID when the
+   * bridge is created). It names the bridge's memory of calls: a host whose memory outlives the
+   * bridge object (the Worker's CallKeeper storage) gives one that lasts as long.
+   */
+  instance?: string | undefined;
 }
 
 /** Per-request extras; in Workers pass `{ waitUntil: ctx.waitUntil.bind(ctx) }`. */
@@ -175,6 +181,12 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
   if (token !== undefined && token.length < MIN_TOKEN_LENGTH) {
     logger({ event: "warning", level: "warn", detail: weakToken(token.length) });
   }
+  const instance = options.instance ?? crypto.randomUUID();
+  if (typeof instance !== "string" || instance.length === 0 || instance.length > 128) {
+    throw new TypeError(
+      `instance must be a string of 1 to 128 characters; got ${String(instance)}.`,
+    );
+  }
   const durable = options.durable === undefined ? undefined : resolveDurable(options.durable);
   const calls = new CallRegistry(
     options.backend,
@@ -185,6 +197,7 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
   );
   const context: ExecRoutesContext = {
     calls,
+    instance: { id: instance, startedAt: Date.now() },
     limits: resolveLimits(options.limits),
     defaultCwd: options.defaultCwd ?? DEFAULT_CWD,
     heartbeatIntervalMs,
@@ -217,6 +230,7 @@ export function createBridge(options: BridgeOptions): BridgeHandler {
         : { network: { default: context.network.default, ceiling: context.network.ceiling } }),
       ...(context.secrets.length === 0 ? {} : { secrets: secretsReport(context.secrets) }),
       version,
+      instance: context.instance.id,
     };
     const durableReport = calls.durableReport();
     if (durableReport !== undefined) body.durable = durableReport;

@@ -14,7 +14,7 @@ import type { CallOutcome, ExecCall } from "./call.js";
 import type { CallRegistry } from "./calls.js";
 import { outputCapFor } from "./limits.js";
 import { callNetwork, type NetworkSettings } from "./network.js";
-import { answerExisting } from "./reattach.js";
+import { answerExisting, type BridgeInstance } from "./reattach.js";
 import { HttpError, invalidRequest, jsonResponse } from "./responses.js";
 import {
   type CallSecret,
@@ -28,6 +28,8 @@ import { callEventStream, eventStreamOf, startEvent } from "./sse.js";
 /** What the `/exec` and `/cancel` routes need from the bridge. */
 export interface ExecRoutesContext {
   calls: CallRegistry;
+  /** The bridge instance that answers (durable calls' statuses carry its id). */
+  instance: BridgeInstance;
   limits: Limits;
   defaultCwd: string;
   heartbeatIntervalMs: number;
@@ -204,7 +206,8 @@ export async function handleExec(
     // Every failure of a call is its outcome; this never rejects, but must never crash a host.
     const running = runDetached(call).catch(() => {});
     if (waitUntil !== undefined) waitUntil(running);
-    return jsonResponse({ sandboxId: call.sandboxId, state: call.state }, 202);
+    const status = { sandboxId: call.sandboxId, state: call.state, instance: context.instance.id };
+    return jsonResponse(status, 202);
   }
   const early = await call.started();
   if (early !== undefined) {

@@ -4,7 +4,8 @@
  * `maxKeptBytes`. A detached call beyond them is refused (429, nothing ran); an outcome a caller
  * already received makes room first, oldest first. An outcome gone (expired or pushed out) leaves
  * its id behind as `expired`, so a late question about it is answered so, never with "unknown"
- * or a wrong result; those ids are bounded in number too (the oldest become `unknown`).
+ * or a wrong result; those ids are bounded in number too (the oldest become `unknown`), and the
+ * table says since when it has forgotten none (`forgottenUpTo`), which `unknown` answers report.
  */
 import { BRIDGE_TEXTS, timerDelay } from "@remote-task/internal";
 import { type ErrorBody, type ExecResult, utf8ByteLength } from "@remote-task/protocol";
@@ -51,8 +52,9 @@ export class KeptCalls {
   readonly #kept = new Map<string, KeptCall>();
   /** Bytes held for each detached call in flight. */
   readonly #reserved = new Map<string, number>();
-  /** Ids whose outcome was dropped, oldest first. */
-  readonly #expired = new Set<string>();
+  /** Ids whose outcome was dropped, oldest first, with when each was (`now()` time). */
+  readonly #expired = new Map<string, number>();
+  #forgottenUpTo: number | undefined;
   #bytes = 0;
   #timer: ReturnType<typeof setTimeout> | undefined;
   #closed = false;
@@ -65,6 +67,15 @@ export class KeptCalls {
   /** Calls kept: outcomes and detached calls in flight. */
   get count(): number {
     return this.#kept.size + this.#reserved.size;
+  }
+
+  /**
+   * The latest time (`now()` time) an id the table forgot was dropped as `expired`; undefined
+   * while it forgot none. Every call sent after it is still known here: a call is sent before
+   * its id is dropped.
+   */
+  get forgottenUpTo(): number | undefined {
+    return this.#forgottenUpTo;
   }
 
   /** Bytes the kept calls are counted at (see `keptCallBytes`). */
@@ -172,11 +183,12 @@ export class KeptCalls {
 
   #expire(sandboxId: string): void {
     this.#expired.delete(sandboxId);
-    this.#expired.add(sandboxId);
+    this.#expired.set(sandboxId, this.now());
     const most = Math.max(1_024, this.settings.maxKept * EXPIRED_IDS_PER_KEPT);
-    for (const oldest of this.#expired) {
+    for (const [oldest, droppedAt] of this.#expired) {
       if (this.#expired.size <= most) break;
       this.#expired.delete(oldest);
+      this.#forgottenUpTo = Math.max(this.#forgottenUpTo ?? droppedAt, droppedAt);
     }
   }
 

@@ -22,9 +22,16 @@ import { eventStreamOf, framePieces, SSE_HEADERS, startEvent } from "./sse.js";
 /** Longest `waitSeconds` a status request waits, so an idle connection is not cut on its way. */
 const MAX_WAIT_SECONDS = 60;
 
+/** The bridge instance that answers: its id and when it started (`Date.now()` time). */
+export interface BridgeInstance {
+  readonly id: string;
+  readonly startedAt: number;
+}
+
 /** What the durable routes need from the bridge. */
 export interface ReattachContext {
   calls: CallRegistry;
+  instance: BridgeInstance;
   heartbeatIntervalMs: number;
   /** Most bytes of events queued for a reader. */
   streamBufferBytes: number;
@@ -68,20 +75,38 @@ function liveOutcome(call: ExecCall): KeptOutcome | undefined {
   return call.settledOutcome === undefined ? undefined : keptOutcome(call.settledOutcome);
 }
 
-/** A call's `CallStatus`; a finished one is marked as received by a caller. */
+/**
+ * Seconds back this instance knows every id sent to it: since it started, or since it last
+ * forgot an id (kept.ts), to the millisecond, rounded down.
+ */
+function rememberedSeconds(context: ReattachContext): number {
+  const forgot = context.calls.kept?.forgottenUpTo;
+  const since = Math.max(context.instance.startedAt, forgot ?? context.instance.startedAt);
+  return Math.max(0, Math.floor(Date.now() - since)) / 1000;
+}
+
+/** A call's `CallStatus`, with the instance that answers; a finished one is marked as received. */
 function statusOf(
   context: ReattachContext,
   sandboxId: string,
   found: FoundCall | undefined,
 ): CallStatus {
-  if (found === undefined) return { sandboxId, state: "unknown" };
-  if (found.kind === "expired") return { sandboxId, state: "expired" };
+  const instance = context.instance.id;
+  if (found === undefined) {
+    return {
+      sandboxId,
+      state: "unknown",
+      instance,
+      rememberedSeconds: rememberedSeconds(context),
+    };
+  }
+  if (found.kind === "expired") return { sandboxId, state: "expired", instance };
   const keptSeconds = context.calls.kept?.settings.keptSeconds ?? 0;
   let outcome: KeptOutcome | undefined;
   let keptForSeconds = keptSeconds;
   if (found.kind === "live") {
     outcome = liveOutcome(found.call);
-    if (outcome === undefined) return { sandboxId, state: found.call.state };
+    if (outcome === undefined) return { sandboxId, state: found.call.state, instance };
     found.call.delivered = true;
   } else {
     outcome = found.call.outcome;
@@ -93,6 +118,7 @@ function statusOf(
     state: "finished",
     ...(outcome.kind === "result" ? { result: outcome.result } : { error: outcome.error }),
     keptForSeconds,
+    instance,
   };
 }
 

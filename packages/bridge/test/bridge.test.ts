@@ -53,6 +53,7 @@ describe("routes and auth", () => {
         queued: 0,
       },
       version: "9.9.9",
+      instance: expect.stringMatching(/^[0-9a-f-]{36}$/),
     });
   });
 

@@ -6,7 +6,14 @@ import {
 } from "@remote-task/protocol";
 import { afterEach, describe, expect, it } from "vitest";
 import { readStreamEvents } from "../src/testing/index.js";
-import { expectError, freshId, request, setupBridge, shutdownBridges } from "./helpers.js";
+import {
+  eventually,
+  expectError,
+  freshId,
+  request,
+  setupBridge,
+  shutdownBridges,
+} from "./helpers.js";
 
 afterEach(shutdownBridges);
 
@@ -54,6 +61,84 @@ describe("durable calls", () => {
     expect(execResultSchema.parse(await third.json()).stdout).toBe("once\n");
     expect(backend.starts).toHaveLength(1);
     await expectError(await exec({ sandboxId, command: "echo other" }), "conflict");
+  });
+
+  it("names its instance in /health and each status; unknown says how far back it knows every id", async () => {
+    const created = Date.now();
+    const { bridge, exec } = setupBridge(DURABLE);
+    const other = setupBridge(DURABLE).bridge;
+    const health = healthResponseSchema.parse(await (await bridge(request("/health"))).json());
+    const otherHealth = healthResponseSchema.parse(await (await other(request("/health"))).json());
+    expect(health.instance).toMatch(/^[0-9a-f-]{36}$/);
+    expect(otherHealth.instance).not.toBe(health.instance);
+    const sandboxId = freshId();
+    const detached = callStatusSchema.parse(
+      await (await exec({ sandboxId, command: "echo hi", detach: true })).json(),
+    );
+    expect(detached.instance).toBe(health.instance);
+    const finished = await status(bridge, sandboxId, "?waitSeconds=30");
+    expect(finished).toMatchObject({ state: "finished", instance: health.instance });
+    expect(finished.rememberedSeconds).toBeUndefined();
+    const first = await status(bridge, freshId());
+    expect(first).toMatchObject({ state: "unknown", instance: health.instance });
+    const remembered = first.rememberedSeconds ?? -1;
+    expect(remembered).toBeGreaterThanOrEqual(0);
+    expect(remembered).toBeLessThanOrEqual((Date.now() - created) / 1000);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const later = await status(bridge, freshId());
+    expect(later.rememberedSeconds ?? -1).toBeGreaterThanOrEqual(remembered + 0.04);
+  });
+
+  it("takes the instance a host gives, and counts what it knows from its last forgotten id", async () => {
+    const { bridge, exec } = setupBridge({
+      durable: { keptSeconds: 0, maxKept: 1 },
+      instance: "keeper-7",
+    });
+    // keptSeconds 0: each id is expired at once; past 1024 of them the oldest are forgotten.
+    const full = await status(bridge, freshId());
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    // The first id is the one forgotten once 1024 more are expired: the bridge then knows every
+    // id sent since it dropped that one, no longer every id since it started.
+    const beforeFirst = Date.now();
+    for (let index = 0; index < 1_025; index++) {
+      expect((await exec({ command: "true" })).status).toBe(200);
+    }
+    const answer = await status(bridge, freshId());
+    const window = (Date.now() - beforeFirst) / 1000;
+    expect(answer.instance).toBe("keeper-7");
+    expect(full.rememberedSeconds ?? -1).toBeGreaterThanOrEqual(0);
+    expect(answer.rememberedSeconds ?? Infinity).toBeLessThanOrEqual(window);
+    expect(() => setupBridge({ instance: "" })).toThrow(/instance/);
+  });
+
+  it("a request still on its way when the same one was sent again attaches to its call: one run", async () => {
+    const { bridge, exec, backend } = setupBridge(DURABLE);
+    const sandboxId = freshId();
+    const text = JSON.stringify({ sandboxId, command: "sleep 0.2; echo late" });
+    const bytes = new TextEncoder().encode(text);
+    let rest: () => void = () => {};
+    const slowBody = new ReadableStream<Uint8Array>({
+      start(controller) {
+        controller.enqueue(bytes.subarray(0, 10));
+        rest = () => {
+          controller.enqueue(bytes.subarray(10));
+          controller.close();
+        };
+      },
+    });
+    const first = bridge(
+      request("/exec", { raw: slowBody, headers: { "content-type": "application/json" } }),
+    );
+    // While the first is read, its id is unknown: the same request sent again runs the call.
+    expect(await status(bridge, sandboxId)).toMatchObject({ state: "unknown" });
+    const again = exec({ sandboxId, command: "sleep 0.2; echo late" });
+    await eventually(() => backend.starts.length === 1, "the call sent again to start");
+    rest();
+    for (const response of [await first, await again]) {
+      expect(response.status).toBe(200);
+      expect(execResultSchema.parse(await response.json()).stdout).toBe("late\n");
+    }
+    expect(backend.starts).toHaveLength(1);
   });
 
   it("answers expired once the outcome's time is up, and refuses the id again", async () => {

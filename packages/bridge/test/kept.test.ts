@@ -65,4 +65,26 @@ describe("KeptCalls", () => {
     expect(table.lookup("plain")).toEqual({ kind: "expired" });
     table.close();
   });
+
+  it("says since when it forgot no id: the latest drop time of an expired id it let go", () => {
+    let now = 1_000;
+    const table = new KeptCalls(resolveDurable({ keptSeconds: 0, maxKept: 1 }), () => now);
+    // keptSeconds 0: each outcome's id is expired at once; 1024 expired ids are remembered.
+    for (let index = 0; index < 1_024; index++) {
+      now += 1;
+      table.keep(`id-${index}`, "x", result(""), true);
+    }
+    expect(table.forgottenUpTo).toBeUndefined();
+    expect(table.lookup("id-0")).toEqual({ kind: "expired" });
+    now += 1;
+    table.keep("one-more", "x", result(""), true);
+    // id-0 (dropped as expired at 1001) is forgotten: unknown now, and the table says so.
+    expect(table.lookup("id-0")).toBeUndefined();
+    expect(table.forgottenUpTo).toBe(1_001);
+    expect(table.lookup("id-1")).toEqual({ kind: "expired" });
+    now += 1;
+    table.keep("two-more", "x", result(""), true);
+    expect(table.forgottenUpTo).toBe(1_002);
+    table.close();
+  });
 });

@@ -41,12 +41,25 @@ import {
 import { type Exchange, receiveJson, type Schema, settleFailure } from "./exchange.js";
 import { execEvents } from "./exec-stream.js";
 import { DurableCallHandle, type HandleHost } from "./handle.js";
-import { type Attachment, awaitResult, callStatus, type ReattachContext } from "./reattach.js";
+import {
+  type Attachment,
+  awaitResult,
+  awaitTaken,
+  callStatus,
+  NeverReached,
+  type ReattachContext,
+  resentFailure,
+} from "./reattach.js";
 import { toTaskResult } from "./result.js";
 import { runMany } from "./run-many.js";
 import { CallScope } from "./scope.js";
 import { Secrets } from "./secrets.js";
-import { fetchTransport, type Transport, undiciTransport } from "./transport.js";
+import {
+  fetchTransport,
+  type Transport,
+  type TransportResponse,
+  undiciTransport,
+} from "./transport.js";
 import type {
   CallHandle,
   CancelResult,
@@ -151,29 +164,73 @@ class Client implements RemoteTaskClient {
   /**
    * The exchange of a JSON exec call. When the connection drops after the request left (the
    * command may be running), a bridge that re-attaches (its `/health` reports `durable`) is asked
-   * for the call's outcome until the call's deadline: the one result, never a second run.
+   * for the call's outcome until the call's deadline: the one result, never a second run. When
+   * the bridge proves the request never reached it, the same request goes to it again.
    */
-  async #execResult(scope: CallScope, exchange: Exchange, call: PreparedCall): Promise<ExecResult> {
-    try {
-      const response = await this.#dispatch.send(scope, exchange);
-      return await receiveJson(scope, response, execResultSchema, "an exec result", {
-        maxResponseBytes: this.#config.maxResponseBytes,
-        keptBytes: exchange.keptBytes,
-      });
-    } catch (error) {
-      const attachment = await this.#reattachable(error, scope, call);
-      if (attachment === undefined) throw settleFailure(error, scope);
-      try {
-        const result = await awaitResult(
-          this.#reattach,
-          scope,
-          attachment,
-          error as RemoteTaskError,
-        );
+  #execResult(scope: CallScope, exchange: Exchange, call: PreparedCall): Promise<ExecResult> {
+    return this.#sendDurably(
+      scope,
+      exchange,
+      call,
+      (response) =>
+        receiveJson(scope, response, execResultSchema, "an exec result", {
+          maxResponseBytes: this.#config.maxResponseBytes,
+          keptBytes: exchange.keptBytes,
+        }),
+      async (attachment, lost) => {
+        const result = await awaitResult(this.#reattach, scope, attachment, lost);
         scope.settled();
         return result;
-      } catch (failure) {
-        throw settleFailure(failure, scope);
+      },
+    );
+  }
+
+  /**
+   * Sends an exec call's request and reads its answer (`answer`). When the connection drops
+   * after the request left, a bridge that re-attaches is asked for the call instead (`follow`,
+   * given the failure the call ends with if the bridge does not have it); when the bridge proves
+   * the request never reached it, the same request goes to that bridge again, and a conflict
+   * then (the first arrived after all) ends the call with that failure. Never a second run. It
+   * ends the call's scope and its hold on the bridge.
+   */
+  async #sendDurably<T>(
+    scope: CallScope,
+    exchange: Exchange,
+    call: PreparedCall,
+    answer: (response: TransportResponse) => Promise<T>,
+    follow: (attachment: Attachment, lost: RemoteTaskError) => Promise<T>,
+  ): Promise<T> {
+    let sending = exchange;
+    /** The failure that made the call re-attach, once its request is sent again. */
+    let lost: RemoteTaskError | undefined;
+    try {
+      for (;;) {
+        const sentAt = performance.now();
+        /** Something of the answer arrived: the bridge had the request. */
+        let received = false;
+        try {
+          const response = await this.#dispatch.send(scope, sending);
+          received = true;
+          return await answer(response);
+        } catch (caught) {
+          const error = resentFailure(caught, lost);
+          if (lost !== undefined && error === lost) throw settleFailure(lost, scope);
+          const attachment = await this.#reattachable(
+            error,
+            scope,
+            call,
+            received ? undefined : sentAt,
+          );
+          if (attachment === undefined) throw settleFailure(error, scope);
+          try {
+            return await follow(attachment, error as RemoteTaskError);
+          } catch (failure) {
+            if (!(failure instanceof NeverReached)) throw settleFailure(failure, scope);
+            // Nothing of it ran: the same request, to the bridge that had it.
+            lost = error as RemoteTaskError;
+            sending = { ...exchange, to: attachment.bridge };
+          }
+        }
       }
     } finally {
       scope.dispose();
@@ -181,11 +238,15 @@ class Client implements RemoteTaskClient {
     }
   }
 
-  /** Where to re-attach to a call whose connection dropped after it was sent, if anywhere. */
+  /**
+   * Where to re-attach to a call whose connection dropped after it was sent, if anywhere;
+   * `sentAt` (`performance.now()` before the request was sent) when nothing of its answer came.
+   */
   async #reattachable(
     error: unknown,
     scope: CallScope,
     call: PreparedCall,
+    sentAt: number | undefined,
   ): Promise<Attachment | undefined> {
     if (scope.reason || !ConnectionError.isInstance(error) || !error.mayHaveRun) return undefined;
     const bridge = this.#dispatch.bridgeOf(call.sandboxId);
@@ -195,7 +256,7 @@ class Client implements RemoteTaskClient {
       () => false,
     );
     if (!reattaches || scope.reason) return undefined;
-    return { bridge, sandboxId: call.sandboxId, secrets: call.secrets };
+    return { bridge, sandboxId: call.sandboxId, secrets: call.secrets, sentAt };
   }
 
   stream(command: string, options: Omit<RunOptions, "onOutput"> = {}): AsyncIterable<StreamEvent> {
@@ -245,25 +306,31 @@ class Client implements RemoteTaskClient {
       runsCommand: true,
     });
     const exchange = this.#execExchange(call, "application/json");
-    try {
-      const response = await this.#dispatch.send(scope, exchange);
-      const bridge = this.#dispatch.bridgeOf(call.sandboxId) ?? this.#pool.first;
-      await receiveJson(scope, response, callStatusSchema, "a call status", {
-        maxResponseBytes: this.#config.maxResponseBytes,
-        keptBytes: undefined,
-      });
-      const timeoutSeconds = call.request.timeoutSeconds ?? this.#config.timeoutSeconds;
-      return this.#handle(call.sandboxId, timeoutSeconds, {
+    const timeoutSeconds = call.request.timeoutSeconds ?? this.#config.timeoutSeconds;
+    const handleAt = (bridge: Bridge) =>
+      this.#handle(call.sandboxId, timeoutSeconds, {
         bridge,
         sandboxId: call.sandboxId,
         secrets: call.secrets,
       });
-    } catch (error) {
-      throw settleFailure(error, scope);
-    } finally {
-      scope.dispose();
-      this.#dispatch.endCall(scope);
-    }
+    // An answer lost on the way: the bridge is asked whether it took the call.
+    return this.#sendDurably(
+      scope,
+      exchange,
+      call,
+      async (response) => {
+        const bridge = this.#dispatch.bridgeOf(call.sandboxId) ?? this.#pool.first;
+        await receiveJson(scope, response, callStatusSchema, "a call status", {
+          maxResponseBytes: this.#config.maxResponseBytes,
+          keptBytes: undefined,
+        });
+        return handleAt(bridge);
+      },
+      async (attachment, lost) => {
+        await awaitTaken(this.#reattach, scope, attachment, lost);
+        return handleAt(attachment.bridge);
+      },
+    );
   }
 
   attach(sandboxId: string): CallHandle {
@@ -422,8 +489,8 @@ class Client implements RemoteTaskClient {
       config: this.#config,
       dispatch: this.#dispatch,
       firstBridge: this.#pool.first,
-      reattach: async (error: unknown, lostScope: CallScope) => {
-        const attachment = await this.#reattachable(error, lostScope, call);
+      reattach: async (error: unknown, lostScope: CallScope, sentAt: number | undefined) => {
+        const attachment = await this.#reattachable(error, lostScope, call, sentAt);
         return attachment === undefined ? undefined : { context: this.#reattach, attachment };
       },
     };

@@ -2,7 +2,10 @@
  * Re-attaching to a call by its sandbox id (durable calls, on a bridge whose `/health` reports
  * `durable`): its state (`GET /exec/{sandboxId}`, long-polled until it ends) and its events from
  * byte offsets (the same route as an event stream). A dropped connection on the way is tried
- * again until the call's deadline; nothing is ever sent that could run the command again.
+ * again until the call's deadline; nothing is ever sent that could run the command again. An
+ * id the bridge does not know, from an instance that knows every id sent to it since before the
+ * call's request left (`rememberedSeconds`), is a request that never reached it: `NeverReached`
+ * tells the caller to send that request again (a repeated one attaches; nothing runs twice).
  */
 import {
   type CallStatus,
@@ -13,7 +16,7 @@ import {
 import type { Bridge } from "./bridges.js";
 import { NO_RETRY } from "./config.js";
 import { errorFromBody, statusForCode } from "./error-mapping.js";
-import { ConnectionError, ProtocolError, type RemoteTaskError, TimeoutError } from "./errors.js";
+import { ConnectionError, ProtocolError, RemoteTaskError, TimeoutError } from "./errors.js";
 import { asFailure, type Exchange, errorContext, receiveJson, sendOnce } from "./exchange.js";
 import { CallScope, sleep } from "./scope.js";
 import type { Secrets } from "./secrets.js";
@@ -41,6 +44,41 @@ export interface Attachment {
   bridge: Bridge;
   sandboxId: string;
   secrets: Secrets;
+  /**
+   * `performance.now()` just before the call's own request was sent, when nothing of its answer
+   * arrived; undefined when the request is not this client's to send again (a handle).
+   */
+  sentAt?: number | undefined;
+}
+
+/**
+ * Thrown (not an error) when the bridge proves the call's request never reached it: no command
+ * of it ran there, and the same request may be sent again.
+ */
+export class NeverReached {
+  constructor(readonly status: CallStatus) {}
+}
+
+/**
+ * What a request sent again after `NeverReached` fails with: a 409 `conflict` says the id's call
+ * exists after all (its first request arrived late, and its outcome is gone), so the call ends
+ * as `lost`, one that may have run; any other failure is its own.
+ */
+export function resentFailure(error: unknown, lost: RemoteTaskError | undefined): unknown {
+  if (lost === undefined || !RemoteTaskError.isInstance(error)) return error;
+  return error.code === "conflict" ? lost : error;
+}
+
+/**
+ * Whether `status` proves the request sent at `attachment.sentAt` never reached the bridge: the
+ * id is unknown to an instance that knows every id sent to it for longer than the request's
+ * age (counted from before it was sent to now, after the status arrived).
+ */
+function neverReached(status: CallStatus, attachment: Attachment): boolean {
+  const { sentAt } = attachment;
+  if (status.state !== "unknown" || status.rememberedSeconds === undefined) return false;
+  if (sentAt === undefined) return false;
+  return (performance.now() - sentAt) / 1000 < status.rememberedSeconds;
 }
 
 /** A failure worth another try: the connection (or its answer) broke on the way. */
@@ -99,22 +137,26 @@ export async function callStatus(
 }
 
 /**
- * Waits for the call's result by asking its state until it ends, within `parent`'s deadline.
- * A call the bridge does not know (after a few tries) or whose outcome expired ends with
- * `lost` (the error that made the caller re-attach): it may have run, and is not run again.
+ * Asks the call's state until `enough` says so (long polls of up to `MAX_POLL_SECONDS` when
+ * `wait`), within `parent`'s deadline; a dropped connection is asked again. A call the bridge
+ * does not know (after a few tries) or whose outcome expired ends with `lost` (the error that
+ * made the caller re-attach): it may have run, and is not run again; one the bridge proves never
+ * reached it throws `NeverReached`.
  */
-export async function awaitResult(
+async function followCall(
   context: ReattachContext,
   parent: CallScope,
   attachment: Attachment,
   lost: RemoteTaskError,
-): Promise<ExecResult> {
+  enough: (status: CallStatus) => boolean,
+  wait: boolean,
+): Promise<CallStatus> {
   let failures = 0;
   let unknown = 0;
   for (;;) {
     if (parent.reason) throw parent.reason;
     const left = Math.floor((parent.deadlineAt - Date.now()) / 1000) - 1;
-    const waitSeconds = Math.max(0, Math.min(MAX_POLL_SECONDS, left));
+    const waitSeconds = wait ? Math.max(0, Math.min(MAX_POLL_SECONDS, left)) : 0;
     let status: CallStatus;
     try {
       status = await callStatus(context, parent, attachment, waitSeconds);
@@ -126,13 +168,43 @@ export async function awaitResult(
       continue;
     }
     failures = 0;
-    if (status.state === "finished") return outcomeOf(status, attachment);
+    if (enough(status)) return status;
+    if (neverReached(status, attachment)) throw new NeverReached(status);
     if (status.state === "unknown" && ++unknown < UNKNOWN_TRIES) {
       await sleep(UNKNOWN_PAUSE_MS, parent.signal);
       continue;
     }
     if (status.state === "unknown" || status.state === "expired") throw lost;
   }
+}
+
+/**
+ * Waits for the call's result by asking its state until it ends (see `followCall`: `lost`, or
+ * `NeverReached`, when the bridge does not have it).
+ */
+export async function awaitResult(
+  context: ReattachContext,
+  parent: CallScope,
+  attachment: Attachment,
+  lost: RemoteTaskError,
+): Promise<ExecResult> {
+  const finished = (status: CallStatus) => status.state === "finished";
+  const status = await followCall(context, parent, attachment, lost, finished, true);
+  return outcomeOf(status, attachment);
+}
+
+/**
+ * Whether the bridge has the detached call whose answer was lost (queued, running or finished):
+ * resolves when it does (see `followCall`: `lost`, or `NeverReached`, when it does not).
+ */
+export async function awaitTaken(
+  context: ReattachContext,
+  parent: CallScope,
+  attachment: Attachment,
+  lost: RemoteTaskError,
+): Promise<void> {
+  const taken = (status: CallStatus) => status.state !== "unknown" && status.state !== "expired";
+  await followCall(context, parent, attachment, lost, taken, false);
 }
 
 /** Where a reader is in each output, in bytes (what it received plus what it was told it skipped). */
@@ -151,7 +223,8 @@ export function advance(position: StreamPosition, event: StreamEvent): void {
 /**
  * The call's events from `position` on (`start` left out), re-attached as often as the
  * connection drops, until `exit` (or an `error` event, thrown as its typed error), within
- * `parent`'s deadline. `position` advances as events arrive.
+ * `parent`'s deadline. `position` advances as events arrive. An id the bridge does not have
+ * ends with `lost`, or with `NeverReached` when its status proves the request never reached it.
  */
 export async function* reattachedEvents(
   context: ReattachContext,
@@ -192,7 +265,10 @@ export async function* reattachedEvents(
         failures = 0;
         if (event.type === "start") continue;
         if (event.type === "error") {
-          if (event.error.code === "not_found") throw lost;
+          if (event.error.code === "not_found") {
+            response.discard();
+            throw await notFound(context, parent, attachment, lost);
+          }
           throw errorFromBody(statusForCode(event.error.code), event.error, {
             ...errorContext(bridge, secrets, sandboxId, undefined),
             accepted: true,
@@ -208,6 +284,8 @@ export async function* reattachedEvents(
       throw new ProtocolError("The re-attached stream ended without an exit event.", scope.facts);
     } catch (error) {
       if (parent.reason) throw parent.reason;
+      // The call's end as the bridge told it, not a dropped connection: never tried again.
+      if (error === lost || error instanceof NeverReached) throw error;
       const failure = asFailure(error, scope);
       if (!transient(failure) && !TimeoutError.isInstance(failure)) throw failure;
       failures++;
@@ -216,4 +294,20 @@ export async function* reattachedEvents(
       scope.dispose();
     }
   }
+}
+
+/**
+ * What a re-attached stream's `not_found` means: `NeverReached` when the id's status proves the
+ * request never reached the bridge (asked once, only for a request this client may send again),
+ * otherwise `lost`.
+ */
+async function notFound(
+  context: ReattachContext,
+  parent: CallScope,
+  attachment: Attachment,
+  lost: RemoteTaskError,
+): Promise<NeverReached | RemoteTaskError> {
+  if (attachment.sentAt === undefined) return lost;
+  const status = await callStatus(context, parent, attachment, 0).catch(() => undefined);
+  return status !== undefined && neverReached(status, attachment) ? new NeverReached(status) : lost;
 }

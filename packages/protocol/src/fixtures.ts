@@ -81,6 +81,7 @@ export const fullHealthResponse = {
     replay: "head",
   },
   version: "0.1.0",
+  instance: "8f14e45f-ceea-467a-9575-6b7c2b1e0d2a",
 } as const;
 
 export const validFixtures: readonly Fixture[] = [
@@ -146,6 +147,21 @@ export const validFixtures: readonly Fixture[] = [
     name: "unknown call status",
     schema: "CallStatus",
     value: { sandboxId: "a", state: "unknown" },
+  },
+  {
+    name: "unknown call status of an instance that remembers",
+    schema: "CallStatus",
+    value: {
+      sandboxId: "a",
+      state: "unknown",
+      instance: fullHealthResponse.instance,
+      rememberedSeconds: 3600.25,
+    },
+  },
+  {
+    name: "running call status with its instance",
+    schema: "CallStatus",
+    value: { sandboxId: "a", state: "running", instance: fullHealthResponse.instance },
   },
   { name: "call state queued", schema: "CallState", value: "queued" },
   { name: "durable report", schema: "DurableReport", value: fullHealthResponse.durable },
@@ -449,6 +465,24 @@ export const invalidFixtures: readonly InvalidFixture[] = [
     schema: "CallStatus",
     value: { sandboxId: "a", state: "finished", result: { stdout: "", stderr: "" } },
     failingPath: ["result", "code"],
+  },
+  {
+    name: "call status with a negative remembered time",
+    schema: "CallStatus",
+    value: { sandboxId: "a", state: "unknown", instance: "i", rememberedSeconds: -1 },
+    failingPath: ["rememberedSeconds"],
+  },
+  {
+    name: "call status with an empty instance",
+    schema: "CallStatus",
+    value: { sandboxId: "a", state: "unknown", instance: "" },
+    failingPath: ["instance"],
+  },
+  {
+    name: "health with a numeric instance",
+    schema: "HealthResponse",
+    value: { ok: true, instance: 7 },
+    failingPath: ["instance"],
   },
   {
     name: "durable report with a negative time to keep",

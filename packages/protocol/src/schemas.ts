@@ -204,6 +204,18 @@ export const durableReportSchema = z.object({
 });
 export type DurableReport = z.infer<typeof durableReportSchema>;
 
+/**
+ * The bridge instance that answered (protocol 3, optional): random each time a bridge starts, so
+ * a new one after a restart says that what the old one kept is gone.
+ */
+const instanceSchema = z
+  .string()
+  .min(1)
+  .max(128)
+  .describe(
+    "The bridge instance that answered: a new one after each restart (what the old one kept is gone). Optional; readers may ignore it.",
+  );
+
 /** `GET /health`. The reference bridge answers only `{ok: true}`, so the rest is optional. */
 export const healthResponseSchema = z.object({
   ok: z.literal(true),
@@ -236,6 +248,7 @@ export const healthResponseSchema = z.object({
     .describe(
       "Durable calls (protocol 3): what the bridge keeps and for how long; absent on a bridge without them (then `detach` is refused and nothing re-attaches).",
     ),
+  instance: instanceSchema.optional(),
 });
 export type HealthResponse = z.infer<typeof healthResponseSchema>;
 
@@ -393,6 +406,14 @@ export const callStatusSchema = z.object({
     .nonnegative()
     .optional()
     .describe("Seconds the outcome of a `finished` call is kept from now."),
+  instance: instanceSchema.optional(),
+  rememberedSeconds: z
+    .number()
+    .nonnegative()
+    .optional()
+    .describe(
+      "On `unknown`: this instance knows every id sent to it within the last this many seconds (since it started, or since it last forgot an id to stay within its bounds). An id sent to it more recently than that never reached it, and its command never ran here: the same request may be sent again. Absent: the bridge does not say.",
+    ),
 });
 export type CallStatus = z.infer<typeof callStatusSchema>;
 

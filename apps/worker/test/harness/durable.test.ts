@@ -1,7 +1,8 @@
 /**
  * Durable calls on the built Worker (DURABLE_CALLS on) against the fake engine: the client's
  * `run()` whose connection is cut after its request was sent gets the call's one result by
- * re-attaching (the Worker's /health reports `durable`), and the command ran once.
+ * re-attaching (the Worker's /health reports `durable`), and the command ran once; one whose
+ * request never reached the Worker is sent again (its keeper's `unknown` proves it).
  */
 import { createClient } from "@remote-task/client";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -67,6 +68,31 @@ describe("durable calls on the built Worker", () => {
       expect(cutter.cuts()).toBe(1);
       expect(result.stdout).toBe("done-once\n");
       expect(result.exitCode).toBe(0);
+      const records = await harness.containersOf(sandboxId);
+      expect(records.reduce((sum, record) => sum + commandsRun(record), 0)).toBe(1);
+    } finally {
+      await client.close();
+    }
+  });
+
+  it("sends a request cut before the Worker had it again: its keeper proves it never got it", async () => {
+    let cuts = 0;
+    // The first `POST /exec` fails as a reset connection does, without reaching the Worker.
+    const cutting: typeof fetch = async (input, init) => {
+      const request = new Request(input, init);
+      if (request.method !== "POST" || !request.url.endsWith("/exec") || cuts > 0) {
+        return fetch(request);
+      }
+      cuts++;
+      const reset = Object.assign(new Error("read ECONNRESET"), { code: "ECONNRESET" });
+      throw new TypeError("fetch failed", { cause: reset });
+    };
+    const client = createClient({ url: harness.url.href, token: TOKEN, fetch: cutting });
+    try {
+      const sandboxId = `harness-${crypto.randomUUID()}`;
+      const result = await client.run("echo sent-again", { sandboxId });
+      expect(cuts).toBe(1);
+      expect(result.stdout).toBe("sent-again\n");
       const records = await harness.containersOf(sandboxId);
       expect(records.reduce((sum, record) => sum + commandsRun(record), 0)).toBe(1);
     } finally {
