@@ -1,6 +1,6 @@
 // 12 and 13. Cold starts off the critical path of the Worker, through the real container plumbing
-// (the harness of apps/worker: the built Worker in Miniflare, the SDK's Sandbox and the pool's
-// WarmPoolShard Durable Objects, bwrap containers running the stand-in server):
+// (the harness of apps/worker: the built Worker in Miniflare, its TaskContainer and the pool's
+// WarmPoolShard Durable Objects, bwrap containers of the harness's engine):
 // - `pool-batch`: a batch longer than the pool (64 calls at concurrency 16, pool 16, 2 s cold
 //   start) against the same batch with no cold start and no pool: the refill must keep up.
 // - `hedged-start`: no pool, a 2 s cold start of which 1 in 10 takes 20 s; 100 sequential calls

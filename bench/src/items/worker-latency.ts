@@ -1,6 +1,6 @@
 // 8. Per-call latency through the Worker with the real container plumbing (the harness of
-// apps/worker: Miniflare, the SDK's Sandbox Durable Object, workerd's container client, bwrap
-// containers running the stand-in server), with an injected cold start of 0 and 2000 ms, at
+// apps/worker: Miniflare, the Worker's TaskContainer Durable Object, workerd's container client,
+// bwrap containers of the harness's engine), with an injected cold start of 0 and 2000 ms, at
 // concurrency 1 and 16. The input for a warm pool of never-reused containers: how much of a
 // call is the container's start, and what each container's lifecycle costs.
 import { newSandboxId } from "@remote-task/protocol";
