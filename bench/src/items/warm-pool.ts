@@ -445,12 +445,12 @@ async function run(options: BenchOptions): Promise<ItemResult> {
       tables: [bursts.table, batched.table, soaked.table],
       notes: [
         "Each call is `POST /exec` with a fresh sandbox id over HTTP to the built Worker bundle in Miniflare, with the Worker's real `TaskContainer` Durable Object, the pool's `WarmPoolShard` Durable Objects and workerd's container client; containers are bubblewrap process trees of the harness's engine (apps/worker/test/harness), started with the Worker's own PID 1, which the engine holds back by the injected cold start.",
-        '"No cold start" still pays this machine\'s real container start (a bubblewrap process tree and the harness's Node relay per container), which grows with concurrency: that is why a pooled burst can be faster than it. On Cloudflare the whole start is the cold start the pool hides.',
+        '"No cold start" still pays this machine\'s real container start (a bubblewrap process tree and the harness\'s Node relay per container), which grows with concurrency: that is why a pooled burst can be faster than it. On Cloudflare the whole start is the cold start the pool hides.',
         "A pooled burst is measured with the pool full (it refills between bursts); in a batch longer than the pool, a call that finds none ready waits for a container the pool is starting (one per waiting call, and a replacement for each ready one lent), within half of MAX_INSTANCES.",
         "warm start = `startMs` of the warm calls in the bridge's log (claiming a container from a shard and checking it is alive, until the command runs); claims per shard come from each shard's own count.",
         "The soak's figures come from the harness engine's records of every container: the requests it received (one command at most), and its create and delete.",
       ],
-      raw: bursts: bursts.raw, batches: batched.raw, soak: soaked.raw ,
+      raw: { bursts: bursts.raw, batches: batched.raw, soak: soaked.raw },
     };
   } finally {
     await pool?.close();

@@ -175,11 +175,11 @@ async function poolBatch(options: BenchOptions): Promise<ItemResult> {
       tables: [table],
       notes: [
         "Each call is `POST /exec` with a fresh sandbox id to the built Worker in Miniflare; containers are bubblewrap process trees of the harness's engine (apps/worker/test/harness), started with the Worker's own PID 1 and held back by the injected cold start.",
-        '"No cold start" still pays this machine\'s real container start (a bubblewrap process tree and the harness's Node relay per container); on Cloudflare the whole start is the cold start the pool hides.',
+        "\"No cold start\" still pays this machine's real container start (a bubblewrap process tree and the harness's Node relay per container); on Cloudflare the whole start is the cold start the pool hides.",
         "A call that finds no container ready waits for one the pool is starting (the pool starts one for each waiting call and replaces each ready one it lends at once); hits (ready when asked), waits (lent once started) and misses (own start) come from the Worker's /health.",
         "Containers started: every container the harness engine created during the batches (the pool's refill, calls' own starts, hedges), the pool's own fill before each batch excepted. This harness's container starts share the machine's 2 cores with the calls, so each start the pool makes beyond what the calls need slows the batch.",
       ],
-      raw: series.map((harness: _h, ...s ) => s),
+      raw: series.map(({ harness: _h, ...s }) => s),
     };
   } finally {
     await pool?.close();
