@@ -10,7 +10,8 @@
  *
  * A call's secrets are applied by the bridge's own `applySecrets` and `hideSecrets` (as the local
  * and docker backends' egress proxy does): the placeholder in a request header becomes the value
- * only on the way to one of the secret's hosts, where the deployer's header is set too; a
+ * only on the way to one of the secret's hosts (over plain HTTP only where a host pattern names
+ * the port), where the deployer's header is set too; a
  * request carrying a placeholder to any other host is refused (403, the reason says which
  * secret); a value an upstream echoes in a response header is put back as the placeholder. The
  * URL and the body travel as written, and a redirect is never followed here (the command's client

@@ -219,6 +219,16 @@ describe("a call's secrets on the Worker", () => {
     expect(stored).not.toContain(VALUE);
   });
 
+  it("show the placeholder where the command printed the value (as an upstream's echo would make it)", async () => {
+    const answer = await exec(
+      { sandboxId: sandboxId(), command: `echo ${VALUE}`, secrets: ["GH_TOKEN"] },
+      { handler: loggingWorker().handler, env: secretsEnv() },
+    );
+    const result = execResultSchema.parse(JSON.parse(answer.text));
+    expect(result.stdout.trim()).toMatch(PLACEHOLDER);
+    expect(answer.text).not.toContain(VALUE);
+  });
+
   it("reach a durable call's container through its keeper, which reads the same bindings", async () => {
     const id = sandboxId();
     const env = { ...secretsEnv(), DURABLE_CALLS: "true" } as WorkerEnv;

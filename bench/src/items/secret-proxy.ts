@@ -107,7 +107,7 @@ async function run(options: BenchOptions): Promise<ItemResult> {
     ] as const;
     const ratio = round(rows[0][1].p50 / rows[0][2].p50, 2);
     return {
-      id: "secret-proxy",
+      id: "18",
       title: "HTTPS with a secret: intercepting proxy vs plain tunnel",
       target: "none (a cost to know)",
       met: null,

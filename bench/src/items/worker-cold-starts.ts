@@ -1,6 +1,6 @@
 // 12 and 13. Cold starts off the critical path of the Worker, through the real container plumbing
-// (the harness of apps/worker: the built Worker in Miniflare, the SDK's Sandbox and the pool's
-// WarmPoolShard Durable Objects, bwrap containers running the stand-in server):
+// (the harness of apps/worker: the built Worker in Miniflare, its TaskContainer and the pool's
+// WarmPoolShard Durable Objects, bwrap containers of the harness's engine):
 // - `pool-batch`: a batch longer than the pool (64 calls at concurrency 16, pool 16, 2 s cold
 //   start) against the same batch with no cold start and no pool: the refill must keep up.
 // - `hedged-start`: no pool, a 2 s cold start of which 1 in 10 takes 20 s; 100 sequential calls
@@ -174,8 +174,8 @@ async function poolBatch(options: BenchOptions): Promise<ItemResult> {
       headline: `64 calls at 16 with pool 16 and a 2 s cold start: x${round(ratio(pooled), 2)} the batch with no cold start (no pool: x${round(ratio(series[2] as (typeof series)[number]), 2)})`,
       tables: [table],
       notes: [
-        "Each call is `POST /exec` with a fresh sandbox id to the built Worker in Miniflare; containers are bubblewrap processes running the stand-in container server (apps/worker/test/harness), held back by the injected cold start.",
-        '"No cold start" still pays this machine\'s real container start (bwrap and two Node processes per container); on Cloudflare the whole start is the cold start the pool hides.',
+        "Each call is `POST /exec` with a fresh sandbox id to the built Worker in Miniflare; containers are bubblewrap process trees of the harness's engine (apps/worker/test/harness), started with the Worker's own PID 1 and held back by the injected cold start.",
+        "\"No cold start\" still pays this machine's real container start (a bubblewrap process tree and the harness's Node relay per container); on Cloudflare the whole start is the cold start the pool hides.",
         "A call that finds no container ready waits for one the pool is starting (the pool starts one for each waiting call and replaces each ready one it lends at once); hits (ready when asked), waits (lent once started) and misses (own start) come from the Worker's /health.",
         "Containers started: every container the harness engine created during the batches (the pool's refill, calls' own starts, hedges), the pool's own fill before each batch excepted. This harness's container starts share the machine's 2 cores with the calls, so each start the pool makes beyond what the calls need slows the batch.",
       ],

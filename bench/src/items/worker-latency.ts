@@ -1,6 +1,6 @@
 // 8. Per-call latency through the Worker with the real container plumbing (the harness of
-// apps/worker: Miniflare, the SDK's Sandbox Durable Object, workerd's container client, bwrap
-// containers running the stand-in server), with an injected cold start of 0 and 2000 ms, at
+// apps/worker: Miniflare, the Worker's TaskContainer Durable Object, workerd's container client,
+// bwrap containers of the harness's engine), with an injected cold start of 0 and 2000 ms, at
 // concurrency 1 and 16. The input for a warm pool of never-reused containers: how much of a
 // call is the container's start, and what each container's lifecycle costs.
 import { newSandboxId } from "@remote-task/protocol";
@@ -151,9 +151,9 @@ async function run(options: BenchOptions): Promise<ItemResult> {
       },
     ],
     notes: [
-      "Each call is `POST /exec` `echo ok` with a fresh sandbox id over HTTP to the built Worker bundle in Miniflare, with the SDK's real `Sandbox` Durable Object and workerd's container client; containers are bubblewrap processes running the project's stand-in container server (apps/worker/test/harness), whose engine delays each container's processes by the injected cold start.",
+      "Each call is `POST /exec` `echo ok` with a fresh sandbox id over HTTP to the built Worker bundle in Miniflare, with the Worker's real `TaskContainer` Durable Object and workerd's container client; containers are bubblewrap process trees of the harness's engine (apps/worker/test/harness), started with the Worker's own PID 1, which the engine delays by the injected cold start.",
       "Latency is client-side, from the request to the end of the answer; the container is destroyed after the answer (in `waitUntil`), so create -> delete is the container's whole life for one call.",
-      "Concurrency 16 starts 16 containers at once (each two Node processes: the server and the harness relay) on this 2-core machine, so those rows measure this machine's process start-up as much as the Worker; on Cloudflare each container has its own CPU.",
+      "Concurrency 16 starts 16 containers at once (each a bubblewrap process tree with the harness's Node relay) on this 2-core machine, so those rows measure this machine's process start-up as much as the Worker; on Cloudflare each container has its own CPU.",
     ],
     raw,
   };

@@ -3,7 +3,8 @@
  * plain header records (no Node or Workers type), so the Node egress proxy (host/egress.ts) and
  * the Worker's egress gate run the very same code. A request to a secret's host gets the value in
  * place of the placeholder wherever the placeholder appears in its headers (and the deployer's
- * header, when the secret has one); a request that carries a placeholder to any other host is
+ * header, when the secret has one): over HTTPS, or over plain HTTP only where a host pattern of
+ * the secret names the port (a plain request carrying it to a bare host is refused); a request that carries a placeholder to any other host is
  * refused (fails closed), so the command learns at once rather than an upstream seeing a
  * placeholder. Only headers are rewritten: a placeholder in the URL or the body travels as
  * written (a body is never read), so it never becomes the value. An upstream echoing a value in

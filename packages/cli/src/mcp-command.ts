@@ -27,7 +27,8 @@ Options:
   --docker-engine <address>
                        with --docker: unix:///path.sock or tcp://host:port (default: $DOCKER_HOST,
                        then the usual sockets)
-  --docker-user <user> with --docker: who commands run as in the container (default 1000:1000)
+  --docker-user <user> with --docker: who commands run as in the container (default: a uid of
+                       its own per container, no host account)
   --docker-ulimit <name=value[,name=value...]>
                        with --docker: more rlimits for the containers, e.g. nproc=32768 where
                        the engine's default is too high for it

@@ -41,6 +41,11 @@ describe("usage", () => {
     },
   );
 
+  it("serve --help says a network policy needs bwrap or --docker (the docker backend enforces one too)", async () => {
+    const { stdout } = await runCli(["serve", "--help"]);
+    expect(stdout.replace(/\s+/g, " ")).toContain("under bwrap or --docker, not isolation none");
+  });
+
   it("prints its version", async () => {
     const { code, stdout } = await runCli(["--version"]);
     expect(code).toBe(0);

@@ -122,6 +122,8 @@ describe("the remote-task-mcp bin", () => {
     expect(stdout).toContain(
       "Usage: remote-task-mcp [--local [--isolation auto|bwrap|none] | --docker <image>] [--url <url>] [--token <token>] [--network <policy>]",
     );
+    // The docker backend's default user, as run --help words it (not a fixed uid).
+    expect(stdout).toContain("(default: a uid of\n                       its own per container");
     const error = await failure([BIN, "--bogus"]);
     expect(error?.code).toBe(2);
     // One line and where the usage is, not the whole help.

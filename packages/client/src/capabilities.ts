@@ -1,6 +1,6 @@
 /**
- * What each bridge can take, from its `/health`: whether it enforces `network` and reads `stdin`
- * (asked once per bridge, before its first call with either), and how many calls the bridges
+ * What each bridge can take, from its `/health`: whether it enforces `network`, reads `stdin` and
+ * knows `secrets` (asked once per bridge, before its first call with any of them), and how many calls the bridges
  * can take now (for `runMany`'s first window).
  */
 import type { ExecRequest, HealthResponse } from "@remote-task/protocol";
@@ -14,7 +14,7 @@ const DURABLE_HEALTH_TRIES = 3;
 
 /** The bridges' answers about the fields a call may carry and whether it re-attaches, each asked once. */
 export class BridgeCapabilities {
-  /** Each bridge's `/health`, asked once before its first call with `network` or `stdin`. */
+  /** Each bridge's `/health`, asked once before its first call with `network`, `stdin` or `secrets`. */
   readonly #support = new Map<Bridge, Promise<HealthResponse>>();
   readonly #health: (bridge: Bridge) => Promise<HealthResponse>;
 
@@ -50,11 +50,12 @@ export class BridgeCapabilities {
   }
 
   /**
-   * A bridge that does not know `network` or `stdin` may ignore them (the reference bridge does)
-   * and run the command without the policy, or with empty input. Before the first call with
-   * either, the bridge's `/health` is asked once whether it takes them; if not, nothing is sent.
-   * From a browser page on another origin, `/health` is asked before the first call of any kind
-   * (see page-origin.ts): when the browser cannot fetch it, the command is not sent.
+   * A bridge that does not know `network`, `stdin` or `secrets` may ignore them (the reference
+   * bridge does) and run the command without the policy, with empty input, or without the
+   * secrets. Before the first call with any of them, the bridge's `/health` is asked once whether
+   * it takes them; if not, nothing is sent. From a browser page on another origin, `/health` is
+   * asked before the first call of any kind (see page-origin.ts): when the browser cannot fetch
+   * it, the command is not sent.
    * Undefined when there is nothing to ask (most calls: they go on without waiting a turn).
    */
   assertTakes(request: ExecRequest, bridge: Bridge): Promise<void> | undefined {
@@ -62,6 +63,7 @@ export class BridgeCapabilities {
     if (
       request.network === undefined &&
       request.stdin === undefined &&
+      request.secrets === undefined &&
       request.detach !== true &&
       page === undefined
     ) {
@@ -99,6 +101,13 @@ export class BridgeCapabilities {
     if (request.network !== undefined && health.network === undefined) {
       throw new ForbiddenError(
         `The bridge does not control network access (its /health reports no \`network\`; protocol ${protocol}), so it could run the command without the policy asked for; the call was not sent. Leave \`network\` out to run with the bridge's own network, or use a bridge that enforces policies.`,
+      );
+    }
+    // A bridge that knows `secrets` refuses names it does not declare (403); one older than
+    // protocol 2 (the reference bridge) would drop the field and run the command without them.
+    if (request.secrets !== undefined && health.secrets === undefined && protocol < 2) {
+      throw new ForbiddenError(
+        `The bridge does not know secrets (its /health reports no \`secrets\`; protocol ${protocol}), so it could run the command without them; the call was not sent. Leave \`secrets\` out, or use a bridge that declares them.`,
       );
     }
     if (request.stdin !== undefined && health.limits?.maxStdinBytes === undefined) {

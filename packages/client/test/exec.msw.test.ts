@@ -195,6 +195,8 @@ describe("run: every error status", () => {
   it("says which secret the bridge cannot read, and that the command did not run", async () => {
     const words = BRIDGE_TEXTS.secretUnavailable("GH_TOKEN");
     const f = mswFetch(
+      // A call with secrets asks /health first (a bridge that knows them, protocol 3).
+      http.get(`${URL_BASE}/health`, () => HttpResponse.json(fullHealth)),
       http.post(`${URL_BASE}/exec`, () =>
         HttpResponse.json({ error: words, code: "not_configured" }, { status: 503 }),
       ),
@@ -210,6 +212,8 @@ describe("run: every error status", () => {
   it("points a refusal of undeclared secrets at the secrets /health lists, not the network ceiling", async () => {
     const words = BRIDGE_TEXTS.secretsUndeclared("AWS_KEY", "GH_TOKEN");
     const f = mswFetch(
+      // A call with secrets asks /health first (a bridge that knows them, protocol 3).
+      http.get(`${URL_BASE}/health`, () => HttpResponse.json(fullHealth)),
       http.post(`${URL_BASE}/exec`, () =>
         HttpResponse.json({ error: words, code: "forbidden" }, { status: 403 }),
       ),

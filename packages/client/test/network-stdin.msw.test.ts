@@ -352,6 +352,10 @@ describe("a bridge that would ignore network or stdin is found out before the ca
     expect(ForbiddenError.isInstance(await failure(streamed[Symbol.asyncIterator]().next()))).toBe(
       true,
     );
+    const secrets = await failure(c.run("env", { secrets: ["GH_TOKEN"] }));
+    expect(ForbiddenError.isInstance(secrets)).toBe(true);
+    expect(secrets.mayHaveRun).toBe(false);
+    expect(secrets.message).toMatch(/does not know secrets .*protocol 1.*was not sent/);
     expect(execRequests(f)).toHaveLength(0);
     // Without them the same bridge runs the call.
     expect((await c.run("true")).exitCode).toBe(fullResult.code);

@@ -3,8 +3,11 @@
  * absolute-URI requests) on a unix socket that only that sandbox has (bind-mounted into it). For
  * each connection it checks the destination against the call's policy, resolves the name itself,
  * checks every address it got, and connects to the address it checked (so no second lookup can
- * answer differently). What may be reached is decided in egress-policy.ts; this module only wires
- * that decision to sockets and name resolution.
+ * answer differently). What may be reached is decided in egress-policy.ts; this module wires
+ * that decision to sockets and name resolution. For a call with secrets it also terminates TLS to
+ * the secrets' hosts with the sandbox's CA (sandbox-ca.ts), puts the values into request headers
+ * (secret-headers.ts) and sends each request over a verified TLS connection upstream, kept open
+ * between requests (pooled per destination, closed with the proxy).
  */
 import { randomBytes } from "node:crypto";
 import { rmSync, writeFileSync } from "node:fs";

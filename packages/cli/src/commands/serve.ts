@@ -188,7 +188,7 @@ export function declareServe(program: Command, onExit: OnExit): void {
     )
     .option(
       "--network-default <policy>",
-      "network of a call that names none: none, open or hosts (default none; bwrap only)",
+      "network of a call that names none: none, open or hosts (default none; under bwrap or --docker, not isolation none)",
       networkPolicy,
     )
     .option(
