@@ -102,8 +102,11 @@ async function soakAgainst(isolation: "none" | "bwrap", count: number): Promise<
     // Nothing left behind: sandboxes, processes, directories.
     expect(after.stats.live).toBe(0);
     expect(after.stats.started).toBe(after.stats.destroyed);
-    // Every call started its sandbox but those that ended waiting, which only an early end can do.
-    expect(after.stats.started + neverStarted.length).toBe(warmupTasks + count);
+    // Every task started one sandbox, or ended while it waited for a slot, which only an early
+    // end can do. A call whose deadline passed in the queue is refused as never started (503),
+    // and the client sends it again: that task has both a never-started line and a start.
+    expect(after.stats.started).toBeLessThanOrEqual(warmupTasks + count);
+    expect(after.stats.started + neverStarted.length).toBeGreaterThanOrEqual(warmupTasks + count);
     for (const entry of neverStarted) {
       expect(["timeout", "cancel", "disconnect"]).toContain(entry.endedBy);
     }
@@ -114,7 +117,7 @@ async function soakAgainst(isolation: "none" | "bwrap", count: number): Promise<
     for (const helper of children) expect(descendants(helper.pid)).toEqual([]);
     expect(await bridge.leftoverDirs()).toEqual([]);
     // Thousands of log lines, none with the token or the env value every task carried.
-    expect(bridge.logLines.length).toBe(warmupTasks + count);
+    expect(bridge.logLines.length).toBe(after.stats.started + neverStarted.length);
     expect(
       bridge.logLines.filter((line) => line.includes(mark) || line.includes(bridge.token)),
     ).toEqual([]);
