@@ -103,6 +103,35 @@ function outcomeOf(status: CallStatus, attachment: Attachment): ExecResult {
   });
 }
 
+/**
+ * A request about the attached call (`GET /exec/{sandboxId}?query`), in a scope of its own that
+ * ends with `parent`'s deadline; sent once (the caller decides what to try again).
+ */
+function attachedRequest(
+  parent: CallScope,
+  attachment: Attachment,
+  query: string,
+  accept: string,
+  what: string,
+): { scope: CallScope; exchange: Exchange } {
+  const { bridge, sandboxId, secrets } = attachment;
+  const scope = new CallScope({
+    signal: parent.signal,
+    deadlineMs: Math.max(1, parent.deadlineAt - Date.now()),
+    sandboxId,
+    what,
+  });
+  const exchange: Exchange = {
+    method: "GET",
+    path: `/exec/${encodeURIComponent(sandboxId)}?${query}`,
+    accept,
+    retry: NO_RETRY,
+    secrets,
+    to: bridge,
+  };
+  return { scope, exchange };
+}
+
 /** One status request, waiting up to `waitSeconds` for the call to end. */
 export async function callStatus(
   context: ReattachContext,
@@ -110,23 +139,15 @@ export async function callStatus(
   attachment: Attachment,
   waitSeconds: number,
 ): Promise<CallStatus> {
-  const { bridge, sandboxId, secrets } = attachment;
-  const scope = new CallScope({
-    signal: parent.signal,
-    deadlineMs: Math.max(1, parent.deadlineAt - Date.now()),
-    sandboxId,
-    what: "Asking for the call's state",
-  });
-  const exchange: Exchange = {
-    method: "GET",
-    path: `/exec/${encodeURIComponent(sandboxId)}?waitSeconds=${waitSeconds}`,
-    accept: "application/json",
-    retry: NO_RETRY,
-    secrets,
-    to: bridge,
-  };
+  const { scope, exchange } = attachedRequest(
+    parent,
+    attachment,
+    `waitSeconds=${waitSeconds}`,
+    "application/json",
+    "Asking for the call's state",
+  );
   try {
-    const response = await sendOnce(context.transport, scope, exchange, bridge);
+    const response = await sendOnce(context.transport, scope, exchange, attachment.bridge);
     return await receiveJson(scope, response, callStatusSchema, "a call status", {
       maxResponseBytes: context.maxResponseBytes,
       keptBytes: undefined,
@@ -237,20 +258,13 @@ export async function* reattachedEvents(
   let failures = 0;
   for (;;) {
     if (parent.reason) throw parent.reason;
-    const scope = new CallScope({
-      signal: parent.signal,
-      deadlineMs: Math.max(1, parent.deadlineAt - Date.now()),
-      sandboxId,
-      what: "Re-attaching to the command's events",
-    });
-    const exchange: Exchange = {
-      method: "GET",
-      path: `/exec/${encodeURIComponent(sandboxId)}?stdoutFrom=${position.stdout}&stderrFrom=${position.stderr}`,
-      accept: "text/event-stream",
-      retry: NO_RETRY,
-      secrets,
-      to: bridge,
-    };
+    const { scope, exchange } = attachedRequest(
+      parent,
+      attachment,
+      `stdoutFrom=${position.stdout}&stderrFrom=${position.stderr}`,
+      "text/event-stream",
+      "Re-attaching to the command's events",
+    );
     try {
       const response = await sendOnce(context.transport, scope, exchange, bridge);
       scope.watchIdle(context.idleTimeoutSeconds * 1000);
