@@ -5,9 +5,9 @@ import {
   RemoteTaskError,
   TimeoutError,
 } from "@remote-task/client";
+import { undeclaredSecrets, unreadableSecret } from "@remote-task/internal";
 import { formatSize } from "@remote-task/protocol";
 import { EXIT } from "./exit-codes.js";
-import { undeclaredSecrets, unreadableSecret } from "./secrets.js";
 import { UsageError } from "./usage-error.js";
 
 /** The result as protocol `ExecResult` fields plus the sandbox id (what `--json` prints). */
@@ -157,8 +157,8 @@ export function refusedStdin(error: unknown): boolean {
 
 /**
  * A call refused over its `--secrets`, in those terms: a name the bridge does not declare (its
- * 403 lists those it does), or one whose value it cannot read (its 503 names it; the client's
- * message for that status speaks of a missing token). Undefined for any other failure.
+ * 403 lists those it does), or one whose value it cannot read (its 503 names it). Undefined for
+ * any other failure.
  */
 function secretsRefusal(error: unknown): string | undefined {
   if (!RemoteTaskError.isInstance(error)) return undefined;

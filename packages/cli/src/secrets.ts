@@ -9,7 +9,6 @@
  * refusal of a name it does not declare, in those terms.
  */
 import type { SecretDeclaration } from "@remote-task/bridge";
-import { BRIDGE_TEXTS } from "@remote-task/internal";
 import { secretNameSchema } from "@remote-task/protocol";
 import { InvalidArgumentError } from "commander";
 import { hostList } from "./network.js";
@@ -55,38 +54,4 @@ export function secretNames(value: string, previous?: string[]): string[] {
   } catch (error) {
     throw new InvalidArgumentError((error as Error).message);
   }
-}
-
-/** A regular expression matching `text`, with each of `holes` in it as a group. */
-function textPattern(text: string, holes: readonly string[]): RegExp {
-  let source = text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
-  for (const hole of holes) source = source.replace(hole, "(.+?)");
-  return new RegExp(`^${source}$`);
-}
-
-/** The bridge's words refusing undeclared secrets, with the two lists as groups. */
-const UNDECLARED = textPattern(BRIDGE_TEXTS.secretsUndeclared("\u0000U", "\u0000D"), [
-  "\u0000U",
-  "\u0000D",
-]);
-
-/** The bridge's words for a secret whose value it cannot read, with the name as a group. */
-const UNREADABLE = textPattern(BRIDGE_TEXTS.secretUnavailable("\u0000N"), ["\u0000N"]);
-
-/**
- * The names a bridge refused as undeclared and those it declares, from its words (the 403 every
- * bridge of this project answers); undefined for any other text.
- */
-export function undeclaredSecrets(
-  bridgeMessage: string | undefined,
-): { unknown: string; declared: string } | undefined {
-  const match = bridgeMessage === undefined ? null : UNDECLARED.exec(bridgeMessage);
-  if (match === null) return undefined;
-  return { unknown: match[1] ?? "", declared: match[2] ?? "" };
-}
-
-/** The secret whose value the bridge could not read, from its words; undefined for other text. */
-export function unreadableSecret(bridgeMessage: string | undefined): string | undefined {
-  const match = bridgeMessage === undefined ? null : UNREADABLE.exec(bridgeMessage);
-  return match?.[1];
 }

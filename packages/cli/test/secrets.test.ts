@@ -1,13 +1,7 @@
-import { BRIDGE_TEXTS } from "@remote-task/internal";
+import { BRIDGE_TEXTS, undeclaredSecrets, unreadableSecret } from "@remote-task/internal";
 import { InvalidArgumentError } from "commander";
 import { describe, expect, it } from "vitest";
-import {
-  secretFlag,
-  secretNames,
-  secretNamesFromFlag,
-  undeclaredSecrets,
-  unreadableSecret,
-} from "../src/secrets.js";
+import { secretFlag, secretNames, secretNamesFromFlag } from "../src/secrets.js";
 
 describe("serve --secret", () => {
   it("takes a source, hosts and an optional header, one secret per flag", () => {

@@ -5,12 +5,13 @@
  * request may be sent again (`retryable`) and whether the command may have run (`mayHaveRun`).
  */
 import {
-  BRIDGE_TEXTS,
   DID_NOT_RUN,
   issuesOf,
   type SchemaIssue,
   shorten,
   summarizeIssues,
+  undeclaredSecrets,
+  unreadableSecret,
 } from "@remote-task/internal";
 import {
   ERROR_STATUS,
@@ -145,14 +146,10 @@ const capacity: Build = (failure) => {
   );
 };
 
-/** How the bridge's words begin for secrets it does not declare, and for one it cannot read. */
-const SECRETS_UNDECLARED = BRIDGE_TEXTS.secretsUndeclared("\0", "").split("\0")[0] as string;
-const SECRET_UNAVAILABLE = BRIDGE_TEXTS.secretUnavailable("\0").split("\0")[0] as string;
-
 const forbidden: Build = ({ label, reason, base }) =>
   // The bridge decides this before it runs anything, also when it reports it in a stream.
   new ForbiddenError(
-    base.bridgeMessage?.startsWith(SECRETS_UNDECLARED)
+    undeclaredSecrets(base.bridgeMessage) !== undefined
       ? `The bridge refused the call's secrets (${label})${reason}. Ask only for secrets the bridge declares (its /health lists them under \`secrets\`), or have the deployer declare them; sending it again unchanged will fail the same way.`
       : `The bridge refused the call as more than its deployer allows (${label})${reason}. Ask for less (the most a call may have is \`network.ceiling\` in the bridge's /health), or have the deployer allow it; sending it again unchanged will fail the same way.`,
     { ...base, mayHaveRun: false },
@@ -227,7 +224,7 @@ const invalidRequest: Build = (failure) => {
 };
 
 const notConfigured: Build = ({ label, reason, base }) =>
-  base.bridgeMessage?.startsWith(SECRET_UNAVAILABLE)
+  unreadableSecret(base.bridgeMessage) !== undefined
     ? new BridgeError(
         `The bridge cannot use a secret this call asks for (${label})${reason}. Whoever deploys the bridge must provide its value (the variable or file its declaration names).`,
         { ...base, mayHaveRun: false },

@@ -26,5 +26,7 @@ export {
   DOCKER_TEXTS,
   OWN_TEXTS,
   SANDBOX_TEXTS,
+  undeclaredSecrets,
+  unreadableSecret,
 } from "./texts.js";
 export { MAX_TIMER_MS, timerDelay } from "./timers.js";

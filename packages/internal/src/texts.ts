@@ -176,3 +176,34 @@ export const OWN_TEXTS: readonly string[] = [
     ].flatMap(fixedParts),
   ),
 ];
+
+/** A regular expression matching `text`, with each of `holes` in it as a group. */
+function textPattern(text: string, holes: readonly string[]): RegExp {
+  let source = text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+  for (const hole of holes) source = source.replace(hole, "(.+?)");
+  return new RegExp(`^${source}$`);
+}
+
+const UNDECLARED_SECRETS = textPattern(BRIDGE_TEXTS.secretsUndeclared("\u0000U", "\u0000D"), [
+  "\u0000U",
+  "\u0000D",
+]);
+const UNREADABLE_SECRET = textPattern(BRIDGE_TEXTS.secretUnavailable("\u0000N"), ["\u0000N"]);
+
+/**
+ * The names a bridge refused as undeclared and those it declares, read back from its words
+ * ({@link BRIDGE_TEXTS}.secretsUndeclared); undefined for any other text.
+ */
+export function undeclaredSecrets(
+  bridgeMessage: string | undefined,
+): { unknown: string; declared: string } | undefined {
+  const match = bridgeMessage === undefined ? null : UNDECLARED_SECRETS.exec(bridgeMessage);
+  if (match === null) return undefined;
+  return { unknown: match[1] ?? "", declared: match[2] ?? "" };
+}
+
+/** The secret whose value the bridge could not read, from its words; undefined for other text. */
+export function unreadableSecret(bridgeMessage: string | undefined): string | undefined {
+  const match = bridgeMessage === undefined ? null : UNREADABLE_SECRET.exec(bridgeMessage);
+  return match?.[1];
+}
